@@ -1,0 +1,42 @@
+/*
+** dpy_core.h: the engine in plain C11 (no Lua, no C++): dataset file readers and safe file output.
+** Functions return 0 on success, or -1 with a message in err.
+*/
+#ifndef DPY_CORE_H
+#define DPY_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DPY_IDX_MAXDIM 4
+
+/* An IDX file (MNIST's format), gzipped or not: unsigned bytes with up to 4 dims. */
+typedef struct {
+    uint8_t *data;                  /* owned; dims[0] * ... * dims[ndim-1] bytes */
+    size_t len;
+    int ndim;
+    int64_t dims[DPY_IDX_MAXDIM];
+} dpy_idx;
+
+int dpy_idx_read(const char *path, dpy_idx *out, char *err, size_t errlen);
+void dpy_idx_free(dpy_idx *x);
+
+/* A CIFAR binary batch: records of label_bytes label bytes then 3072 pixels (3 x 32 x 32).
+** label_index picks the label byte kept (CIFAR-100: 0 coarse, 1 fine). */
+typedef struct {
+    uint8_t *images;                /* owned; n * 3072 bytes, channel-major as in the file */
+    uint8_t *labels;                /* owned; n bytes */
+    int64_t n;
+} dpy_cifar;
+
+int dpy_cifar_read(const char *path, int label_bytes, int label_index, dpy_cifar *out,
+                   char *err, size_t errlen);
+void dpy_cifar_free(dpy_cifar *c);
+
+/* Writes path atomically: a temporary file beside it, fsync, rename, fsync of the directory.
+** A crash leaves either the old file or the new one, never a torn one. */
+int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+/* mkdir -p */
+int dpy_mkdir_p(const char *path, char *err, size_t errlen);
+
+#endif

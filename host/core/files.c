@@ -1,0 +1,94 @@
+/* files.c: crash-safe file output (results stay readable whatever happens mid-run). */
+#define _POSIX_C_SOURCE 200809L
+#include "dpy_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fail_errno(char *err, size_t errlen, const char *what, const char *path) {
+    snprintf(err, errlen, "cannot %s %s: %s", what, path, strerror(errno));
+    return -1;
+}
+
+static void fsync_dir_of(const char *path) {
+    char *copy = strdup(path);
+    if (!copy)
+        return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "path too long: %s", path);
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return fail_errno(err, errlen, "create", tmp);
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            fail_errno(err, errlen, "write", tmp);
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        fail_errno(err, errlen, "sync", tmp);
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        fail_errno(err, errlen, "rename into", path);
+        unlink(tmp);
+        return -1;
+    }
+    fsync_dir_of(path);
+    return 0;
+}
+
+int dpy_mkdir_p(const char *path, char *err, size_t errlen) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        snprintf(err, errlen, "path too long: %s", path);
+        return -1;
+    }
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return fail_errno(err, errlen, "create directory", buf);
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s exists and is not a directory", path);
+        return -1;
+    }
+    return 0;
+}

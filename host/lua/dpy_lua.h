@@ -1,0 +1,76 @@
+/*
+** dpy_lua.h: what the bindings share: the per-state record, the boxes' checkers and pushers,
+** and argument helpers. Every l_<type>.c exports luaopen_dpy_<type>_core.
+*/
+#ifndef DPY_LUA_H
+#define DPY_LUA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <signal.h>
+#include <stddef.h>
+
+#include "dpy_torch.h"
+
+/* {==== per-state record (in the state's extra space) ====} */
+
+typedef struct dpy_state {
+    int uid;                        /* node uid, -1 for the command's own state */
+    size_t lua_bytes, lua_cap;      /* Lua heap in use and its cap (0: none) */
+    size_t tensor_bytes;            /* bytes of tensors created since the last GC nudge */
+    size_t tensor_peak;             /* largest tensor_live seen */
+    size_t tensor_live;             /* bytes held by live tensor boxes */
+} dpy_state;
+
+/* Creates a Lua state counting its heap into st, with the bindings preloaded and package.path
+** pointing at lua_dir. Returns NULL with a message in err on failure. */
+lua_State *dpy_state_open(dpy_state *st, const char *lua_dir, char *err, size_t errlen);
+dpy_state *dpy_state_of(lua_State *L);
+/* lua_pcall with a traceback message handler. */
+int dpy_state_pcall(lua_State *L, int nargs, int nres);
+/* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler). */
+void dpy_state_interrupt(lua_State *L);
+void dpy_preload_bindings(lua_State *L);
+
+/* {==== userdata types ====} */
+
+#define DPY_TENSOR_MT "dpy.Tensor"
+#define DPY_MODULE_MT "dpy.Module"
+#define DPY_OPTIM_MT "dpy.Optimizer"
+#define DPY_GENERATOR_MT "dpy.Generator"
+
+#define DPY_TF_READONLY 1u          /* the process-wide dataset: in-place ops refuse it */
+
+typedef struct { dpy_tensor *h; unsigned flags; } dpy_tensor_box;
+
+dpy_tensor *dpy_checktensor(lua_State *L, int arg);
+dpy_tensor *dpy_testtensor(lua_State *L, int arg);
+/* Pushes an empty box; fill box->h from a shim call, then call dpy_tensor_filled. */
+dpy_tensor_box *dpy_newtensor(lua_State *L);
+/* Accounts a filled box (GC nudge, peak bytes); call right after the shim succeeded. */
+void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b);
+/* Raises "torch: <message>"; call only after the shim returned (no C++ frame, nothing held). */
+int dpy_torch_error(lua_State *L);
+
+dpy_dtype dpy_checkdtype(lua_State *L, int arg);
+/* An optional {dtype=, device=} table or dtype string at arg. */
+void dpy_optoptions(lua_State *L, int arg, dpy_dtype *dtype, const char **device);
+/* A shape given as a table {2, 3} at arg, or as integers from arg on; returns ndim and sets
+** *next to the first argument after the shape. */
+int dpy_checkshape(lua_State *L, int arg, int64_t *shape, int *next);
+
+dpy_generator *dpy_checkgenerator(lua_State *L, int arg);
+/* The generator at arg if there is one, else the state's default generator (seeded by
+** dpy.tensor.manual_seed). Never NULL. */
+dpy_generator *dpy_optgenerator(lua_State *L, int arg);
+
+struct dpy_module *dpy_checkmodule(lua_State *L, int arg);
+
+int luaopen_dpy_tensor_core(lua_State *L);
+int luaopen_dpy_generator_core(lua_State *L);
+int luaopen_dpy_nn_core(lua_State *L);
+int luaopen_dpy_optim_core(lua_State *L);
+int luaopen_dpy_data_core(lua_State *L);
+int luaopen_dpy_host_core(lua_State *L);
+
+#endif

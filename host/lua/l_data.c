@@ -1,0 +1,105 @@
+/*
+** l_data.c: dataset files into tensors, and batches out of them. Dataset tensors are read-only
+** (DPY_TF_READONLY): loaded once per process and shared by every node that reads them.
+*/
+#include "dpy_core.h"
+#include "dpy_lua.h"
+
+static int io_fail(lua_State *L, const char *msg) {
+    luaL_pushfail(L);
+    lua_pushstring(L, msg);
+    return 2;
+}
+
+/* data.core.read_idx(path) -> uint8 dpy.Tensor (read-only) | nil, err; gzipped or not */
+static int d_read_idx(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    dpy_tensor_box *b = dpy_newtensor(L);   /* box first: nothing below raises while x is held */
+    char err[512];
+    dpy_idx x;
+    if (dpy_idx_read(path, &x, err, sizeof err) != 0)
+        return io_fail(L, err);
+    dpy_err e = dpy_tensor_from_data(&b->h, x.data, x.len, DPY_UINT8, x.dims, x.ndim);
+    dpy_idx_free(&x);
+    if (e != DPY_OK)
+        return dpy_torch_error(L);
+    b->flags = DPY_TF_READONLY;
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/*
+** data.core.read_cifar(path, label_bytes, label_index) -> images, labels | nil, err
+** images: uint8 n x 3 x 32 x 32, labels: uint8 n (both read-only)
+*/
+static int d_read_cifar(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    int label_bytes = (int)luaL_checkinteger(L, 2);
+    int label_index = (int)luaL_checkinteger(L, 3);
+    dpy_tensor_box *images = dpy_newtensor(L);
+    dpy_tensor_box *labels = dpy_newtensor(L);
+    char err[512];
+    dpy_cifar c;
+    if (dpy_cifar_read(path, label_bytes, label_index, &c, err, sizeof err) != 0)
+        return io_fail(L, err);
+    int64_t ishape[4] = {c.n, 3, 32, 32}, lshape[1] = {c.n};
+    dpy_err e = dpy_tensor_from_data(&images->h, c.images, (size_t)c.n * 3072, DPY_UINT8, ishape, 4);
+    if (e == DPY_OK)
+        e = dpy_tensor_from_data(&labels->h, c.labels, (size_t)c.n, DPY_UINT8, lshape, 1);
+    dpy_cifar_free(&c);
+    if (e != DPY_OK)
+        return dpy_torch_error(L);
+    images->flags = labels->flags = DPY_TF_READONLY;
+    dpy_tensor_filled(L, images);
+    dpy_tensor_filled(L, labels);
+    return 2;
+}
+
+static int read_numbers(lua_State *L, int arg, double *out, int max) {
+    if (lua_isnoneornil(L, arg))
+        return 0;
+    luaL_checktype(L, arg, LUA_TTABLE);
+    int n = (int)luaL_len(L, arg);
+    if (n > max)
+        luaL_argerror(L, arg, "too many channels");
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, arg, i + 1);
+        out[i] = luaL_checknumber(L, -1);
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
+/*
+** data.core.batch(images, labels, idx [, mean, std]) -> x, y
+** x: float32 images[idx] / 255, normalized per channel; y: int64 labels[idx]. One call, no
+** per-sample Lua.
+*/
+static int d_batch(lua_State *L) {
+    lua_settop(L, 5);
+    dpy_tensor *images = dpy_checktensor(L, 1);
+    dpy_tensor *labels = dpy_checktensor(L, 2);
+    dpy_tensor *idx = dpy_checktensor(L, 3);
+    double mean[16], std[16];
+    int nm = read_numbers(L, 4, mean, 16), ns = read_numbers(L, 5, std, 16);
+    if (nm != ns)
+        luaL_argerror(L, 5, "mean and std need the same number of channels");
+    for (int i = 0; i < ns; i++)
+        if (!(std[i] > 0))
+            luaL_argerror(L, 5, "std must be > 0");
+    dpy_tensor_box *x = dpy_newtensor(L);
+    dpy_tensor_box *y = dpy_newtensor(L);
+    if (dpy_tensor_batch(&x->h, &y->h, images, labels, idx, mean, std, nm) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, x);
+    dpy_tensor_filled(L, y);
+    return 2;
+}
+
+static const luaL_Reg functions[] = {{"read_idx", d_read_idx}, {"read_cifar", d_read_cifar},
+                                     {"batch", d_batch}, {NULL, NULL}};
+
+int luaopen_dpy_data_core(lua_State *L) {
+    luaL_newlib(L, functions);
+    return 1;
+}

@@ -1,0 +1,332 @@
+/*
+** l_nn.c: dpy.Module, libtorch nn modules as Lua userdata, and the loss functions.
+** A module is a built-in layer (its forward in C++), a sequential container of such layers
+** (forward in C++), or a container whose forward is a Lua function (custom modules). The user
+** value holds { children = {name = module}, forward = function }.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpy_lua.h"
+
+typedef struct { dpy_module *h; } module_box;
+
+static module_box *newbox(lua_State *L) {
+    module_box *b = lua_newuserdatauv(L, sizeof *b, 1);
+    b->h = NULL;
+    luaL_setmetatable(L, DPY_MODULE_MT);
+    return b;
+}
+
+dpy_module *dpy_checkmodule(lua_State *L, int arg) {
+    module_box *b = luaL_checkudata(L, arg, DPY_MODULE_MT);
+    if (b->h == NULL)
+        luaL_argerror(L, arg, "use of a freed dpy.Module");
+    return b->h;
+}
+
+/* nn.core.layer(kind, {numbers...} [, generator]) -> dpy.Module */
+static int n_layer(lua_State *L) {
+    const char *kind = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int n = (int)luaL_len(L, 2);
+    if (n > 16)
+        luaL_argerror(L, 2, "too many layer arguments");
+    double args[16];
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        int ok;
+        args[i] = lua_tonumberx(L, -1, &ok);
+        if (!ok)
+            luaL_argerror(L, 2, "layer arguments must be numbers");
+        lua_pop(L, 1);
+    }
+    dpy_generator *g = dpy_optgenerator(L, 3);
+    module_box *b = newbox(L);
+    if (dpy_module_new(&b->h, kind, args, n, g) != DPY_OK)
+        return luaL_error(L, "nn.%s: %s", kind, dpy_torch_errmsg());
+    return 1;
+}
+
+/*
+** nn.core.container(names, children, sequential [, forward]) -> dpy.Module
+** sequential: forward runs the children in order in C++ (each must have a C++ forward).
+** Otherwise forward is the Lua function forward(self, x).
+*/
+static int n_container(lua_State *L) {
+    lua_settop(L, 4);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int sequential = lua_toboolean(L, 3);
+    if (!sequential && !lua_isnoneornil(L, 4))
+        luaL_checktype(L, 4, LUA_TFUNCTION);
+    size_t n = (size_t)luaL_len(L, 2);
+    if ((size_t)luaL_len(L, 1) != n)
+        luaL_argerror(L, 1, "one name per child");
+    const char **names = lua_newuserdatauv(L, (n ? n : 1) * sizeof *names, 0);
+    dpy_module **kids = lua_newuserdatauv(L, (n ? n : 1) * sizeof *kids, 0);
+    lua_createtable(L, 0, (int)n);   /* children by name, kept in the user value */
+    int children = lua_gettop(L);
+    for (size_t i = 0; i < n; i++) {
+        lua_geti(L, 1, (lua_Integer)i + 1);
+        names[i] = lua_tostring(L, -1);
+        if (names[i] == NULL || names[i][0] == '\0' || strchr(names[i], '.'))
+            luaL_argerror(L, 1, "child names must be non-empty strings without '.'");
+        lua_geti(L, 2, (lua_Integer)i + 1);
+        kids[i] = dpy_checkmodule(L, lua_gettop(L));
+        lua_setfield(L, children, names[i]);   /* pops the child; names[i] stays in names */
+        lua_pop(L, 1);
+    }
+    module_box *b = newbox(L);
+    if (dpy_module_container(&b->h, names, kids, n, sequential) != DPY_OK)
+        return luaL_error(L, "nn: %s", dpy_torch_errmsg());
+    lua_createtable(L, 0, 2);                  /* stack: ..., box, uservalue */
+    lua_pushvalue(L, children);
+    lua_setfield(L, -2, "children");
+    if (!sequential && lua_isfunction(L, 4)) {
+        lua_pushvalue(L, 4);
+        lua_setfield(L, -2, "forward");
+    }
+    lua_setiuservalue(L, -2, 1);
+    return 1;
+}
+
+/* m:forward(x) or m(x) -> dpy.Tensor */
+static int m_forward(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    if (!dpy_module_has_forward(m)) {
+        lua_settop(L, 2);
+        if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE || lua_getfield(L, -1, "forward") != LUA_TFUNCTION)
+            return luaL_error(L, "this dpy.Module has no forward");
+        lua_pushvalue(L, 1);
+        lua_pushvalue(L, 2);
+        lua_call(L, 2, 1);   /* errors propagate to our caller's pcall */
+        return 1;
+    }
+    dpy_tensor *x = dpy_checktensor(L, 2);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_module_forward(&b->h, m, x) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+static int m_call(lua_State *L) { return m_forward(L); }
+
+/* m:parameters() -> { dpy.Tensor... } sharing the module's storage */
+static int m_parameters(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    size_t n = dpy_module_nparams(m);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        dpy_tensor_box *b = dpy_newtensor(L);
+        if (dpy_module_param(&b->h, &name, m, i) != DPY_OK)
+            return dpy_torch_error(L);
+        dpy_tensor_filled(L, b);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+/* m:named_parameters() -> { [name] = dpy.Tensor }, { names in order } */
+static int m_named_parameters(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    size_t n = dpy_module_nparams(m);
+    lua_createtable(L, 0, (int)n);
+    lua_createtable(L, (int)n, 0);   /* stack: map, names */
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        dpy_tensor_box *b = dpy_newtensor(L);
+        if (dpy_module_param(&b->h, &name, m, i) != DPY_OK)
+            return dpy_torch_error(L);
+        dpy_tensor_filled(L, b);
+        lua_pushstring(L, name);     /* stack: map, names, box, name */
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, -4, (lua_Integer)i + 1);
+        lua_insert(L, -2);           /* stack: map, names, name, box */
+        lua_rawset(L, -4);
+    }
+    return 2;
+}
+
+static int m_numel(lua_State *L) {
+    lua_pushinteger(L, dpy_module_numel(dpy_checkmodule(L, 1)));
+    return 1;
+}
+
+static int flat(lua_State *L, int grads) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_module_get_flat(&b->h, m, grads) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/* m:get_flat() -> float32 1-d dpy.Tensor of every parameter, in parameter order (a copy) */
+static int m_get_flat(lua_State *L) { return flat(L, 0); }
+/* m:grad_flat() -> the same for the gradients (zeros where none) */
+static int m_grad_flat(lua_State *L) { return flat(L, 1); }
+
+/* m:set_flat(t); raises unless t is 1-d with m:numel() values */
+static int m_set_flat(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_tensor *t = dpy_checktensor(L, 2);
+    if (dpy_module_set_flat(m, t) != DPY_OK)
+        return dpy_torch_error(L);
+    return 0;
+}
+
+/* m:train([on]) -> m; m:eval() -> m */
+static int m_train(lua_State *L) {
+    dpy_module_train(dpy_checkmodule(L, 1), lua_isnoneornil(L, 2) ? 1 : lua_toboolean(L, 2));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_eval(lua_State *L) {
+    dpy_module_train(dpy_checkmodule(L, 1), 0);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_is_training(lua_State *L) {
+    lua_pushboolean(L, dpy_module_is_training(dpy_checkmodule(L, 1)));
+    return 1;
+}
+
+/* m:to(dtype | device | {dtype=, device=}) -> m (in place, as libtorch's Module::to) */
+static int m_to(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_dtype d = DPY_NDTYPES;
+    const char *device = NULL;
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        const char *s = lua_tostring(L, 2);
+        if (strcmp(s, "cpu") == 0 || strncmp(s, "cuda", 4) == 0) {
+            lua_createtable(L, 0, 1);
+            lua_pushvalue(L, 2);
+            lua_setfield(L, -2, "device");
+            lua_replace(L, 2);
+        }
+    }
+    dpy_optoptions(L, 2, &d, &device);
+    if (dpy_module_to(m, d == DPY_NDTYPES ? -1 : (int)d, device) != DPY_OK)
+        return dpy_torch_error(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_zero_grad(lua_State *L) {
+    if (dpy_module_zero_grad(dpy_checkmodule(L, 1)) != DPY_OK)
+        return dpy_torch_error(L);
+    return 0;
+}
+
+/* m:save(path), m:load(path) -> true | nil, err (libtorch's archive format) */
+static int m_save(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    if (dpy_module_save(m, luaL_checkstring(L, 2)) != DPY_OK) {
+        luaL_pushfail(L);
+        lua_pushstring(L, dpy_torch_errmsg());
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int m_load(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    if (dpy_module_load(m, luaL_checkstring(L, 2)) != DPY_OK) {
+        luaL_pushfail(L);
+        lua_pushstring(L, dpy_torch_errmsg());
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int m_free(lua_State *L) {
+    module_box *b = luaL_checkudata(L, 1, DPY_MODULE_MT);
+    dpy_module_free(b->h);
+    b->h = NULL;
+    return 0;
+}
+
+static int m_tostring(lua_State *L) {
+    module_box *b = luaL_checkudata(L, 1, DPY_MODULE_MT);
+    if (b->h == NULL) {
+        lua_pushstring(L, "dpy.Module(freed)");
+        return 1;
+    }
+    char *buf = malloc(16384);
+    if (buf && dpy_module_format(b->h, buf, 16384) == DPY_OK) {
+        lua_pushfstring(L, "dpy.Module(%I parameters) ", (lua_Integer)dpy_module_numel(b->h));
+        lua_pushstring(L, buf);   /* may raise on memory; buf would leak only then */
+        free(buf);
+        lua_concat(L, 2);
+        return 1;
+    }
+    free(buf);
+    lua_pushstring(L, "dpy.Module");
+    return 1;
+}
+
+/* m.name: a method, else a child module by name */
+static int m_index(lua_State *L) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
+        return 1;
+    if (lua_getiuservalue(L, 1, 1) == LUA_TTABLE && lua_getfield(L, -1, "children") == LUA_TTABLE) {
+        lua_pushvalue(L, 2);
+        lua_rawget(L, -2);
+        return 1;
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+/* nn.core.loss(kind, input, target [, reduction]) -> dpy.Tensor */
+static int n_loss(lua_State *L) {
+    static const char *const kinds[] = {"cross_entropy", "nll", "mse", "bce_with_logits", NULL};
+    static const char *const reductions[] = {"mean", "sum", "none", NULL};
+    int kind = luaL_checkoption(L, 1, NULL, kinds);
+    dpy_tensor *input = dpy_checktensor(L, 2);
+    dpy_tensor *target = dpy_checktensor(L, 3);
+    int red = luaL_checkoption(L, 4, "mean", reductions);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_loss(&b->h, (dpy_loss_kind)kind, input, target, (dpy_reduction)red) != DPY_OK)
+        return luaL_error(L, "%s: %s", kinds[kind], dpy_torch_errmsg());
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+static int n_is_module(lua_State *L) {
+    lua_pushboolean(L, luaL_testudata(L, 1, DPY_MODULE_MT) != NULL);
+    return 1;
+}
+
+static const luaL_Reg methods[] = {
+    {"forward", m_forward}, {"parameters", m_parameters},
+    {"named_parameters", m_named_parameters}, {"numel", m_numel}, {"get_flat", m_get_flat},
+    {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"train", m_train}, {"eval", m_eval},
+    {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},
+    {"load", m_load}, {"free", m_free}, {NULL, NULL}};
+
+static const luaL_Reg meta[] = {{"__gc", m_free}, {"__close", m_free}, {"__call", m_call},
+                                {"__tostring", m_tostring}, {NULL, NULL}};
+
+static const luaL_Reg functions[] = {{"layer", n_layer}, {"container", n_container},
+                                     {"loss", n_loss}, {"is_module", n_is_module},
+                                     {NULL, NULL}};
+
+int luaopen_dpy_nn_core(lua_State *L) {
+    luaL_newmetatable(L, DPY_MODULE_MT);   /* stack: mt */
+    luaL_setfuncs(L, meta, 0);
+    luaL_newlib(L, methods);               /* stack: mt, methods */
+    lua_pushcclosure(L, m_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+    luaL_newlib(L, functions);
+    return 1;
+}

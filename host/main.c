@@ -1,0 +1,270 @@
+/*
+** main.c: the dpy-lua command. With a script (or -e, -l, -i, -) it behaves like the lua
+** interpreter, with the dpy modules and bindings available; the subcommands (run, node,
+** dispatch, report) are written in Lua (dpy.cli); repl is repl.c.
+** Exit codes: 0 success, 1 runtime error, 2 usage error.
+*/
+#define _DEFAULT_SOURCE
+#include <limits.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "dpy_lua.h"
+#include "repl.h"
+
+#define EXIT_USAGE 2
+
+static const char USAGE[] =
+    "usage: dpy-lua [options] [SCRIPT.lua [args...]]\n"
+    "       dpy-lua COMMAND [args...]\n"
+    "\n"
+    "commands:\n"
+    "  run CONFIG.lua [--seed N] [--out DIR] [KEY=VALUE...]   run an experiment\n"
+    "  repl                     interactive prompt with the dpy modules loaded\n"
+    "  help                     this text\n"
+    "\n"
+    "options (as the lua interpreter):\n"
+    "  -e STAT    execute string STAT\n"
+    "  -l MOD     require library MOD into global MOD\n"
+    "  -i         enter the interactive prompt after running SCRIPT\n"
+    "  -v, --version  print the versions of dpy-lua, Lua and libtorch, and the devices\n"
+    "  -h, --help     print this text\n"
+    "  --         stop handling options\n"
+    "  -          execute stdin and stop handling options\n"
+    "\n"
+    "environment:\n"
+    "  DPY_LUA_PATH   directory holding dpy/ (default: lua/ next to the binary's directory)\n"
+    "  DPY_THREADS    libtorch intra-op threads (default: the number of cores)\n"
+    "\n"
+    "exit status: 0 success, 1 runtime error, 2 usage error\n";
+
+static lua_State *g_L;   /* for the SIGINT handler */
+
+static void on_sigint(int sig) {
+    signal(sig, SIG_DFL);   /* a second Ctrl-C kills, as in lua.c */
+    dpy_state_interrupt(g_L);
+}
+
+/* Runs the function on the stack (with nargs) under a traceback; reports errors on stderr. */
+static int docall(lua_State *L, int nargs, int nres) {
+    g_L = L;
+    signal(SIGINT, on_sigint);
+    int status = dpy_state_pcall(L, nargs, nres);
+    signal(SIGINT, SIG_DFL);
+    if (status != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        fprintf(stderr, "dpy-lua: %s\n", msg ? msg : "(error object is not a string)");
+        fflush(stderr);
+        lua_pop(L, 1);
+    }
+    return status;
+}
+
+/* The directory holding dpy/init.lua: $DPY_LUA_PATH, else lua/ beside the binary's dir. */
+static const char *find_lua_dir(char *buf, size_t len) {
+    const char *env = getenv("DPY_LUA_PATH");
+    if (env && *env)
+        return env;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    const char *dir = dirname(exe);
+    static const char *const candidates[] = {"/../lua", "/lua", "/../share/dpy-lua/lua"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        char probe[PATH_MAX + 64];
+        snprintf(buf, len, "%s%s", dir, candidates[i]);
+        snprintf(probe, sizeof probe, "%s/dpy/init.lua", buf);
+        struct stat st;
+        if (stat(probe, &st) == 0) {
+            char *real = realpath(buf, NULL);
+            if (real) {
+                snprintf(buf, len, "%s", real);
+                free(real);
+            }
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static void print_version(lua_State *L) {
+    int devices = dpy_torch_cuda_count();
+    printf("dpy-lua %s\n%s\nlibtorch %s\ndevices: cpu (%d threads)", DPY_VERSION, LUA_RELEASE,
+           dpy_torch_version(), dpy_torch_num_threads());
+    for (int i = 0; i < devices; i++)
+        printf(", cuda:%d", i);
+    printf("\n");
+    (void)L;
+}
+
+/* arg table as lua.c's createargtable: script at 0, its arguments 1.., options below 0. */
+static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
+    if (script == argc)
+        script = 0;
+    lua_createtable(L, argc - script - 1, script + 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i - script);
+    }
+    lua_setglobal(L, "arg");
+}
+
+static int run_chunk(lua_State *L, int status) {
+    return status == LUA_OK ? docall(L, 0, 0) : (fprintf(stderr, "dpy-lua: %s\n",
+                                                         lua_tostring(L, -1)), lua_pop(L, 1), status);
+}
+
+static int run_script(lua_State *L, char **argv, int argc, int script) {
+    const char *fname = argv[script];
+    if (strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0)
+        fname = NULL;   /* stdin */
+    int status = luaL_loadfile(L, fname);
+    if (status != LUA_OK)
+        return run_chunk(L, status);
+    int n = argc - script - 1;
+    luaL_checkstack(L, n + 3, "too many arguments to script");
+    for (int i = 1; i <= n; i++)
+        lua_pushstring(L, argv[script + i]);
+    return docall(L, n, LUA_MULTRET);
+}
+
+/* Calls require("dpy.cli").main(command, args...) and returns its exit code. */
+static int run_cli(lua_State *L, char **argv, int argc, int first) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "dpy.cli");
+    if (docall(L, 1, 1) != LUA_OK)
+        return 1;
+    lua_getfield(L, -1, "main");
+    int n = argc - first;
+    luaL_checkstack(L, n + 3, "too many arguments");
+    for (int i = first; i < argc; i++)
+        lua_pushstring(L, argv[i]);
+    if (docall(L, n, 1) != LUA_OK)
+        return 1;
+    int code = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+    lua_pop(L, 1);
+    return code;
+}
+
+/* Handles the lua-like options; returns the exit code. */
+static int run_interpreter(lua_State *L, char **argv, int argc) {
+    int script = 0, interactive = 0, has_e = 0, version = 0, stdin_script = 0;
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-')
+            break;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(a, "-") == 0) {
+            stdin_script = 1;
+            break;
+        }
+        if (strcmp(a, "-i") == 0) {
+            interactive = 1;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
+            version = 1;
+        } else if (strcmp(a, "-e") == 0 || strcmp(a, "-l") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dpy-lua: '%s' needs an argument\n%s", a, USAGE);
+                return EXIT_USAGE;
+            }
+            has_e |= a[1] == 'e';
+            i++;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "dpy-lua: unknown option '%s'\n%s", a, USAGE);
+            return EXIT_USAGE;
+        }
+    }
+    script = i < argc ? i : 0;
+    create_arg_table(L, argv, argc, script ? script : argc);
+    if (version)
+        print_version(L);
+    /* -e and -l, in order */
+    for (int j = 1; j < (script ? script : argc); j++) {
+        if (strcmp(argv[j], "-e") == 0) {
+            if (run_chunk(L, luaL_loadbuffer(L, argv[j + 1], strlen(argv[j + 1]), "=(command line)")) != LUA_OK)
+                return 1;
+            j++;
+        } else if (strcmp(argv[j], "-l") == 0) {
+            const char *mod = argv[j + 1];
+            lua_getglobal(L, "require");
+            lua_pushstring(L, mod);
+            if (docall(L, 1, 1) != LUA_OK)
+                return 1;
+            lua_setglobal(L, mod);
+            j++;
+        } else if (strcmp(argv[j], "--") == 0 || strcmp(argv[j], "-") == 0) {
+            break;
+        }
+    }
+    if (script && run_script(L, argv, argc, script) != LUA_OK)
+        return 1;
+    if (interactive)
+        return dpy_repl(L);
+    if (!script && !has_e && !version) {
+        if (stdin_script || !isatty(0)) {
+            if (run_chunk(L, luaL_loadfile(L, NULL)) != LUA_OK)
+                return 1;
+        } else {
+            return dpy_repl(L);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char dirbuf[PATH_MAX];
+    const char *lua_dir = find_lua_dir(dirbuf, sizeof dirbuf);
+    if (lua_dir == NULL) {
+        fprintf(stderr, "dpy-lua: cannot find the dpy Lua modules (lua/dpy/init.lua next to the "
+                        "binary's directory); set DPY_LUA_PATH\n");
+        return 1;
+    }
+    /* one intra-op thread per core unless told otherwise; set once, before any work */
+    const char *threads = getenv("DPY_THREADS");
+    int nthreads = threads && atoi(threads) > 0 ? atoi(threads) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (dpy_torch_init(nthreads) != DPY_OK) {
+        fprintf(stderr, "dpy-lua: %s\n", dpy_torch_errmsg());
+        return 1;
+    }
+    static dpy_state st = {.uid = -1};
+    char err[1024];
+    lua_State *L = dpy_state_open(&st, lua_dir, err, sizeof err);
+    if (L == NULL) {
+        fprintf(stderr, "dpy-lua: %s\n", err);
+        return 1;
+    }
+    int code;
+    const char *cmd = argc > 1 ? argv[1] : "";
+    if (strcmp(cmd, "help") == 0) {
+        fputs(USAGE, stdout);
+        code = 0;
+    } else if (strcmp(cmd, "repl") == 0) {
+        create_arg_table(L, argv, argc, argc);
+        code = dpy_repl(L);
+    } else if (strcmp(cmd, "run") == 0) {
+        code = run_cli(L, argv, argc, 1);
+    } else {
+        code = run_interpreter(L, argv, argc);
+    }
+    lua_close(L);   /* every __gc runs while libtorch is alive */
+    fflush(stdout);
+    return code;
+}

@@ -1,0 +1,179 @@
+/*
+** repl.c: the interactive prompt. Line editing and history through GNU readline when stdin is a
+** terminal (plain lines otherwise, so it can be driven through a pipe); multi-line input as
+** lua.c does it; expression values printed with dpy.pretty; errors printed, the prompt goes on;
+** Ctrl-C interrupts a running computation and returns to the prompt.
+*/
+#define _DEFAULT_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include <lauxlib.h>
+
+#include "dpy_lua.h"
+#include "repl.h"
+
+#define EOF_MARK "<eof>"
+#define LINE_BYTES 65536
+
+static lua_State *g_L;
+static volatile sig_atomic_t g_running;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (g_running)
+        dpy_state_interrupt(g_L);
+}
+
+/* One line without its newline, or NULL at end of input. The caller frees it. */
+static char *read_line(int tty, const char *prompt) {
+    if (tty) {
+        char *line = readline(prompt);
+        if (line && *line)
+            add_history(line);
+        return line;
+    }
+    char *buf = malloc(LINE_BYTES);
+    if (!buf)
+        return NULL;
+    if (fgets(buf, LINE_BYTES, stdin) == NULL) {
+        free(buf);
+        return NULL;
+    }
+    buf[strcspn(buf, "\n")] = '\0';
+    return buf;
+}
+
+static int incomplete(lua_State *L, int status) {
+    if (status != LUA_ERRSYNTAX)
+        return 0;
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    size_t mark = sizeof(EOF_MARK) - 1;
+    return len >= mark && strcmp(msg + len - mark, EOF_MARK) == 0;
+}
+
+/* Compiles "return <line>" so that expressions print their values. */
+static int load_as_expression(lua_State *L, const char *code) {
+    const char *ret = lua_pushfstring(L, "return %s", code);
+    int status = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
+    lua_remove(L, -2);
+    if (status != LUA_OK)
+        lua_pop(L, 1);
+    return status;
+}
+
+/* Reads a whole chunk (more lines while it is incomplete) and leaves it compiled on the stack.
+** Returns -1 at end of input, else the load status (an error message on the stack). */
+static int load_chunk(lua_State *L, int tty) {
+    char *line = read_line(tty, "> ");
+    if (line == NULL)
+        return -1;
+    const char *code = line[0] == '=' ? line + 1 : line;   /* "=expr" as in Lua 5.1 */
+    if (load_as_expression(L, code) == LUA_OK) {
+        free(line);
+        return LUA_OK;
+    }
+    luaL_Buffer b;
+    lua_pushstring(L, line);
+    free(line);
+    for (;;) {
+        size_t len;
+        const char *src = lua_tolstring(L, -1, &len);
+        int status = luaL_loadbuffer(L, src, len, "=stdin");
+        if (!incomplete(L, status)) {
+            lua_remove(L, -2);   /* the source */
+            return status;
+        }
+        lua_pop(L, 1);
+        char *more = read_line(tty, ">> ");
+        if (more == NULL) {   /* end of input inside a chunk: report it as incomplete */
+            status = luaL_loadbuffer(L, src, len, "=stdin");
+            lua_remove(L, -2);
+            return status;
+        }
+        luaL_buffinit(L, &b);
+        lua_pushvalue(L, -2);
+        luaL_addvalue(&b);
+        luaL_addchar(&b, '\n');
+        luaL_addstring(&b, more);
+        free(more);
+        luaL_pushresult(&b);
+        lua_remove(L, -2);
+    }
+}
+
+/* Prints the values left by a call, through dpy.pretty when available. */
+static void print_results(lua_State *L, int base) {
+    int n = lua_gettop(L) - base;
+    if (n == 0)
+        return;
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "dpy.pretty");
+    if (dpy_state_pcall(L, 1, 1) != LUA_OK) {
+        lua_pop(L, 1);
+        lua_getglobal(L, "print");
+    } else {
+        lua_getfield(L, -1, "print");
+        lua_remove(L, -2);
+    }
+    lua_insert(L, base + 1);
+    if (dpy_state_pcall(L, n, 0) != LUA_OK) {
+        fprintf(stderr, "%s\n", lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+}
+
+int dpy_repl(lua_State *L) {
+    int tty = isatty(0);
+    g_L = L;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    char history[4096] = "";
+    if (tty) {
+        const char *home = getenv("HOME");
+        if (home && snprintf(history, sizeof history, "%s/.dpy_lua_history", home) < (int)sizeof history)
+            read_history(history);
+        printf("dpy-lua %s, %s. Ctrl-D leaves; Ctrl-C interrupts.\n", DPY_VERSION, LUA_RELEASE);
+    }
+    /* the usual names at hand */
+    luaL_dostring(L, "dpy = require 'dpy'; tensor = dpy.tensor; nn = dpy.nn; optim = dpy.optim; "
+                     "data = dpy.data");
+    for (;;) {
+        int base = lua_gettop(L);
+        int status = load_chunk(L, tty);
+        if (status == -1)
+            break;
+        if (status == LUA_OK) {
+            g_running = 1;
+            status = dpy_state_pcall(L, 0, LUA_MULTRET);
+            g_running = 0;
+            lua_sethook(L, NULL, 0, 0);   /* clear an interrupt that came too late */
+        }
+        if (status == LUA_OK) {
+            print_results(L, base);
+        } else {
+            const char *msg = lua_tostring(L, -1);
+            fprintf(stderr, "%s\n", msg ? msg : "(error object is not a string)");
+            fflush(stderr);
+        }
+        lua_settop(L, base);
+        fflush(stdout);
+    }
+    if (tty) {
+        printf("\n");
+        if (history[0])
+            write_history(history);
+    }
+    signal(SIGINT, SIG_DFL);
+    return 0;
+}

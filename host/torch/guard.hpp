@@ -1,0 +1,61 @@
+// guard.hpp: what the shim's .cpp files share: handle structs, the exception guard, converters.
+// Never included outside host/torch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpy_torch.h"
+
+struct dpy_tensor {
+    torch::Tensor v;
+};
+
+struct dpy_generator {
+    at::Generator g;
+};
+
+struct dpy_module {
+    std::shared_ptr<torch::nn::Module> m;
+    // Empty for a container whose forward lives in Lua.
+    std::function<torch::Tensor(const torch::Tensor &)> forward;
+};
+
+// Records the message for dpy_torch_errmsg() and returns code. Never throws.
+dpy_err dpy_set_error(dpy_err code, const char *msg) noexcept;
+
+// Runs body; converts every exception into a code + message. Nothing escapes.
+template <class Body>
+static inline dpy_err dpy_guard(Body &&body) noexcept {
+    try {
+        body();
+        return DPY_OK;
+    } catch (const c10::Error &e) {
+        return dpy_set_error(DPY_ETORCH, e.what_without_backtrace());
+    } catch (const std::bad_alloc &) {
+        return dpy_set_error(DPY_ENOMEM, "out of memory");
+    } catch (const std::invalid_argument &e) {
+        return dpy_set_error(DPY_EINVAL, e.what());
+    } catch (const std::exception &e) {
+        return dpy_set_error(DPY_ETORCH, e.what());
+    } catch (...) {
+        return dpy_set_error(DPY_EINTERNAL, "unknown C++ exception");
+    }
+}
+
+// Misuse detected by the shim itself (bad argument counts, unknown kinds).
+[[noreturn]] static inline void dpy_invalid(const std::string &msg) {
+    throw std::invalid_argument(msg);
+}
+
+torch::ScalarType dpy_scalar_type(dpy_dtype d);
+dpy_dtype dpy_from_scalar_type(torch::ScalarType t);
+torch::TensorOptions dpy_options(dpy_dtype dtype, const char *device);
+std::vector<int64_t> dpy_shape_vec(const int64_t *shape, int ndim);
+
+static inline dpy_tensor *dpy_wrap(torch::Tensor t) { return new dpy_tensor{std::move(t)}; }

@@ -1,0 +1,303 @@
+// nn.cpp: layers, containers, parameter access and losses of dpy_torch.h.
+#include "guard.hpp"
+
+#include <mutex>
+#include <sstream>
+
+namespace nn = torch::nn;
+
+// Weight initialisation draws from libtorch's default generator; to make it follow a node's own
+// seeded generator, construction reseeds the default under this lock.
+static std::mutex g_init_lock;
+
+struct layer_args {
+    const double *v;
+    int n;
+    const char *kind;
+    double operator()(int i, double dflt) const { return i < n ? v[i] : dflt; }
+    int64_t i(int k, int64_t dflt) const { return (int64_t)(*this)(k, (double)dflt); }
+    int64_t req(int k) const {
+        if (k >= n)
+            dpy_invalid(std::string(kind) + " needs at least " + std::to_string(k + 1) +
+                        " arguments");
+        return (int64_t)v[k];
+    }
+};
+
+template <class Holder>
+static dpy_module *wrap_layer(Holder h) {
+    auto impl = h.ptr();
+    return new dpy_module{impl, [impl](const torch::Tensor &x) { return impl->forward(x); }};
+}
+
+static dpy_module *wrap_fn(const char *name, std::function<torch::Tensor(const torch::Tensor &)> f) {
+    return new dpy_module{std::make_shared<nn::Module>(name), std::move(f)};
+}
+
+/*
+** The layers and their numeric arguments (defaults after '='):
+**   linear(in, out, bias=1)        conv2d(in, out, kernel, stride=1, padding=0, dilation=1,
+**   embedding(count, dim)                 groups=1, bias=1)
+**   maxpool2d(kernel, stride=kernel, padding=0)   avgpool2d(kernel, stride=kernel, padding=0)
+**   adaptive_avgpool2d(h, w=h)     batchnorm2d(channels, eps=1e-5, momentum=0.1)
+**   groupnorm(groups, channels, eps=1e-5)          layernorm(eps, size...)
+**   dropout(p=0.5)                 flatten(start=1, end=-1)   softmax(dim)  log_softmax(dim)
+**   relu  gelu  tanh  sigmoid  identity
+*/
+static dpy_module *make_layer(const std::string &kind, const layer_args &a,
+                              c10::optional<at::Generator> gen) {
+    if (kind == "linear")
+        return wrap_layer(nn::Linear(nn::LinearOptions(a.req(0), a.req(1)).bias(a(2, 1) != 0)));
+    if (kind == "conv2d") {
+        auto o = nn::Conv2dOptions(a.req(0), a.req(1), a.req(2))
+                     .stride(a.i(3, 1)).padding(a.i(4, 0)).dilation(a.i(5, 1))
+                     .groups(a.i(6, 1)).bias(a(7, 1) != 0);
+        return wrap_layer(nn::Conv2d(o));
+    }
+    if (kind == "embedding")
+        return wrap_layer(nn::Embedding(a.req(0), a.req(1)));
+    if (kind == "maxpool2d") {
+        int64_t k = a.req(0);
+        return wrap_layer(nn::MaxPool2d(nn::MaxPool2dOptions(k).stride(a.i(1, k)).padding(a.i(2, 0))));
+    }
+    if (kind == "avgpool2d") {
+        int64_t k = a.req(0);
+        return wrap_layer(nn::AvgPool2d(nn::AvgPool2dOptions(k).stride(a.i(1, k)).padding(a.i(2, 0))));
+    }
+    if (kind == "adaptive_avgpool2d") {
+        int64_t h = a.req(0);
+        return wrap_layer(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({h, a.i(1, h)})));
+    }
+    if (kind == "batchnorm2d")
+        return wrap_layer(nn::BatchNorm2d(
+            nn::BatchNorm2dOptions(a.req(0)).eps(a(1, 1e-5)).momentum(a(2, 0.1))));
+    if (kind == "groupnorm")
+        return wrap_layer(nn::GroupNorm(nn::GroupNormOptions(a.req(0), a.req(1)).eps(a(2, 1e-5))));
+    if (kind == "layernorm") {
+        std::vector<int64_t> shape;
+        for (int i = 1; i < a.n; i++)
+            shape.push_back((int64_t)a.v[i]);
+        if (shape.empty())
+            dpy_invalid("layernorm needs a normalized shape");
+        return wrap_layer(nn::LayerNorm(nn::LayerNormOptions(shape).eps(a(0, 1e-5))));
+    }
+    if (kind == "dropout") {
+        double p = a(0, 0.5);
+        if (!(p >= 0 && p < 1))
+            dpy_invalid("dropout probability must be in [0, 1)");
+        auto d = nn::Dropout(p);
+        if (!gen)
+            return wrap_layer(d);
+        at::Generator g = *gen;   // masks follow the node's generator, not the global one
+        return new dpy_module{d.ptr(), [d, g, p](const torch::Tensor &x) {
+                                  if (!d->is_training() || p == 0)
+                                      return x;
+                                  auto keep = torch::empty_like(x).bernoulli_(1 - p, g);
+                                  return x * keep / (1 - p);
+                              }};
+    }
+    if (kind == "flatten")
+        return wrap_layer(nn::Flatten(nn::FlattenOptions().start_dim(a.i(0, 1)).end_dim(a.i(1, -1))));
+    if (kind == "softmax") {
+        int64_t d = a.req(0);
+        return wrap_fn("Softmax", [d](const torch::Tensor &x) { return x.softmax(d); });
+    }
+    if (kind == "log_softmax") {
+        int64_t d = a.req(0);
+        return wrap_fn("LogSoftmax", [d](const torch::Tensor &x) { return x.log_softmax(d); });
+    }
+    if (kind == "relu")
+        return wrap_layer(nn::ReLU());
+    if (kind == "gelu")
+        return wrap_layer(nn::GELU());
+    if (kind == "tanh")
+        return wrap_layer(nn::Tanh());
+    if (kind == "sigmoid")
+        return wrap_layer(nn::Sigmoid());
+    if (kind == "identity")
+        return wrap_layer(nn::Identity());
+    dpy_invalid("unknown layer '" + kind + "'");
+}
+
+dpy_err dpy_module_new(dpy_module **out, const char *kind, const double *args, int nargs,
+                       dpy_generator *gen) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        layer_args a{args, nargs, kind};
+        c10::optional<at::Generator> g;
+        if (gen)
+            g = gen->g;
+        std::lock_guard<std::mutex> lock(g_init_lock);
+        if (gen)
+            torch::manual_seed(dpy_generator_draw(gen));
+        *out = make_layer(kind, a, g);
+    });
+}
+
+dpy_err dpy_module_container(dpy_module **out, const char *const *names,
+                             dpy_module *const *children, size_t n, int sequential) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        auto m = std::make_shared<nn::Module>(sequential ? "Sequential" : "Module");
+        std::vector<std::function<torch::Tensor(const torch::Tensor &)>> fwds;
+        for (size_t i = 0; i < n; i++) {
+            m->register_module(names[i], children[i]->m);
+            if (sequential && !children[i]->forward)
+                dpy_invalid(std::string("child '") + names[i] + "' has no C forward");
+            fwds.push_back(children[i]->forward);
+        }
+        std::function<torch::Tensor(const torch::Tensor &)> f;
+        if (sequential)
+            f = [fwds](const torch::Tensor &x) {
+                torch::Tensor h = x;
+                for (const auto &fw : fwds)
+                    h = fw(h);
+                return h;
+            };
+        *out = new dpy_module{m, f};
+    });
+}
+
+void dpy_module_free(dpy_module *m) noexcept { delete m; }
+
+int dpy_module_has_forward(const dpy_module *m) noexcept { return (bool)m->forward; }
+
+dpy_err dpy_module_forward(dpy_tensor **out, dpy_module *m, const dpy_tensor *x) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        if (!m->forward)
+            dpy_invalid("this module's forward is written in Lua");
+        *out = dpy_wrap(m->forward(x->v));
+    });
+}
+
+size_t dpy_module_nparams(const dpy_module *m) noexcept {
+    try {
+        return m->m->parameters().size();
+    } catch (...) {
+        return 0;
+    }
+}
+
+dpy_err dpy_module_param(dpy_tensor **out, const char **name, const dpy_module *m,
+                         size_t i) noexcept {
+    *out = nullptr;
+    *name = nullptr;
+    return dpy_guard([&] {
+        // Names must outlive this call: keep one copy per module, keyed by the parameter list.
+        static thread_local std::string last;
+        auto np = m->m->named_parameters();
+        if (i >= np.size())
+            dpy_invalid("parameter index out of range");
+        last = np[i].key();
+        *name = last.c_str();
+        *out = dpy_wrap(np[i].value());
+    });
+}
+
+int64_t dpy_module_numel(const dpy_module *m) noexcept {
+    int64_t n = 0;
+    try {
+        for (const auto &p : m->m->parameters())
+            n += p.numel();
+    } catch (...) {
+    }
+    return n;
+}
+
+dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m, int grads) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        std::vector<torch::Tensor> parts;
+        for (const auto &p : m->m->parameters()) {
+            torch::Tensor v = grads ? p.grad() : p;
+            if (!v.defined())
+                v = torch::zeros_like(p);
+            parts.push_back(v.detach().reshape(-1).to(torch::kCPU, torch::kFloat32));
+        }
+        *out = dpy_wrap(parts.empty() ? torch::empty({0}) : torch::cat(parts));
+    });
+}
+
+dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto params = m->m->parameters();
+        int64_t total = 0;
+        for (const auto &p : params)
+            total += p.numel();
+        const auto &f = flat->v;
+        if (f.dim() != 1 || f.numel() != total)
+            dpy_invalid("set_flat needs a 1-d tensor of " + std::to_string(total) +
+                        " values, got shape " + c10::str(f.sizes()));
+        int64_t off = 0;
+        for (auto &p : params) {
+            p.copy_(f.narrow(0, off, p.numel()).view(p.sizes()));
+            off += p.numel();
+        }
+    });
+}
+
+void dpy_module_train(dpy_module *m, int on) noexcept { m->m->train(on != 0); }
+int dpy_module_is_training(const dpy_module *m) noexcept { return m->m->is_training(); }
+
+dpy_err dpy_module_to(dpy_module *m, int dtype, const char *device) noexcept {
+    return dpy_guard([&] {
+        if (device)
+            m->m->to(torch::Device(device));
+        if (dtype >= 0)
+            m->m->to(dpy_scalar_type((dpy_dtype)dtype));
+    });
+}
+
+dpy_err dpy_module_zero_grad(dpy_module *m) noexcept {
+    return dpy_guard([&] { m->m->zero_grad(); });
+}
+
+dpy_err dpy_module_save(const dpy_module *m, const char *path) noexcept {
+    return dpy_guard([&] {
+        torch::serialize::OutputArchive ar;
+        m->m->save(ar);
+        ar.save_to(path);
+    });
+}
+
+dpy_err dpy_module_load(dpy_module *m, const char *path) noexcept {
+    return dpy_guard([&] {
+        torch::serialize::InputArchive ar;
+        ar.load_from(path);
+        m->m->load(ar);
+    });
+}
+
+dpy_err dpy_module_format(const dpy_module *m, char *buf, size_t len) noexcept {
+    return dpy_guard([&] {
+        std::ostringstream os;
+        os << *m->m;
+        std::snprintf(buf, len, "%s", os.str().c_str());
+    });
+}
+
+dpy_err dpy_loss(dpy_tensor **out, dpy_loss_kind kind, const dpy_tensor *input,
+                 const dpy_tensor *target, dpy_reduction reduction) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        int64_t red = reduction == DPY_REDUCE_SUM    ? at::Reduction::Sum
+                      : reduction == DPY_REDUCE_NONE ? at::Reduction::None
+                                                     : at::Reduction::Mean;
+        const auto &x = input->v;
+        const auto &y = target->v;
+        torch::Tensor r;
+        switch (kind) {
+        case DPY_CROSS_ENTROPY: r = at::cross_entropy_loss(x, y, {}, red); break;
+        case DPY_NLL: r = at::nll_loss(x, y, {}, red); break;
+        case DPY_MSE: r = at::mse_loss(x, y, red); break;
+        case DPY_BCE_WITH_LOGITS:
+            r = at::binary_cross_entropy_with_logits(x, y, {}, {}, red);
+            break;
+        default: dpy_invalid("unknown loss");
+        }
+        *out = dpy_wrap(std::move(r));
+    });
+}

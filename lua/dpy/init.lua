@@ -1,0 +1,1 @@
+return { version = "0.1.0" }

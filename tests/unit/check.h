@@ -1,0 +1,35 @@
+/* check.h: the few assertions the C unit tests need; a failed check exits non-zero. */
+#ifndef DPY_CHECK_H
+#define DPY_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures, check_count;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        check_count++;                                                                 \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
+            check_failures++;                                                          \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_CONTAINS(haystack, needle)                                               \
+    do {                                                                               \
+        check_count++;                                                                 \
+        if (strstr((haystack), (needle)) == NULL) {                                    \
+            fprintf(stderr, "%s:%d: '%s' does not contain '%s'\n", __FILE__, __LINE__, \
+                    (haystack), (needle));                                             \
+            check_failures++;                                                          \
+        }                                                                              \
+    } while (0)
+
+static int check_report(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, check_count - check_failures, check_failures);
+    return check_failures ? 1 : 0;
+}
+
+#endif
