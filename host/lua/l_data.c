@@ -2,8 +2,57 @@
 ** l_data.c: dataset files into tensors, and batches out of them. Dataset tensors are read-only
 ** (DPY_TF_READONLY): loaded once per process and shared by every node that reads them.
 */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "dpy_core.h"
 #include "dpy_lua.h"
+
+/*
+** The process-wide dataset cache: every state (node) that reads the same file gets a handle on
+** the same storage, so a thousand nodes in one process hold one copy of the data. Entries live
+** until the process ends.
+*/
+typedef struct cache_entry {
+    char *key;                  /* path, plus the CIFAR label layout */
+    dpy_tensor *images, *labels;
+    struct cache_entry *next;
+} cache_entry;
+
+static cache_entry *g_cache;
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Shares the cached tensors of key into the boxes; returns 1 on a hit. Caller holds the lock. */
+static int cache_get(const char *key, dpy_tensor_box *images, dpy_tensor_box *labels) {
+    for (cache_entry *e = g_cache; e; e = e->next) {
+        if (strcmp(e->key, key) != 0)
+            continue;
+        if (dpy_tensor_share(&images->h, e->images) != DPY_OK)
+            return 0;
+        if (labels && dpy_tensor_share(&labels->h, e->labels) != DPY_OK)
+            return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Keeps shares of the boxes' tensors under key (silently skipped when out of memory). */
+static void cache_put(const char *key, dpy_tensor_box *images, dpy_tensor_box *labels) {
+    cache_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key)) || dpy_tensor_share(&e->images, images->h) != DPY_OK ||
+        (labels && dpy_tensor_share(&e->labels, labels->h) != DPY_OK)) {
+        if (e) {
+            free(e->key);
+            dpy_tensor_free(e->images);
+        }
+        free(e);
+        return;
+    }
+    e->next = g_cache;
+    g_cache = e;
+}
 
 static int io_fail(lua_State *L, const char *msg) {
     luaL_pushfail(L);
@@ -17,12 +66,21 @@ static int d_read_idx(lua_State *L) {
     dpy_tensor_box *b = dpy_newtensor(L);   /* box first: nothing below raises while x is held */
     char err[512];
     dpy_idx x;
-    if (dpy_idx_read(path, &x, err, sizeof err) != 0)
-        return io_fail(L, err);
-    dpy_err e = dpy_tensor_from_data(&b->h, x.data, x.len, DPY_UINT8, x.dims, x.ndim);
-    dpy_idx_free(&x);
-    if (e != DPY_OK)
-        return dpy_torch_error(L);
+    pthread_mutex_lock(&g_cache_lock);
+    if (!cache_get(path, b, NULL)) {
+        if (dpy_idx_read(path, &x, err, sizeof err) != 0) {
+            pthread_mutex_unlock(&g_cache_lock);
+            return io_fail(L, err);
+        }
+        dpy_err e = dpy_tensor_from_data(&b->h, x.data, x.len, DPY_UINT8, x.dims, x.ndim);
+        dpy_idx_free(&x);
+        if (e != DPY_OK) {
+            pthread_mutex_unlock(&g_cache_lock);
+            return dpy_torch_error(L);
+        }
+        cache_put(path, b, NULL);
+    }
+    pthread_mutex_unlock(&g_cache_lock);
     b->flags = DPY_TF_READONLY;
     dpy_tensor_filled(L, b);
     return 1;
@@ -38,17 +96,28 @@ static int d_read_cifar(lua_State *L) {
     int label_index = (int)luaL_checkinteger(L, 3);
     dpy_tensor_box *images = dpy_newtensor(L);
     dpy_tensor_box *labels = dpy_newtensor(L);
-    char err[512];
-    dpy_cifar c;
-    if (dpy_cifar_read(path, label_bytes, label_index, &c, err, sizeof err) != 0)
-        return io_fail(L, err);
-    int64_t ishape[4] = {c.n, 3, 32, 32}, lshape[1] = {c.n};
-    dpy_err e = dpy_tensor_from_data(&images->h, c.images, (size_t)c.n * 3072, DPY_UINT8, ishape, 4);
-    if (e == DPY_OK)
-        e = dpy_tensor_from_data(&labels->h, c.labels, (size_t)c.n, DPY_UINT8, lshape, 1);
-    dpy_cifar_free(&c);
-    if (e != DPY_OK)
-        return dpy_torch_error(L);
+    char err[512], key[4200];
+    snprintf(key, sizeof key, "%s#%d.%d", path, label_bytes, label_index);
+    pthread_mutex_lock(&g_cache_lock);
+    if (!cache_get(key, images, labels)) {
+        dpy_cifar c;
+        if (dpy_cifar_read(path, label_bytes, label_index, &c, err, sizeof err) != 0) {
+            pthread_mutex_unlock(&g_cache_lock);
+            return io_fail(L, err);
+        }
+        int64_t ishape[4] = {c.n, 3, 32, 32}, lshape[1] = {c.n};
+        dpy_err e = dpy_tensor_from_data(&images->h, c.images, (size_t)c.n * 3072, DPY_UINT8,
+                                         ishape, 4);
+        if (e == DPY_OK)
+            e = dpy_tensor_from_data(&labels->h, c.labels, (size_t)c.n, DPY_UINT8, lshape, 1);
+        dpy_cifar_free(&c);
+        if (e != DPY_OK) {
+            pthread_mutex_unlock(&g_cache_lock);
+            return dpy_torch_error(L);
+        }
+        cache_put(key, images, labels);
+    }
+    pthread_mutex_unlock(&g_cache_lock);
     images->flags = labels->flags = DPY_TF_READONLY;
     dpy_tensor_filled(L, images);
     dpy_tensor_filled(L, labels);

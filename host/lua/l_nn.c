@@ -150,6 +150,12 @@ static int m_named_parameters(lua_State *L) {
     return 2;
 }
 
+/* m:is_native() -> true when forward runs in C++ (a layer or a sequential of them) */
+static int m_is_native(lua_State *L) {
+    lua_pushboolean(L, dpy_module_has_forward(dpy_checkmodule(L, 1)));
+    return 1;
+}
+
 static int m_numel(lua_State *L) {
     lua_pushinteger(L, dpy_module_numel(dpy_checkmodule(L, 1)));
     return 1;
@@ -307,7 +313,7 @@ static int n_is_module(lua_State *L) {
 }
 
 static const luaL_Reg methods[] = {
-    {"forward", m_forward}, {"parameters", m_parameters},
+    {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"numel", m_numel}, {"get_flat", m_get_flat},
     {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},

@@ -1,0 +1,159 @@
+--- dpy.experiment: runs an experiment config and writes its results to a run directory:
+-- config.lua (as given), config.json (as run, defaults filled in), manifest.json, and per node
+-- <uid>.log and <uid>.metrics.json. For now one node trains centrally (uid 0).
+local tensor = require "dpy.tensor"
+local registry = require "dpy.registry"
+local data = require "dpy.data"
+local trainer = require "dpy.trainer"
+local metrics = require "dpy.metrics"
+local progress = require "dpy.progress"
+local log = require "dpy.log"
+local host = require "dpy.host.core"
+local dpy = require "dpy"
+
+local M = {}
+
+--- A fresh run directory under root: root/<UTC timestamp>[-n].
+function M.run_dir(root)
+  local stamp = os.date("!%Y-%m-%dT%H-%M-%S")
+  local dir = root .. "/" .. stamp
+  local n = 1
+  while io.open(dir .. "/manifest.json", "r") do
+    n = n + 1
+    dir = string.format("%s/%s-%d", root, stamp, n)
+  end
+  return dir
+end
+
+local function git_commit()
+  local p = io.popen("git rev-parse HEAD 2>/dev/null")
+  local c = p and p:read("l")
+  if p then p:close() end
+  return c
+end
+
+local function hostname()
+  local f = io.open("/etc/hostname", "r")
+  local name = f and f:read("l")
+  if f then f:close() end
+  return name or os.getenv("HOSTNAME") or "unknown"
+end
+
+local function write_json(path, value)
+  local ok, err = host.write_atomic(path, metrics.json.encode(value))
+  if not ok then error(err, 0) end
+end
+
+local function first_n(ds, n)
+  if not n then return nil end
+  return tensor.arange(math.min(n, data.size(ds)))
+end
+
+--- experiment.run(cfg, {dir, source, argv, quiet}) -> summary table; raises on failure, after
+-- logging the error in the node's log (results already written stay as they are).
+function M.run(cfg, opts)
+  local dir = opts.dir
+  local ok, err = host.mkdir_p(dir)
+  if not ok then error(err, 0) end
+  if cfg.threads then host.set_threads(cfg.threads) end
+  if opts.source then
+    assert(host.write_atomic(dir .. "/config.lua", opts.source))
+  end
+  write_json(dir .. "/config.json", cfg)
+  local versions = host.versions()
+  write_json(dir .. "/manifest.json", {
+    dpy_lua = dpy.version, lua = versions.lua, torch = versions.torch, threads = versions.threads,
+    seed = cfg.seed, command = opts.argv or {}, host = hostname(),
+    git_commit = git_commit(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = 1,
+  })
+  local node_log = assert(log.open(dir .. "/0.log", 0))
+  local tracker = metrics.new(0, dir .. "/0.metrics.json")
+  local ok2, result = xpcall(M.train_centralized, debug.traceback, cfg, node_log, tracker, opts)
+  if not ok2 then
+    node_log:write("failed: %s", result)
+    node_log:close()
+    error(result, 0)
+  end
+  node_log:close()
+  return result
+end
+
+-- Evaluates, records round r and saves the metrics file.
+local function evaluate(ctx, r, train_loss)
+  local loss, acc = trainer.evaluate(ctx.model, ctx.test, { batch_size = ctx.cfg.eval_batch_size,
+                                                             indices = ctx.test_indices,
+                                                             loss = ctx.cfg.loss })
+  local t = ctx.tracker
+  local now = host.clock()
+  t:add("train_loss", r, train_loss)
+  t:add("test_loss", r, loss)
+  t:add("test_accuracy", r, acc)
+  t:add("step", r, ctx.tr.steps)
+  t:add("train_seconds", r, ctx.train_seconds)
+  t:add("wall_seconds", r, now - ctx.start)
+  local ok, err = t:save()
+  if not ok then error("cannot write metrics: " .. err, 0) end
+  ctx.log:write("round %d step %d: train loss %.4f, test loss %.4f, test accuracy %.4f", r,
+                ctx.tr.steps, train_loss, loss, acc)
+  return loss, acc
+end
+
+function M.train_centralized(cfg, node_log, tracker, opts)
+  tensor.manual_seed(cfg.seed)
+  local t0 = host.clock()
+  local train = registry.build("dataset", cfg.dataset, { train = true })
+  local test = registry.build("dataset", cfg.dataset, { train = false })
+  local load_seconds = host.clock() - t0
+  local model = registry.build("model", cfg.model, { dataset = train })
+  local opt = registry.build("optimizer", cfg.optimizer, { model = model })
+  local loader = data.loader(train, { batch_size = cfg.batch_size, indices = first_n(train, cfg.train_samples) })
+  local tr = trainer.new { model = model, optimizer = opt, loader = loader, loss = cfg.loss }
+  local steps_per_epoch = #loader
+  local total = steps_per_epoch * cfg.epochs
+  if cfg.max_steps then total = math.min(total, cfg.max_steps) end
+  local eval_every = cfg.eval_every or math.max(1, steps_per_epoch // 4)
+  node_log:write("%s: %s on %s (%d training samples, %d parameters), %d steps of batch %d, "
+                 .. "data loaded in %.2f s", cfg.name, tostring(cfg.model[1] or cfg.model),
+                 train.name, loader.n, model:numel(), total, cfg.batch_size, load_seconds)
+  local ctx = { cfg = cfg, model = model, test = test, test_indices = first_n(test, cfg.test_samples),
+                tracker = tracker, log = node_log, tr = tr, start = host.clock(), train_seconds = 0 }
+  local bar = progress.new()
+  local round, loss_sum, loss_n = 0, 0, 0
+  local last_loss, last_acc
+  local t_train = host.clock()
+  for step = 1, total do
+    local loss = tr:step()
+    loss_sum, loss_n = loss_sum + loss, loss_n + 1
+    local elapsed = host.clock() - t_train
+    local rate = tr.samples / (ctx.train_seconds + elapsed)
+    bar:update(string.format("epoch %d/%d  step %d/%d  loss %.4f  %.0f samples/s  ETA %s",
+                             (step - 1) // steps_per_epoch + 1, cfg.epochs, step, total,
+                             loss_sum / loss_n, rate,
+                             progress.duration((total - step) * cfg.batch_size / rate)))
+    if step % eval_every == 0 or step == total then
+      ctx.train_seconds = ctx.train_seconds + (host.clock() - t_train)
+      round = round + 1
+      last_loss, last_acc = evaluate(ctx, round, loss_sum / loss_n)
+      if not opts.quiet then
+        bar:line(string.format("round %d  step %d/%d  train loss %.4f  test loss %.4f  "
+                               .. "test accuracy %.4f", round, step, total, loss_sum / loss_n,
+                               last_loss, last_acc))
+      end
+      loss_sum, loss_n = 0, 0
+      t_train = host.clock()
+    end
+  end
+  bar:done()
+  local mem = host.memory()
+  local summary = {
+    rounds = round, steps = tr.steps, samples = tr.samples, train_seconds = ctx.train_seconds,
+    wall_seconds = host.clock() - ctx.start, samples_per_second = tr.samples / ctx.train_seconds,
+    test_accuracy = last_acc, test_loss = last_loss, rss_bytes = mem.rss,
+    peak_tensor_bytes = mem.tensor_peak,
+  }
+  node_log:write("done: %d steps in %.1f s (%.0f samples/s), test accuracy %.4f", tr.steps,
+                 summary.train_seconds, summary.samples_per_second, last_acc)
+  return summary
+end
+
+return M

@@ -1,0 +1,127 @@
+--- dpy.partition: splitting a dataset's samples among nodes, seeded and deterministic.
+-- Each partitioner takes the labels (a tensor or a Lua list of class ids), the number of nodes
+-- and options, and returns a list with one int64 tensor of sample indices (0-based) per node:
+-- parts[uid + 1] belongs to node uid.
+local tensor = require "dpy.tensor"
+local random = require "dpy.random"
+local options = require "dpy.options"
+
+local M = {}
+
+local function label_list(labels)
+  if tensor.is_tensor(labels) then return labels:long():totable() end
+  return labels
+end
+
+local function to_tensors(lists)
+  local parts = {}
+  for i, l in ipairs(lists) do
+    table.sort(l)
+    parts[i] = #l > 0 and tensor.new(l, "int64") or tensor.empty(0, "int64")
+  end
+  return parts
+end
+
+local function check_nodes(nodes, n, what)
+  options.check_type(nodes, "integer", what .. ": nodes", 3)
+  if nodes < 1 then error(what .. ": nodes must be >= 1", 3) end
+  if n < nodes then error(string.format("%s: %d samples cannot give each of %d nodes one", what, n, nodes), 3) end
+end
+
+--- partition.iid(labels, nodes [, {seed = 0}]): a seeded shuffle cut into equal parts (the
+-- first n % nodes parts get one more sample)
+function M.iid(labels, nodes, opts)
+  opts = options.check(opts or {}, { seed = true }, "partition.iid", 2)
+  local y = label_list(labels)
+  check_nodes(nodes, #y, "partition.iid")
+  local order = {}
+  for i = 1, #y do order[i] = i - 1 end
+  random.new(opts.seed or 0):shuffle(order)
+  local lists, base, extra, pos = {}, #y // nodes, #y % nodes, 1
+  for k = 1, nodes do
+    local size = base + (k <= extra and 1 or 0)
+    lists[k] = table.move(order, pos, pos + size - 1, 1, {})
+    pos = pos + size
+  end
+  return to_tensors(lists)
+end
+
+local function by_class(y)
+  local classes, ids = {}, {}
+  for i, c in ipairs(y) do
+    if not classes[c] then
+      classes[c] = {}
+      ids[#ids + 1] = c
+    end
+    local l = classes[c]
+    l[#l + 1] = i - 1
+  end
+  table.sort(ids)
+  return classes, ids
+end
+
+--- partition.dirichlet(labels, nodes, {alpha, seed = 0, min_size = 1}): for each class,
+-- proportions over the nodes drawn from Dirichlet(alpha) (small alpha: skewed label mixes);
+-- redrawn until every node has min_size samples
+function M.dirichlet(labels, nodes, opts)
+  opts = options.check(opts or {}, { alpha = true, seed = true, min_size = true }, "partition.dirichlet", 2)
+  options.check_type(opts.alpha, "number", "partition.dirichlet: alpha", 2)
+  if opts.alpha <= 0 then error("partition.dirichlet: alpha must be > 0", 2) end
+  local y = label_list(labels)
+  check_nodes(nodes, #y, "partition.dirichlet")
+  local min_size = opts.min_size or 1
+  local rng = random.new(opts.seed or 0)
+  local classes, ids = by_class(y)
+  for _ = 1, 1000 do
+    local lists = {}
+    for k = 1, nodes do lists[k] = {} end
+    for _, c in ipairs(ids) do
+      local idx = rng:shuffle(table.move(classes[c], 1, #classes[c], 1, {}))
+      local p = rng:dirichlet(opts.alpha, nodes)
+      local pos, acc = 1, 0
+      for k = 1, nodes do
+        acc = acc + p[k]
+        local stop = k == nodes and #idx or math.floor(acc * #idx + 0.5)
+        for j = pos, stop do lists[k][#lists[k] + 1] = idx[j] end
+        pos = math.max(pos, stop + 1)
+      end
+    end
+    local smallest = math.huge
+    for k = 1, nodes do smallest = math.min(smallest, #lists[k]) end
+    if smallest >= min_size then return to_tensors(lists) end
+  end
+  error(string.format("partition.dirichlet: no draw gave every one of %d nodes %d samples "
+                      .. "(alpha %g too small?)", nodes, min_size, opts.alpha), 2)
+end
+
+--- partition.shards(labels, nodes, {shards_per_node = 2, seed = 0}): samples sorted by label,
+-- cut into nodes * shards_per_node shards, each node given shards_per_node at random (the
+-- pathological non-IID split of McMahan et al.)
+function M.shards(labels, nodes, opts)
+  opts = options.check(opts or {}, { shards_per_node = true, seed = true }, "partition.shards", 2)
+  local k = opts.shards_per_node or 2
+  options.check_type(k, "integer", "partition.shards: shards_per_node", 2)
+  local y = label_list(labels)
+  check_nodes(nodes * k, #y, "partition.shards")
+  local classes, ids = by_class(y)
+  local sorted = {}
+  for _, c in ipairs(ids) do table.move(classes[c], 1, #classes[c], #sorted + 1, sorted) end
+  local nshards = nodes * k
+  local shard_ids = {}
+  for s = 1, nshards do shard_ids[s] = s end
+  random.new(opts.seed or 0):shuffle(shard_ids)
+  local lists, size = {}, #sorted // nshards
+  for node = 1, nodes do
+    local l = {}
+    for j = 1, k do
+      local s = shard_ids[(node - 1) * k + j]
+      local first = (s - 1) * size + 1
+      local last = s == nshards and #sorted or s * size
+      table.move(sorted, first, last, #l + 1, l)
+    end
+    lists[node] = l
+  end
+  return to_tensors(lists)
+end
+
+return M

@@ -1,0 +1,40 @@
+--- dpy.pretty: how the REPL shows values: tensors and modules through their __tostring, tables
+-- one level deep (sorted keys, at most 20 entries), strings quoted.
+local M = {}
+
+local MAX = 20
+
+local function scalar(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+--- pretty.format(v [, depth = 2]) -> string
+function M.format(v, depth)
+  depth = depth or 2
+  if type(v) ~= "table" or getmetatable(v) and getmetatable(v).__tostring then return scalar(v) end
+  if depth == 0 then return "{...}" end
+  local keys, n = {}, #v
+  for k in pairs(v) do
+    if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local parts = {}
+  for i = 1, math.min(n, MAX) do parts[#parts + 1] = M.format(v[i], depth - 1) end
+  for _, k in ipairs(keys) do
+    if #parts >= MAX then break end
+    local key = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or "[" .. scalar(k) .. "]"
+    parts[#parts + 1] = key .. " = " .. M.format(v[k], depth - 1)
+  end
+  if n + #keys > MAX then parts[#parts + 1] = "..." end
+  return "{ " .. table.concat(parts, ", ") .. " }"
+end
+
+--- pretty.print(...): each value formatted, tab-separated
+function M.print(...)
+  local out = {}
+  for i = 1, select("#", ...) do out[i] = M.format((select(i, ...))) end
+  io.stdout:write(table.concat(out, "\t"), "\n")
+end
+
+return M

@@ -1,0 +1,115 @@
+-- The dpy-lua command as a process: the interpreter, run, exit codes, and the REPL through a pipe.
+local metrics = require "dpy.metrics"
+
+local BIN = shell_quote(DPY_BIN)
+
+-- A small, fast experiment: 30 steps on 2000 Fashion-MNIST samples, evaluated on 500.
+local TINY = "seed = 3\nbatch_size = 16\nmax_steps = 30\neval_every = 15\n"
+          .. "train_samples = 2000\ntest_samples = 500\n"
+
+describe("dpy-lua as an interpreter", function()
+  it("runs a script with lua's arg table and the dpy modules", function()
+    local dir = tmpdir()
+    write_file(dir .. "/s.lua", "print(arg[0], arg[1], arg[2], #arg, select('#', ...))\n"
+                                .. "print(require('dpy.tensor').ones(2):sum():item())")
+    local code, out = sh(BIN .. " " .. dir .. "/s.lua a b")
+    assert.are.equal(0, code)
+    assert.are.equal(dir .. "/s.lua\ta\tb\t2\t2\n2.0\n", out)
+  end)
+
+  it("handles -e, -l and stdin, and exits 1 with a traceback on an error", function()
+    local code, out = sh(BIN .. " -l dpy -e 'print(dpy.version)'")
+    assert.are.equal(0, code)
+    assert.matches("^0%.1%.0", out)
+    code, out = sh("echo 'print(6 * 7)' | " .. BIN .. " -")
+    assert.are.equal("42\n", out)
+    local err
+    code, _, err = sh(BIN .. " -e 'local t = require(\"dpy.tensor\"); return t.ones(2) + t.ones(3)'")
+    assert.are.equal(1, code)
+    assert.matches("torch: The size of tensor a %(2%)", err)
+    assert.matches("stack traceback", err)
+  end)
+
+  it("prints versions and help; a usage error exits 2", function()
+    local code, out = sh(BIN .. " --version")
+    assert.are.equal(0, code)
+    assert.matches("dpy%-lua 0%.1%.0\nLua 5%.4", out)
+    assert.matches("libtorch 1%.", out)
+    assert.matches("devices: cpu", out)
+    code, out = sh(BIN .. " --help")
+    assert.matches("run CONFIG.lua", out)
+    code = sh(BIN .. " --bogus")
+    assert.are.equal(2, code)
+    code = sh(BIN .. " run")
+    assert.are.equal(2, code)
+  end)
+end)
+
+describe("dpy-lua run", function()
+  it("trains and writes the run directory, the same numbers for the same seed", function()
+    local dir = tmpdir()
+    write_file(dir .. "/tiny.lua", TINY)
+    local runs = {}
+    for i, out in ipairs { dir .. "/a", dir .. "/b" } do
+      local code, stdout, stderr = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. out .. " --seed 5")
+      assert.are.equal(0, code, stderr)
+      assert.matches("final test accuracy", stdout)
+      runs[i] = assert(metrics.read(out .. "/0.metrics.json"))
+      assert.truthy(read_file(out .. "/config.lua"))
+      assert.matches('"seed":5', read_file(out .. "/manifest.json"))
+      assert.matches("round 2 step 30", read_file(out .. "/0.log"))
+    end
+    local m = runs[1].metrics
+    assert.are.equal(0, runs[1].uid)
+    assert.are.equal(2, #m.test_accuracy)
+    assert.are.equal(2, m.test_accuracy[2][1])
+    local acc = m.test_accuracy[2][2]
+    assert.is_true(acc > 0.3 and acc <= 1, "accuracy " .. acc)
+    assert.are.same(runs[1].metrics.train_loss, runs[2].metrics.train_loss)
+    assert.are.same(runs[1].metrics.test_accuracy, runs[2].metrics.test_accuracy)
+  end)
+
+  it("reports a config error with file and line, and exits 1", function()
+    local dir = tmpdir()
+    write_file(dir .. "/bad.lua", "seed = 1\nbatch_sise = 3\n")
+    local code, _, err = sh(BIN .. " run " .. dir .. "/bad.lua --out " .. dir .. "/out")
+    assert.are.equal(1, code)
+    assert.matches(dir .. "/bad.lua:2: unknown config key 'batch_sise' %(did you mean 'batch_size'%?%)", err)
+  end)
+
+  it("fails cleanly on a missing dataset, keeping what was written", function()
+    local dir = tmpdir()
+    write_file(dir .. "/nodata.lua", "dataset = { 'mnist', dir = '" .. dir .. "/none' }\n")
+    local code, _, err = sh(BIN .. " run " .. dir .. "/nodata.lua --out " .. dir .. "/out")
+    assert.are.equal(1, code)
+    assert.matches("no train%-images%-idx3%-ubyte", err)
+    assert.matches("failed: .*no train%-images", read_file(dir .. "/out/0.log"))
+    assert.truthy(read_file(dir .. "/out/manifest.json"))
+  end)
+end)
+
+describe("dpy-lua repl", function()
+  it("prints values, survives an error, and goes on", function()
+    local input = "1 + 1\nerror('boom')\nlocal t = tensor.ones(2)\nfunction f(x)\nreturn x * 3\nend\n"
+                .. "f(4), tensor.arange(3)\n{ a = 1 }\n"
+    local dir = tmpdir()
+    write_file(dir .. "/in.txt", input)
+    local code, out, err = sh(BIN .. " repl < " .. dir .. "/in.txt")
+    assert.are.equal(0, code)
+    assert.matches("^2\n", out)
+    assert.matches("boom", err)
+    assert.matches("12\tdpy.Tensor%(int64, cpu, %[3%]%)\n%[0, 1, 2%]\n", out)
+    assert.matches("{ a = 1 }", out)
+  end)
+
+  it("interrupts a long computation on Ctrl-C and keeps the prompt", function()
+    local dir = tmpdir()
+    local script = string.format(
+      "(printf 'while true do end\\n'; sleep 1; kill -INT $(cat %s/pid); printf '6 * 7\\n') | "
+      .. "(echo $BASHPID > %s/pid; exec %s repl)", dir, dir, BIN)
+    local code, out, err = sh("bash -c " .. shell_quote(script))
+    assert.are.equal(0, code)
+    assert.matches("interrupted!", err)
+    assert.matches("42", out)
+  end)
+end)

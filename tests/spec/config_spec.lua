@@ -1,0 +1,62 @@
+-- dpy.config: every mistake is reported with the config's file and line.
+local config = require "dpy.config"
+
+local function write_config(text)
+  local path = tmpdir() .. "/c.lua"
+  write_file(path, text)
+  return path
+end
+
+local function load_error(text, overrides)
+  local path = write_config(text)
+  local ok, err = pcall(config.load, path, overrides)
+  assert.is_false(ok)
+  return err, path
+end
+
+describe("config loading", function()
+  it("fills defaults and keeps what was set", function()
+    local cfg = config.load(write_config("epochs = 3\nlocal lr = 0.1\noptimizer = { 'sgd', lr = lr }\n"))
+    assert.are.equal(3, cfg.epochs)
+    assert.are.equal(0.1, cfg.optimizer.lr)
+    assert.are.equal(32, cfg.batch_size)
+    assert.are.equal("c", cfg.name)
+  end)
+
+  it("names the file and line of an unknown key, with the nearest valid one", function()
+    local err, path = load_error("seed = 1\n\nepocs = 2\n")
+    assert.are.equal(path .. ":3: unknown config key 'epocs' (did you mean 'epochs'?)", err)
+  end)
+
+  it("names wrong types and bounds", function()
+    assert.matches(":1: config key 'batch_size' must be an integer, got string", load_error("batch_size = 'big'"))
+    assert.matches(":2: config key 'epochs' must be >= 1, got 0", load_error("\nepochs = 0"))
+    assert.matches("must be one of .* %(did you mean 'cross_entropy'%?%)", load_error("loss = 'cross_entrpy'"))
+  end)
+
+  it("names misspelt components and their options", function()
+    assert.matches(":1: model: no model named 'cnm' %(did you mean 'cnn'%?%)", load_error("model = 'cnm'"))
+    assert.matches(":2: optimizer: optimizer 'sgd': unknown option 'moment' %(did you mean 'momentum'%?%)",
+                   load_error("\noptimizer = { 'sgd', moment = 0.9 }"))
+  end)
+
+  it("refuses undefined variables and reports syntax errors", function()
+    assert.matches(":1: undefined variable 'undefined_thing'", load_error("epochs = undefined_thing"))
+    assert.matches(":1: syntax error near '2'", load_error("epochs 2"))
+  end)
+
+  it("applies KEY=VALUE overrides, checked the same way", function()
+    local cfg = config.load(write_config("epochs = 3"), { "epochs=1", "dataset=mnist" })
+    assert.are.equal(1, cfg.epochs)
+    assert.are.equal("mnist", cfg.dataset)
+    assert.matches("command line: epochs=x: config key 'epochs' must be an integer, got string",
+                   load_error("", { "epochs=x" }))
+    assert.matches("command line: 'epochs' is not KEY=VALUE", load_error("", { "epochs" }))
+  end)
+
+  it("reports a missing config file", function()
+    local ok, err = pcall(config.load, "/nonexistent/x.lua")
+    assert.is_false(ok)
+    assert.matches("cannot read config: /nonexistent/x.lua", err)
+  end)
+end)

@@ -1,0 +1,160 @@
+-- dpy.data: the idx and CIFAR readers on small files written here, loaders and their batches.
+local tensor = require "dpy.tensor"
+local data = require "dpy.data"
+local data_core = require "dpy.data.core"
+
+local function be32(n) return string.pack(">I4", n) end
+
+-- An idx pair: n images of h x w (pixel = (i + r + c) % 256), labels i % 10.
+local function write_idx(dir, prefix, n, h, w, gz)
+  local px = {}
+  for i = 0, n - 1 do
+    for r = 0, h - 1 do
+      for c = 0, w - 1 do px[#px + 1] = string.char((i + r + c) % 256) end
+    end
+  end
+  local images = "\0\0\8\3" .. be32(n) .. be32(h) .. be32(w) .. table.concat(px)
+  local lbl = {}
+  for i = 0, n - 1 do lbl[#lbl + 1] = string.char(i % 10) end
+  local labels = "\0\0\8\1" .. be32(n) .. table.concat(lbl)
+  local ipath = dir .. "/" .. prefix .. "-images-idx3-ubyte"
+  local lpath = dir .. "/" .. prefix .. "-labels-idx1-ubyte"
+  write_file(ipath, images)
+  write_file(lpath, labels)
+  if gz then
+    assert(os.execute("gzip -f " .. ipath .. " " .. lpath))
+  end
+end
+
+describe("idx datasets", function()
+  it("read mnist-format files, gzipped or not", function()
+    for _, gz in ipairs { false, true } do
+      local dir = tmpdir()
+      write_idx(dir, "train", 12, 4, 5, gz)
+      write_idx(dir, "t10k", 3, 4, 5, gz)
+      local ds = data.mnist { dir = dir }
+      assert.are.same({ 12, 1, 4, 5 }, ds.images:size())
+      assert.are.equal(7, ds.images[3][0][2][2]:item())   -- (3 + 2 + 2) % 256
+      assert.are.same({ 0, 1, 2 }, ds.labels:narrow(0, 0, 3):totable())
+      assert.are.equal(3, data.size(data.mnist { dir = dir, train = false }))
+      assert.is_true(ds.images:is_readonly())
+    end
+  end)
+
+  it("reports a missing, truncated or corrupt file", function()
+    local dir = tmpdir()
+    assert.error_matches(function() data.mnist { dir = dir } end, "no train%-images%-idx3%-ubyte")
+    write_file(dir .. "/x", "\0\0\8\1" .. be32(10) .. "abc")
+    local t, err = data_core.read_idx(dir .. "/x")
+    assert.is_nil(t)
+    assert.matches("promises 10 bytes of data but the file holds 3", err)
+    write_file(dir .. "/y", "garbage!")
+    assert.matches("bad magic", select(2, data_core.read_idx(dir .. "/y")))
+    write_file(dir .. "/z.gz", "\31\139\8\0 not really gzip")
+    assert.is_nil(data_core.read_idx(dir .. "/z.gz"))
+  end)
+
+  it("refuses in-place writes to the shared dataset", function()
+    local dir = tmpdir()
+    write_idx(dir, "train", 2, 2, 2)
+    write_idx(dir, "t10k", 2, 2, 2)
+    local ds = data.mnist { dir = dir }
+    assert.error_matches(function() ds.images:fill_(0) end, "read%-only dpy.Tensor")
+    assert.error_matches(function() ds.images[0]:zero_() end, "read%-only")
+    assert.are.equal(0, ds.images:clone():fill_(0):sum():item())
+  end)
+
+  it("reads Fashion-MNIST from the Debian package", function()
+    local ds = data.fashion_mnist { train = false }
+    assert.are.same({ 10000, 1, 28, 28 }, ds.images:size())
+    assert.are.equal(10, ds.classes)
+    assert.are.equal(9, ds.labels[0]:item())   -- the first test image is an ankle boot
+  end)
+end)
+
+describe("cifar datasets", function()
+  local function record(label_bytes, labels, fill)
+    return table.concat(labels) .. string.rep(string.char(fill), 3072)
+  end
+
+  it("read the binary format of CIFAR-10 and CIFAR-100", function()
+    local dir = tmpdir()
+    for i = 1, 5 do
+      write_file(string.format("%s/data_batch_%d.bin", dir, i),
+                 record(1, { string.char(i) }, i) .. record(1, { "\0" }, 0))
+    end
+    write_file(dir .. "/test_batch.bin", record(1, { "\9" }, 255))
+    local train = data.cifar10 { dir = dir }
+    assert.are.same({ 10, 3, 32, 32 }, train.images:size())
+    assert.are.same({ 1, 0, 2, 0, 3, 0, 4, 0, 5, 0 }, train.labels:totable())
+    assert.are.equal(3 * 3072, train.images[4]:long():sum():item())
+    assert.are.equal(9, data.cifar10({ dir = dir, train = false }).labels[0]:item())
+
+    write_file(dir .. "/train.bin", record(2, { "\3", "\42" }, 1))
+    write_file(dir .. "/test.bin", record(2, { "\4", "\43" }, 1))
+    assert.are.equal(42, data.cifar100({ dir = dir }).labels[0]:item())
+    local coarse = data.cifar100 { dir = dir, label = "coarse" }
+    assert.are.equal(3, coarse.labels[0]:item())
+    assert.are.equal(20, coarse.classes)
+  end)
+
+  it("reports a file that is not whole records", function()
+    local dir = tmpdir()
+    write_file(dir .. "/test_batch.bin", string.rep("x", 3074))
+    assert.error_matches(function() data.cifar10 { dir = dir, train = false } end, "not a whole number of 3073%-byte")
+  end)
+end)
+
+describe("loaders", function()
+  local dir = tmpdir()
+  write_idx(dir, "train", 10, 2, 2)
+  write_idx(dir, "t10k", 2, 2, 2)
+  local ds = data.mnist { dir = dir }
+
+  it("batch a subset, with the last batch short unless drop_last", function()
+    local l = data.loader(ds, { batch_size = 4, shuffle = false })
+    assert.are.equal(3, #l)
+    local sizes = {}
+    for x, y in l:epoch() do
+      sizes[#sizes + 1] = y:size(0)
+      assert.are.equal("float32", x:dtype())
+      assert.are.equal("int64", y:dtype())
+    end
+    assert.are.same({ 4, 4, 2 }, sizes)
+    local d = data.loader(ds, { batch_size = 4, drop_last = true })
+    assert.are.equal(2, #d)
+    local s = data.loader(ds, { batch_size = 2, shuffle = false, indices = tensor.new { 7, 3 } })
+    local _, y = s:next()
+    assert.are.same({ 7, 3 }, y:totable())
+  end)
+
+  it("normalizes with the dataset's mean and std", function()
+    local l = data.loader(ds, { batch_size = 1, shuffle = false })
+    local x = l:next()   -- image 0: pixels 0, 1, 1, 2
+    local expect = (1 / 255 - 0.1307) / 0.3081
+    assert.is_true(math.abs(x[0][0][0][1]:item() - expect) < 1e-5)
+    local raw = data.loader(ds, { batch_size = 1, shuffle = false, normalize = false }):next()
+    assert.is_true(math.abs(raw[0][0][1][1]:item() - 2 / 255) < 1e-6)
+  end)
+
+  it("shuffles reproducibly from a generator and covers every sample once per epoch", function()
+    local function order(seed)
+      local l = data.loader(ds, { batch_size = 3, generator = tensor.generator(seed) })
+      local seen = {}
+      for _, y in l:epoch() do
+        for _, v in ipairs(y:totable()) do seen[#seen + 1] = v end
+      end
+      return seen
+    end
+    assert.are.same(order(5), order(5))
+    assert.are_not.same(order(5), order(6))
+    local sorted = order(5)
+    table.sort(sorted)
+    assert.are.same({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 }, sorted)
+  end)
+
+  it("rejects bad options", function()
+    assert.error_matches(function() data.loader(ds, { batch_size = 0 }) end, "batch_size must be >= 1")
+    assert.error_matches(function() data.loader(ds, { batchsize = 2 }) end, "did you mean 'batch_size'")
+  end)
+end)

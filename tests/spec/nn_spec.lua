@@ -1,0 +1,153 @@
+-- dpy.nn: every layer's output shape, containers, parameters, flat vectors, losses.
+local tensor = require "dpy.tensor"
+local nn = require "dpy.nn"
+local registry = require "dpy.registry"
+require "dpy.components"
+
+local function shape(m, x) return m(x):size() end
+
+describe("nn layers", function()
+  it("give the expected output shapes", function()
+    local img = tensor.randn(2, 3, 8, 8)
+    assert.are.same({ 2, 5 }, shape(nn.linear(4, 5), tensor.randn(2, 4)))
+    assert.are.same({ 2, 6, 8, 8 }, shape(nn.conv2d(3, 6, 3, { padding = 1 }), img))
+    assert.are.same({ 2, 6, 3, 3 }, shape(nn.conv2d(3, 6, 3, { stride = 2 }), img))
+    assert.are.same({ 2, 3, 4, 4 }, shape(nn.maxpool2d(2), img))
+    assert.are.same({ 2, 3, 4, 4 }, shape(nn.avgpool2d(2), img))
+    assert.are.same({ 2, 3, 1, 1 }, shape(nn.adaptive_avgpool2d(1), img))
+    assert.are.same({ 2, 3, 8, 8 }, shape(nn.batchnorm2d(3), img))
+    assert.are.same({ 2, 3, 8, 8 }, shape(nn.groupnorm(3, 3), img))
+    assert.are.same({ 2, 3, 8, 8 }, shape(nn.layernorm({ 8, 8 }), img))
+    assert.are.same({ 2, 192 }, shape(nn.flatten(), img))
+    assert.are.same({ 2, 3, 4 }, shape(nn.embedding(10, 4), tensor.new { { 1, 2, 3 }, { 4, 5, 6 } }))
+    for _, f in ipairs { "relu", "gelu", "tanh", "sigmoid", "identity" } do
+      assert.are.same({ 2, 3, 8, 8 }, shape(nn[f](), img))
+    end
+    assert.are.same({ 2, 4 }, shape(nn.softmax(1), tensor.randn(2, 4)))
+    assert.are.same({ 2, 4 }, shape(nn.log_softmax(1), tensor.randn(2, 4)))
+    assert.are.same({ 2, 4 }, shape(nn.dropout(0.5), tensor.randn(2, 4)))
+  end)
+
+  it("computes a linear layer exactly", function()
+    local l = nn.linear(2, 1)
+    l:set_flat(tensor.new { 2.0, 3.0, 1.0 })   -- weight {2, 3}, bias 1
+    assert.are.same({ { 6 } }, l(tensor.new { { 1.0, 1.0 } }):totable())
+    assert.are.same({ "weight", "bias" }, select(2, l:named_parameters()))
+  end)
+
+  it("drops out in training mode only, reproducibly from the seed", function()
+    local d = nn.dropout(0.5)
+    local x = tensor.ones(1000)
+    tensor.manual_seed(3)
+    local a = d(x):totable()
+    tensor.manual_seed(3)
+    assert.are.same(a, d(x):totable())
+    local zeros = 0
+    for _, v in ipairs(a) do if v == 0 then zeros = zeros + 1 end end
+    assert.is_true(zeros > 400 and zeros < 600)
+    d:eval()
+    assert.are.same(x:totable(), d(x):totable())
+  end)
+
+  it("reports a shape mismatch with the shapes", function()
+    assert.error_matches(function() nn.linear(4, 2)(tensor.zeros(3, 5)) end, "3x5 and 4x2")
+    assert.error_matches(function() nn.linear(4, 2, { bais = false }) end, "unknown option 'bais' %(did you mean 'bias'%?%)")
+    assert.error_matches(function() nn.conv2d(1, 2, 3)(tensor.zeros(1, 3, 8, 8)) end, "torch:")
+  end)
+end)
+
+describe("nn containers", function()
+  it("runs a sequential in C++ and names children 0, 1, ...", function()
+    local m = nn.sequential { nn.linear(4, 3), nn.relu(), nn.linear(3, 2) }
+    assert.is_true(m:is_native())
+    assert.are.same({ 5, 2 }, shape(m, tensor.randn(5, 4)))
+    local _, names = m:named_parameters()
+    assert.are.same({ "0.weight", "0.bias", "2.weight", "2.bias" }, names)
+    assert.are.equal(4 * 3 + 3 + 3 * 2 + 2, m:numel())
+  end)
+
+  it("builds custom modules with a Lua forward", function()
+    local m = nn.module {
+      fc1 = nn.linear(4, 8),
+      fc2 = nn.linear(8, 2),
+      forward = function(self, x) return self.fc2(self.fc1(x):tanh()) end,
+    }
+    assert.is_false(m:is_native())
+    assert.are.same({ 3, 2 }, shape(m, tensor.randn(3, 4)))
+    assert.are.equal(4 * 8 + 8 + 8 * 2 + 2, m:numel())
+    assert.are.same({ 3, 2 }, m:forward(tensor.randn(3, 4)):size())
+    -- and as a child of a sequential (which then runs in Lua)
+    local s = nn.sequential { m, nn.relu() }
+    assert.is_false(s:is_native())
+    assert.are.same({ 3, 2 }, shape(s, tensor.randn(3, 4)))
+    assert.error_matches(function() nn.module { fc = 3, forward = function() end } end, "not a dpy.Module")
+  end)
+
+  it("moves parameters as one flat float32 vector", function()
+    local m = nn.sequential { nn.linear(3, 2), nn.linear(2, 1) }
+    local flat = m:get_flat()
+    assert.are.same({ 11 }, flat:size())
+    local target = tensor.arange(11):float()
+    m:set_flat(target)
+    assert.are.same(target:totable(), m:get_flat():totable())
+    assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, m:parameters()[1]:totable())
+    assert.error_matches(function() m:set_flat(tensor.zeros(10)) end, "11 values")
+    -- gradients, zeros before any backward
+    assert.are.same(tensor.zeros(11):totable(), m:grad_flat():totable())
+  end)
+
+  it("saves and loads its state", function()
+    local dir = tmpdir()
+    local a, b = nn.linear(3, 3), nn.linear(3, 3)
+    assert.is_true(a:save(dir .. "/m.pt"))
+    assert.is_true(b:load(dir .. "/m.pt"))
+    assert.are.same(a:get_flat():totable(), b:get_flat():totable())
+    local ok, err = b:load(dir .. "/missing.pt")
+    assert.is_nil(ok)
+    assert.is_string(err)
+  end)
+
+  it("switches train and eval, and refuses use after free", function()
+    local m = nn.linear(2, 2)
+    assert.is_true(m:is_training())
+    assert.is_false(m:eval():is_training())
+    assert.is_true(m:train():is_training())
+    m:free()
+    assert.error_matches(function() m(tensor.zeros(1, 2)) end, "freed dpy.Module")
+  end)
+end)
+
+describe("models", function()
+  it("cnn has DecentralizePy's 215,370 parameters and maps 1x28x28 to 10 classes", function()
+    local cnn = registry.build("model", "cnn")
+    assert.are.equal(215370, cnn:numel())
+    assert.are.same({ 4, 10 }, shape(cnn, tensor.randn(4, 1, 28, 28)))
+  end)
+
+  it("lenet maps 3x32x32 and mlp flattens", function()
+    assert.are.same({ 2, 10 }, shape(registry.build("model", "lenet"), tensor.randn(2, 3, 32, 32)))
+    local mlp = registry.build("model", { "mlp", hidden = { 16 } })
+    assert.are.equal(784 * 16 + 16 + 16 * 10 + 10, mlp:numel())
+  end)
+
+  it("initializes the same weights from the same seed", function()
+    tensor.manual_seed(11)
+    local a = registry.build("model", "cnn"):get_flat():totable()
+    tensor.manual_seed(11)
+    assert.are.same(a, registry.build("model", "cnn"):get_flat():totable())
+  end)
+end)
+
+describe("losses", function()
+  it("match hand-computed values", function()
+    local logits = tensor.new { { 0.0, 0.0 } }
+    local y = tensor.new { 1 }
+    assert.is_true(math.abs(nn.cross_entropy(logits, y):item() - math.log(2)) < 1e-6)
+    assert.is_true(math.abs(nn.nll(logits:log_softmax(1), y):item() - math.log(2)) < 1e-6)
+    assert.are.equal(2.5, nn.mse(tensor.new { 1.0, 2.0 }, tensor.new { 2.0, 4.0 }):item())
+    assert.are.equal(5, nn.mse(tensor.new { 1.0, 2.0 }, tensor.new { 2.0, 4.0 }, "sum"):item())
+    local b = nn.bce_with_logits(tensor.new { 0.0 }, tensor.new { 1.0 }):item()
+    assert.is_true(math.abs(b - math.log(2)) < 1e-6)
+    assert.error_matches(function() nn.cross_entropy(logits, tensor.new { 5 }) end, "cross_entropy: .*out of bounds")
+  end)
+end)
