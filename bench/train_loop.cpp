@@ -1,5 +1,5 @@
 // train_loop.cpp: the reference for bench/train_overhead.lua: the same training loop as
-// dpy.trainer (cnn on Fashion-MNIST, batch 32, SGD lr 0.05 momentum 0.9), written directly on
+// dpy.trainer (cnn on Fashion-MNIST, batch 32, SGD lr 0.01 momentum 0.9), written directly on
 // libtorch. Prints "steps_per_second <x>".
 // usage: bench_train_cpp STEPS THREADS SEED
 #include <torch/torch.h>
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
                          nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)),
                          nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(1568, 128),
                          nn::ReLU(), nn::Linear(128, 10));
-    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     auto mean = torch::full({1, 1, 1, 1}, 0.2860), stdv = torch::full({1, 1, 1, 1}, 0.3530);
     int64_t n = images.size(0), batch = 32, warmup = 20;

@@ -3,7 +3,7 @@
 seed = 1
 dataset = "fashion_mnist"
 model = "cnn"
-optimizer = { "sgd", lr = 0.05, momentum = 0.9 }
+optimizer = { "sgd", lr = 0.01, momentum = 0.9 }
 batch_size = 32
 epochs = 2
 eval_every = 500   -- steps; each evaluation on the full test set is one metrics round

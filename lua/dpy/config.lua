@@ -14,7 +14,7 @@ M.SCHEMA = {
   seed = { type = "integer", default = 1, doc = "seeds weights, shuffling and partitions" },
   dataset = { kind = "dataset", default = "fashion_mnist", doc = "training and test data" },
   model = { kind = "model", default = "cnn", doc = "the network" },
-  optimizer = { kind = "optimizer", default = { "sgd", lr = 0.05, momentum = 0.9 },
+  optimizer = { kind = "optimizer", default = { "sgd", lr = 0.01, momentum = 0.9 },
                 doc = "the local optimizer" },
   loss = { type = "string", default = "cross_entropy",
            one_of = { "cross_entropy", "nll", "mse", "bce_with_logits" }, doc = "training loss" },

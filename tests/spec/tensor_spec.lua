@@ -286,3 +286,20 @@ describe("tensor errors", function()
     assert.error_matches(function() return kept:sum() end, "freed")
   end)
 end)
+
+describe("devices", function()
+  it("refuses cuda clearly when the build has no device", function()
+    if require("dpy.host.core").versions().cuda_devices > 0 then return end
+    assert.error_matches(function() tensor.zeros(2, { device = "cuda" }) end,
+                         "device 'cuda' requested, but this libtorch build sees no CUDA or ROCm device")
+  end)
+
+  it("moves tensors and modules to cuda and back #gpu", function()
+    local nn = require "dpy.nn"
+    local a = tensor.ones(2, 2):to("cuda")
+    assert.are.equal("cuda:0", a:device())
+    assert.are.same({ { 2, 2 }, { 2, 2 } }, (a + a):to("cpu"):totable())
+    local m = nn.linear(2, 1):to("cuda")
+    assert.are.equal("cuda:0", m(a):device())
+  end)
+end)
