@@ -51,6 +51,8 @@ dpy_tensor_box *dpy_newtensor(lua_State *L);
 void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b);
 /* Raises "torch: <message>"; call only after the shim returned (no C++ frame, nothing held). */
 int dpy_torch_error(lua_State *L);
+/* For expected I/O failures: pushes true, or nil and the shim's message. Returns 1 or 2. */
+int dpy_torch_result(lua_State *L, dpy_err e);
 
 dpy_dtype dpy_checkdtype(lua_State *L, int arg);
 /* An optional {dtype=, device=} table or dtype string at arg. */

@@ -232,24 +232,12 @@ static int m_zero_grad(lua_State *L) {
 /* m:save(path), m:load(path) -> true | nil, err (libtorch's archive format) */
 static int m_save(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
-    if (dpy_module_save(m, luaL_checkstring(L, 2)) != DPY_OK) {
-        luaL_pushfail(L);
-        lua_pushstring(L, dpy_torch_errmsg());
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    return dpy_torch_result(L, dpy_module_save(m, luaL_checkstring(L, 2)));
 }
 
 static int m_load(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
-    if (dpy_module_load(m, luaL_checkstring(L, 2)) != DPY_OK) {
-        luaL_pushfail(L);
-        lua_pushstring(L, dpy_torch_errmsg());
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    return dpy_torch_result(L, dpy_module_load(m, luaL_checkstring(L, 2)));
 }
 
 static int m_free(lua_State *L) {

@@ -62,6 +62,16 @@ static dpy_tensor *checkwritable(lua_State *L, int arg) {
 
 int dpy_torch_error(lua_State *L) { return luaL_error(L, "torch: %s", dpy_torch_errmsg()); }
 
+int dpy_torch_result(lua_State *L, dpy_err e) {
+    if (e == DPY_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    luaL_pushfail(L);
+    lua_pushstring(L, dpy_torch_errmsg());
+    return 2;
+}
+
 /* Finishes an op that filled box b (on top of the stack): raises on failure, else returns 1. */
 static int done(lua_State *L, dpy_tensor_box *b, dpy_err e) {
     if (e != DPY_OK)
@@ -739,22 +749,17 @@ static int t_shape(lua_State *L) {
     return 1;
 }
 
-/* t:index_select(dim, index), t:masked_select(mask), t:gather(dim, index) */
-static int t_index_select(lua_State *L) {
+/* t:index_select(dim, index), t:gather(dim, index): the op as upvalue 1 */
+static int t_index_dim(lua_State *L) {
+    dpy_index_op op = (dpy_index_op)lua_tointeger(L, lua_upvalueindex(1));
     dpy_tensor *a = dpy_checktensor(L, 1);
     lua_Integer dim = luaL_checkinteger(L, 2);
     dpy_tensor *idx = dpy_checktensor(L, 3);
     dpy_tensor_box *b = dpy_newtensor(L);
-    return done(L, b, dpy_tensor_index(&b->h, DPY_INDEX_SELECT, a, dim, idx));
+    return done(L, b, dpy_tensor_index(&b->h, op, a, dim, idx));
 }
 
-static int t_gather(lua_State *L) {
-    dpy_tensor *a = dpy_checktensor(L, 1);
-    lua_Integer dim = luaL_checkinteger(L, 2);
-    dpy_tensor *idx = dpy_checktensor(L, 3);
-    dpy_tensor_box *b = dpy_newtensor(L);
-    return done(L, b, dpy_tensor_index(&b->h, DPY_GATHER, a, dim, idx));
-}
+/* t:masked_select(mask) */
 
 static int t_masked_select(lua_State *L) {
     dpy_tensor *a = dpy_checktensor(L, 1);
@@ -910,14 +915,7 @@ static int f_set_grad_enabled(lua_State *L) {
 /* t:save(path) -> true | nil, err (a file readable by PyTorch's torch.load) */
 static int t_save(lua_State *L) {
     dpy_tensor *a = dpy_checktensor(L, 1);
-    const char *path = luaL_checkstring(L, 2);
-    if (dpy_tensor_save(a, path) != DPY_OK) {
-        luaL_pushfail(L);
-        lua_pushstring(L, dpy_torch_errmsg());
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    return dpy_torch_result(L, dpy_tensor_save(a, luaL_checkstring(L, 2)));
 }
 
 /* tensor.load(path) -> dpy.Tensor | nil, err */
@@ -969,6 +967,9 @@ static const op_reg REDUCE[] = {
     {"cumsum", DPY_CUMSUM}, {"softmax", DPY_SOFTMAX}, {"log_softmax", DPY_LOG_SOFTMAX},
     {NULL, 0}};
 
+static const op_reg INDEX[] = {
+    {"index_select", DPY_INDEX_SELECT}, {"gather", DPY_GATHER}, {NULL, 0}};
+
 static const op_reg SHAPE[] = {
     {"reshape", DPY_RESHAPE}, {"view", DPY_VIEW}, {"flatten", DPY_FLATTEN},
     {"transpose", DPY_TRANSPOSE}, {"permute", DPY_PERMUTE}, {"squeeze", DPY_SQUEEZE},
@@ -988,8 +989,8 @@ static const luaL_Reg t_methods[] = {
     {"device", t_device}, {"nbytes", t_nbytes}, {"is_readonly", t_is_readonly},
     {"item", t_item}, {"totable", t_totable}, {"bytes", t_bytes}, {"to", t_to},
     {"fill_", t_fill_}, {"zero_", t_zero_}, {"norm", t_norm}, {"kthvalue", t_kthvalue},
-    {"topk", t_topk}, {"sort", t_sort}, {"index_select", t_index_select},
-    {"masked_select", t_masked_select}, {"gather", t_gather}, {"clamp", t_clamp},
+    {"topk", t_topk}, {"sort", t_sort}, {"masked_select", t_masked_select},
+    {"clamp", t_clamp},
     {"requires_grad_", t_requires_grad_}, {"requires_grad", t_requires_grad},
     {"grad", t_grad}, {"backward", t_backward}, {"save", t_save}, {"free", t_free},
     {NULL, NULL}};
@@ -1016,6 +1017,7 @@ int luaopen_dpy_tensor_core(lua_State *L) {
     add_ops(L, INPLACE, t_binary_inplace);
     add_ops(L, REDUCE, t_reduce);
     add_ops(L, SHAPE, t_shape);
+    add_ops(L, INDEX, t_index_dim);
     lua_pushvalue(L, -1);
     lua_pushcclosure(L, t_index, 1);        /* stack: mt, methods, __index */
     lua_setfield(L, -3, "__index");

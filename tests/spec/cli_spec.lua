@@ -104,9 +104,12 @@ describe("dpy-lua repl", function()
 
   it("interrupts a long computation on Ctrl-C and keeps the prompt", function()
     local dir = tmpdir()
+    -- the loop marks that it runs; only then does the writer send SIGINT (at most 30 s wait)
     local script = string.format(
-      "(printf 'while true do end\\n'; sleep 1; kill -INT $(cat %s/pid); printf '6 * 7\\n') | "
-      .. "(echo $BASHPID > %s/pid; exec %s repl)", dir, dir, BIN)
+      "(printf 'io.open(\"%s/ready\", \"w\"):close(); while true do end\n'; "
+      .. "for i in $(seq 300); do [ -e %s/ready ] && break; sleep 0.1; done; sleep 0.3; "
+      .. "kill -INT $(cat %s/pid); printf '6 * 7\n') | "
+      .. "(echo $BASHPID > %s/pid; exec %s repl)", dir, dir, dir, dir, BIN)
     local code, out, err = sh("bash -c " .. shell_quote(script))
     assert.are.equal(0, code)
     assert.matches("interrupted!", err)
