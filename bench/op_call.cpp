@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <malloc.h>
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? std::atoi(argv[1]) : 200000;
     at::set_num_threads(1);
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);   // the allocator settings of dpy-lua's main()
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
     auto a = torch::ones({4}), b = torch::ones({4});
     for (int i = 0; i < 1000; i++)
         (void)(a + b);
