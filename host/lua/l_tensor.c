@@ -491,7 +491,7 @@ static int t_numel(lua_State *L) {
 
 static int normdim(lua_State *L, int arg, lua_Integer d, int ndim) {
     lua_Integer r = d < 0 ? d + ndim : d;
-    if (r < 0 || r >= (ndim > 0 ? ndim : 1))
+    if (r < 0 || r >= ndim)
         luaL_argerror(L, arg, lua_pushfstring(L, "dim %d out of range for a %d-d tensor",
                                               (int)d, ndim));
     return (int)r;

@@ -73,7 +73,7 @@ describe("idx datasets", function()
 end)
 
 describe("cifar datasets", function()
-  local function record(label_bytes, labels, fill)
+  local function record(labels, fill)
     return table.concat(labels) .. string.rep(string.char(fill), 3072)
   end
 
@@ -81,17 +81,17 @@ describe("cifar datasets", function()
     local dir = tmpdir()
     for i = 1, 5 do
       write_file(string.format("%s/data_batch_%d.bin", dir, i),
-                 record(1, { string.char(i) }, i) .. record(1, { "\0" }, 0))
+                 record({ string.char(i) }, i) .. record({ "\0" }, 0))
     end
-    write_file(dir .. "/test_batch.bin", record(1, { "\9" }, 255))
+    write_file(dir .. "/test_batch.bin", record({ "\9" }, 255))
     local train = data.cifar10 { dir = dir }
     assert.are.same({ 10, 3, 32, 32 }, train.images:size())
     assert.are.same({ 1, 0, 2, 0, 3, 0, 4, 0, 5, 0 }, train.labels:totable())
     assert.are.equal(3 * 3072, train.images[4]:long():sum():item())
     assert.are.equal(9, data.cifar10({ dir = dir, train = false }).labels[0]:item())
 
-    write_file(dir .. "/train.bin", record(2, { "\3", "\42" }, 1))
-    write_file(dir .. "/test.bin", record(2, { "\4", "\43" }, 1))
+    write_file(dir .. "/train.bin", record({ "\3", "\42" }, 1))
+    write_file(dir .. "/test.bin", record({ "\4", "\43" }, 1))
     assert.are.equal(42, data.cifar100({ dir = dir }).labels[0]:item())
     local coarse = data.cifar100 { dir = dir, label = "coarse" }
     assert.are.equal(3, coarse.labels[0]:item())

@@ -51,7 +51,8 @@ describe("nn layers", function()
 
   it("reports a shape mismatch with the shapes", function()
     assert.error_matches(function() nn.linear(4, 2)(tensor.zeros(3, 5)) end, "3x5 and 4x2")
-    assert.error_matches(function() nn.linear(4, 2, { bais = false }) end, "unknown option 'bais' %(did you mean 'bias'%?%)")
+    assert.error_matches(function() nn.linear(4, 2, { bais = false }) end,
+                         "unknown option 'bais' %(did you mean 'bias'%?%)")
     assert.error_matches(function() nn.conv2d(1, 2, 3)(tensor.zeros(1, 3, 8, 8)) end, "torch:")
   end)
 end)

@@ -303,3 +303,19 @@ describe("devices", function()
     assert.are.equal("cuda:0", m(a):device())
   end)
 end)
+
+describe("tensor memory", function()
+  it("stays bounded when a loop forgets to free (the GC nudge)", function()
+    local host = require "dpy.host.core"
+    local before = host.memory().tensor_live
+    for _ = 1, 400 do
+      local _ = tensor.zeros(256, 1024)   -- 1 MiB each, never freed by hand
+    end
+    local live = host.memory().tensor_live - before
+    assert.is_true(live < 160 * 2 ^ 20, string.format("%.0f MiB still live", live / 2 ^ 20))
+  end)
+
+  it("refuses a dim of a 0-d tensor", function()
+    assert.error_matches(function() return tensor.new(1.5):size(0) end, "dim 0 out of range for a 0%-d tensor")
+  end)
+end)
