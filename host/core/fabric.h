@@ -1,0 +1,65 @@
+/*
+** fabric.h: the process-wide exchange between nodes. Each process opens one fabric for the nodes
+** it hosts. Messages to a node of the same process are copied into its inbox ("mem"); messages to
+** a node of another process travel over TCP ("tcp": one connection per pair of processes, an I/O
+** thread per process that checks every packet before delivering it). Fault injection ("mock":
+** drop, duplicate, corrupt, delay) applies to every send when configured.
+** A message waits in its receiver's inbox until the receiver asks for its (channel, round, sender):
+** a fast node's round r + 1 message simply waits.
+*/
+#ifndef DPY_FABRIC_H
+#define DPY_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DPY_MAX_CHANNELS 8
+
+typedef struct dpy_fabric dpy_fabric;
+
+typedef struct {
+    uint64_t run_id;
+    uint32_t nodes;                  /* nodes in the whole run */
+    uint32_t max_payload;            /* larger packets are rejected before any allocation */
+    int process, processes;          /* this process's index, and how many there are */
+    const int32_t *node_process;     /* uid -> process index (nodes entries; copied) */
+    const char *const *addresses;    /* per process "host:port" for tcp (processes > 1) */
+    double connect_timeout;          /* seconds for the start barrier */
+    /* fault injection (mock): probabilities per message, and a delay */
+    double drop, duplicate, corrupt, delay;
+    uint64_t fault_seed;
+} dpy_fabric_opts;
+
+typedef struct {
+    uint64_t sent_msgs, sent_payload, sent_header;
+    uint64_t recv_msgs, recv_payload, recv_header;
+} dpy_traffic;
+
+typedef enum { DPY_RECV_OK = 0, DPY_RECV_TIMEOUT, DPY_RECV_DEAD } dpy_recv_status;
+
+int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen);
+/* Closes every connection and joins the I/O thread; pending messages are freed. */
+void dpy_fabric_close(dpy_fabric *f);
+
+/* Sends a copy of data from the local node sender to receiver. Returns 0, or -1 with a reason
+** (the receiver's process is gone, a bad uid). */
+int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
+                    uint32_t round, const void *data, size_t len, char *err, size_t errlen);
+
+/* Waits up to timeout seconds (< 0: forever) for the message (channel, round) from sender to the
+** local node receiver. On DPY_RECV_OK *data (malloc'd, the caller frees) and *len hold it.
+** DPY_RECV_DEAD: the sender's process is gone. Messages of earlier rounds on that channel from
+** that sender are discarded as stale. */
+dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sender,
+                                uint16_t channel, uint32_t round, double timeout,
+                                void **data, size_t *len);
+
+/* Traffic of a local node on a channel (channel >= DPY_MAX_CHANNELS: all channels). */
+void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out);
+/* Packets rejected by this process's checks, and the reason of the last one ("" if none). */
+uint64_t dpy_fabric_rejected(dpy_fabric *f, char *last, size_t len);
+/* Whether a process is still connected (always 1 for this process). */
+int dpy_fabric_alive(dpy_fabric *f, int process);
+int dpy_fabric_is_local(dpy_fabric *f, uint32_t node);
+
+#endif

@@ -1,0 +1,75 @@
+/* wire.c: encoding and checking packet headers (see wire.h). */
+#include "wire.h"
+
+#include <stdio.h>
+#include <zlib.h>
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
+static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const uint8_t *p) { return get16(p) | (uint32_t)get16(p + 2) << 16; }
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h) {
+    put32(out, DPY_WIRE_MAGIC);
+    out[4] = DPY_WIRE_VERSION;
+    out[5] = h->flags;
+    put16(out + 6, h->channel);
+    put64(out + 8, h->run_id);
+    put32(out + 16, h->sender);
+    put32(out + 20, h->receiver);
+    put32(out + 24, h->round);
+    put32(out + 28, h->length);
+    put32(out + 32, h->checksum);
+    put32(out + 36, 0);
+}
+
+int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t run_id,
+                    uint32_t nodes, uint32_t max_len, char *why, size_t whylen) {
+    uint32_t magic = get32(in);
+    if (magic != DPY_WIRE_MAGIC) {
+        snprintf(why, whylen, "bad magic 0x%08x", magic);
+        return -1;
+    }
+    h->version = in[4];
+    if (h->version != DPY_WIRE_VERSION) {
+        snprintf(why, whylen, "wire version %u, expected %u", h->version, DPY_WIRE_VERSION);
+        return -1;
+    }
+    h->flags = in[5];
+    h->channel = get16(in + 6);
+    h->run_id = get64(in + 8);
+    h->sender = get32(in + 16);
+    h->receiver = get32(in + 20);
+    h->round = get32(in + 24);
+    h->length = get32(in + 28);
+    h->checksum = get32(in + 32);
+    if (h->run_id != run_id) {
+        snprintf(why, whylen, "run id %016llx is not this run's %016llx",
+                 (unsigned long long)h->run_id, (unsigned long long)run_id);
+        return -1;
+    }
+    if (h->channel != DPY_CHANNEL_HELLO && (h->sender >= nodes || h->receiver >= nodes)) {
+        snprintf(why, whylen, "unknown node (sender %u, receiver %u, %u nodes)", h->sender,
+                 h->receiver, nodes);
+        return -1;
+    }
+    if (h->length > max_len) {
+        snprintf(why, whylen, "payload of %u bytes exceeds the limit of %u", h->length, max_len);
+        return -1;
+    }
+    return 0;
+}
+
+uint32_t dpy_wire_checksum(const void *payload, size_t len) {
+    uLong c = crc32(0L, Z_NULL, 0);
+    const Bytef *p = payload;
+    while (len > 0) {   /* crc32 takes uInt lengths */
+        uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
+        c = crc32(c, p, n);
+        p += n;
+        len -= n;
+    }
+    return (uint32_t)c;
+}

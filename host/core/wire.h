@@ -1,0 +1,36 @@
+/*
+** wire.h: the packet format between nodes. A packet is a fixed 40-byte header, little-endian,
+** then `length` payload bytes:
+**   0 magic "DPYL"  4 version  5 flags  6 channel  8 run id  16 sender  20 receiver
+**  24 round  28 length  32 crc32 of the payload  36 reserved (0)
+** The receiver checks every header field before it trusts any, and the checksum before it hands
+** the payload on.
+*/
+#ifndef DPY_WIRE_H
+#define DPY_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DPY_WIRE_MAGIC 0x4C595044u   /* "DPYL" read little-endian */
+#define DPY_WIRE_VERSION 1
+#define DPY_WIRE_HEADER 40
+#define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
+
+typedef struct {
+    uint8_t version, flags;
+    uint16_t channel;
+    uint64_t run_id;
+    uint32_t sender, receiver, round, length, checksum;
+} dpy_header;
+
+void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h);
+
+/* Checks and decodes a header: magic, version, run id, sender and receiver below nodes, length at
+** most max_len. Returns 0, or -1 with the reason in why. */
+int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t run_id,
+                    uint32_t nodes, uint32_t max_len, char *why, size_t whylen);
+
+uint32_t dpy_wire_checksum(const void *payload, size_t len);
+
+#endif

@@ -1,0 +1,167 @@
+/* test_fabric.c: inboxes and round buffering, byte counts, injected faults, tcp between two
+** fabrics on 127.0.0.1, garbage on a node's port, and a peer that dies. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fabric.h"
+#include "wire.h"
+
+static dpy_fabric *open_mem(int32_t *map, uint32_t nodes, double drop, double dup, double corrupt,
+                            double delay) {
+    dpy_fabric_opts o = {.run_id = 7, .nodes = nodes, .max_payload = 1 << 20, .process = 0,
+                         .processes = 1, .node_process = map, .drop = drop, .duplicate = dup,
+                         .corrupt = corrupt, .delay = delay, .fault_seed = 1};
+    dpy_fabric *f;
+    char err[256];
+    CHECK(dpy_fabric_open(&f, &o, err, sizeof err) == 0);
+    return f;
+}
+
+static int recv_int(dpy_fabric *f, uint32_t to, uint32_t from, uint32_t round, double timeout,
+                    int *value) {
+    void *data;
+    size_t len;
+    dpy_recv_status s = dpy_fabric_recv(f, to, from, 0, round, timeout, &data, &len);
+    if (s == DPY_RECV_OK) {
+        CHECK(len == sizeof(int));
+        memcpy(value, data, sizeof(int));
+        free(data);
+    }
+    return (int)s;
+}
+
+static void test_mem(void) {
+    int32_t map[3] = {0, 0, 0};
+    dpy_fabric *f = open_mem(map, 3, 0, 0, 0, 0);
+    char err[256];
+    int a = 10, b = 20, c = 5, v = 0;
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 2, &b, sizeof b, err, sizeof err) == 0);   /* round 2 first */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 1, &v) == DPY_RECV_OK && v == 10);
+    CHECK(recv_int(f, 1, 0, 2, 1, &v) == DPY_RECV_OK && v == 20);               /* it waited */
+    CHECK(recv_int(f, 1, 0, 3, 0.05, &v) == DPY_RECV_TIMEOUT);
+    CHECK(dpy_fabric_send(f, 2, 1, 0, 1, &c, sizeof c, err, sizeof err) == 0);   /* stale */
+    CHECK(recv_int(f, 1, 2, 2, 0.05, &v) == DPY_RECV_TIMEOUT);
+    dpy_traffic t;
+    dpy_fabric_traffic(f, 0, 99, &t);
+    CHECK(t.sent_msgs == 2 && t.sent_payload == 8 && t.sent_header == 2 * DPY_WIRE_HEADER);
+    dpy_fabric_traffic(f, 1, 0, &t);
+    CHECK(t.recv_msgs == 3 && t.recv_payload == 12);
+    CHECK(dpy_fabric_send(f, 0, 9, 0, 1, &a, sizeof a, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "no node 9");
+    dpy_fabric_close(f);
+}
+
+static void test_faults(void) {
+    int32_t map[2] = {0, 0};
+    char err[256], last[256];
+    int x = 1, v = 0;
+    dpy_fabric *f = open_mem(map, 2, 1.0, 0, 0, 0);   /* drop everything */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &x, sizeof x, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_TIMEOUT);
+    dpy_fabric_close(f);
+
+    f = open_mem(map, 2, 0, 1.0, 0, 0);               /* duplicate everything */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &x, sizeof x, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_OK);
+    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_OK);
+    dpy_fabric_close(f);
+
+    f = open_mem(map, 2, 0, 0, 1.0, 0);               /* corrupt everything */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &x, sizeof x, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_TIMEOUT);
+    CHECK(dpy_fabric_rejected(f, last, sizeof last) == 1);
+    CHECK_CONTAINS(last, "checksum mismatch from node 0");
+    dpy_fabric_close(f);
+
+    f = open_mem(map, 2, 0, 0, 0, 0.2);               /* delay up to 0.2 s */
+    x = 42;
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &x, sizeof x, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 1.0, &v) == DPY_RECV_OK && v == 42);
+    dpy_fabric_close(f);
+}
+
+typedef struct {
+    dpy_fabric_opts o;
+    dpy_fabric *f;
+    int rc;
+    char err[256];
+} opener;
+
+static void *open_thread(void *arg) {
+    opener *op = arg;
+    op->rc = dpy_fabric_open(&op->f, &op->o, op->err, sizeof op->err);
+    return NULL;
+}
+
+static void test_tcp(void) {
+    int port = 20000 + getpid() % 20000;
+    char a0[64], a1[64];
+    snprintf(a0, sizeof a0, "127.0.0.1:%d", port);
+    snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 1);
+    const char *addrs[2] = {a0, a1};
+    int32_t map[2] = {0, 1};
+    opener p[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&p[i], 0, sizeof p[i]);
+        p[i].o = (dpy_fabric_opts){.run_id = 9, .nodes = 2, .max_payload = 1 << 20, .process = i,
+                                   .processes = 2, .node_process = map, .addresses = addrs,
+                                   .connect_timeout = 10};
+        pthread_create(&th[i], NULL, open_thread, &p[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK(p[0].rc == 0 && p[1].rc == 0);
+    if (p[0].rc || p[1].rc) {
+        fprintf(stderr, "%s / %s\n", p[0].err, p[1].err);
+        return;
+    }
+    char err[256], last[256];
+    static int big[100000];
+    for (int i = 0; i < 100000; i++)
+        big[i] = i;
+    CHECK(dpy_fabric_send(p[0].f, 0, 1, 0, 1, big, sizeof big, err, sizeof err) == 0);
+    void *data;
+    size_t len;
+    CHECK(dpy_fabric_recv(p[1].f, 1, 0, 0, 1, 5, &data, &len) == DPY_RECV_OK);
+    CHECK(len == sizeof big && memcmp(data, big, len) == 0);
+    free(data);
+    int x = 3, v = 0;
+    CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, 1, &x, sizeof x, err, sizeof err) == 0);
+    CHECK(recv_int(p[0].f, 0, 1, 1, 5, &v) == DPY_RECV_OK && v == 3);
+
+    /* garbage on process 1's port: rejected and counted, the run goes on */
+    int g = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(port + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    CHECK(connect(g, (struct sockaddr *)&sa, sizeof sa) == 0);
+    char junk[200];
+    memset(junk, 'A', sizeof junk);
+    CHECK(write(g, junk, sizeof junk) == (ssize_t)sizeof junk);
+    for (int i = 0; i < 100 && dpy_fabric_rejected(p[1].f, last, sizeof last) == 0; i++)
+        usleep(10000);
+    CHECK(dpy_fabric_rejected(p[1].f, last, sizeof last) == 1);
+    CHECK_CONTAINS(last, "bad magic");
+    close(g);
+    CHECK(dpy_fabric_send(p[0].f, 0, 1, 0, 2, &x, sizeof x, err, sizeof err) == 0);
+    CHECK(recv_int(p[1].f, 1, 0, 2, 5, &v) == DPY_RECV_OK && v == 3);
+
+    /* process 1 dies: process 0's wait for node 1 ends at once, not at the timeout */
+    dpy_fabric_close(p[1].f);
+    CHECK(recv_int(p[0].f, 0, 1, 2, 30, &v) == DPY_RECV_DEAD);
+    CHECK(!dpy_fabric_alive(p[0].f, 1));
+    dpy_fabric_close(p[0].f);
+}
+
+int main(void) {
+    test_mem();
+    test_faults();
+    test_tcp();
+    return check_report("fabric");
+}
