@@ -29,7 +29,9 @@ static const char USAGE[] =
     "       dpy-lua COMMAND [args...]\n"
     "\n"
     "commands:\n"
-    "  run CONFIG.lua [--seed N] [--out DIR] [KEY=VALUE...]   run an experiment\n"
+    "  run CONFIG.lua [--seed N] [--out DIR] [-q] [KEY=VALUE...]   run an experiment\n"
+    "  node CONFIG.lua --process P --dir DIR [--run-id N] [--seed N] [KEY=VALUE...]\n"
+    "                           host one process's nodes of a run (for launchers)\n"
     "  repl                     interactive prompt with the dpy modules loaded\n"
     "  help                     this text\n"
     "\n"
@@ -257,6 +259,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dpy-lua: %s\n", dpy_torch_errmsg());
         return 1;
     }
+    dpy_set_lua_dir(lua_dir);
     static dpy_state st = {.uid = -1};
     char err[1024];
     lua_State *L = dpy_state_open(&st, lua_dir, err, sizeof err);
@@ -272,7 +275,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "repl") == 0) {
         create_arg_table(L, argv, argc, argc);
         code = dpy_repl(L);
-    } else if (strcmp(cmd, "run") == 0) {
+    } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0) {
         code = run_cli(L, argv, argc, 1);
     } else {
         code = run_interpreter(L, argv, argc);

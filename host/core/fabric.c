@@ -53,6 +53,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
 struct dpy_fabric {
     dpy_fabric_opts o;
     int32_t *node_process;
+    unsigned char *gone;            /* by uid: a local node that has finished (under mu) */
     inbox *inboxes;                 /* by uid; only this process's nodes are used */
     peer *peers;                    /* by process */
     pthread_mutex_t mu;             /* peers' fd and alive, counters, the fault generator */
@@ -161,6 +162,22 @@ int dpy_fabric_alive(dpy_fabric *f, int process) {
     int a = f->peers[process].alive;
     pthread_mutex_unlock(&f->mu);
     return a;
+}
+
+static int node_gone(dpy_fabric *f, uint32_t node) {
+    pthread_mutex_lock(&f->mu);
+    int g = f->gone[node];
+    pthread_mutex_unlock(&f->mu);
+    return g;
+}
+
+void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node) {
+    if (!is_local(f, node))
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->gone[node] = 1;
+    pthread_mutex_unlock(&f->mu);
+    wake_all(f);
 }
 
 /* {==== sending ====} */
@@ -310,7 +327,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
             }
             p = &m->next;
         }
-        if (sender_process < 0 || !dpy_fabric_alive(f, sender_process)) {
+        if (sender_process < 0 || !dpy_fabric_alive(f, sender_process) || node_gone(f, sender)) {
             pthread_mutex_unlock(&in->mu);
             return DPY_RECV_DEAD;
         }
@@ -657,7 +674,9 @@ int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_
     f->node_process = malloc(o->nodes * sizeof *f->node_process);
     f->inboxes = calloc(o->nodes, sizeof *f->inboxes);
     f->peers = calloc((size_t)o->processes, sizeof *f->peers);
-    if (!f->node_process || !f->inboxes || !f->peers) {
+    f->gone = calloc(o->nodes, 1);
+    if (!f->node_process || !f->inboxes || !f->peers || !f->gone) {
+        free(f->gone);
         free(f->node_process);
         free(f->inboxes);
         free(f->peers);
@@ -720,6 +739,7 @@ void dpy_fabric_close(dpy_fabric *f) {
     }
     free(f->inboxes);
     free(f->peers);
+    free(f->gone);
     free(f->node_process);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);

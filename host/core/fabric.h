@@ -58,6 +58,9 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out);
 /* Packets rejected by this process's checks, and the reason of the last one ("" if none). */
 uint64_t dpy_fabric_rejected(dpy_fabric *f, char *last, size_t len);
+/* Marks a local node as finished: whoever waits for its messages is told at once (after the
+** messages it did send). */
+void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node);
 /* Whether a process is still connected (always 1 for this process). */
 int dpy_fabric_alive(dpy_fabric *f, int process);
 int dpy_fabric_is_local(dpy_fabric *f, uint32_t node);

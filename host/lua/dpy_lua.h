@@ -31,6 +31,9 @@ int dpy_state_pcall(lua_State *L, int nargs, int nres);
 /* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler). */
 void dpy_state_interrupt(lua_State *L);
 void dpy_preload_bindings(lua_State *L);
+/* The directory of the dpy Lua modules, set once by main() for every state of the process. */
+void dpy_set_lua_dir(const char *dir);
+const char *dpy_lua_dir(void);
 
 /* {==== userdata types ====} */
 
@@ -74,5 +77,6 @@ int luaopen_dpy_nn_core(lua_State *L);
 int luaopen_dpy_optim_core(lua_State *L);
 int luaopen_dpy_data_core(lua_State *L);
 int luaopen_dpy_host_core(lua_State *L);
+int luaopen_dpy_nodes_core(lua_State *L);
 
 #endif

@@ -1,10 +1,19 @@
 /* l_host.c: dpy.host.core, what the Lua framework needs from the host: files, clocks, terminal,
 ** memory figures and versions. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #include "dpy_core.h"
 #include "dpy_lua.h"
@@ -91,12 +100,91 @@ static int h_versions(lua_State *L) {
 static int h_set_threads(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1);
     luaL_argcheck(L, n >= 1, 1, "threads must be >= 1");
-    if (dpy_torch_init((int)n) != DPY_OK)
+    if (dpy_torch_set_threads((int)n) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
 }
 
+/* host.spawn(argv, out_path) -> pid | nil, err: runs argv[1] with stdout and stderr to out_path */
+static int h_spawn(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *out = luaL_checkstring(L, 2);
+    int n = (int)luaL_len(L, 1);
+    luaL_argcheck(L, n >= 1, 1, "empty argv");
+    char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        argv[i] = (char *)luaL_checkstring(L, -1);
+        lua_pop(L, 1);   /* the table keeps the string */
+    }
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        luaL_pushfail(L);
+        lua_pushstring(L, strerror(rc));
+        return 2;
+    }
+    lua_pushinteger(L, pid);
+    return 1;
+}
+
+/* host.wait(pid [, nohang]) -> exit code (128 + signal when killed) | nil when still running */
+static int h_wait(lua_State *L) {
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    int status;
+    pid_t r;
+    while ((r = waitpid(pid, &status, lua_toboolean(L, 2) ? WNOHANG : 0)) < 0 && errno == EINTR) {
+    }
+    if (r == 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    if (r < 0)
+        return luaL_error(L, "waitpid(%d): %s", (int)pid, strerror(errno));
+    lua_pushinteger(L, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    return 1;
+}
+
+/* host.kill(pid, signal) */
+static int h_kill(lua_State *L) {
+    kill((pid_t)luaL_checkinteger(L, 1), (int)luaL_optinteger(L, 2, SIGTERM));
+    return 0;
+}
+
+/* host.sleep(seconds) */
+static int h_sleep(lua_State *L) {
+    double s = luaL_checknumber(L, 1);
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    return 0;
+}
+
+/* host.exe() -> the path of this dpy-lua binary */
+static int h_exe(lua_State *L) {
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0)
+        return luaL_error(L, "cannot read /proc/self/exe");
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
+/* host.pid() -> this process's id */
+static int h_pid(lua_State *L) {
+    lua_pushinteger(L, getpid());
+    return 1;
+}
+
 static const luaL_Reg functions[] = {
+    {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
+    {"pid", h_pid},
     {"write_atomic", h_write_atomic}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {NULL, NULL}};

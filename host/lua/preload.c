@@ -8,6 +8,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.optim.core", luaopen_dpy_optim_core},
     {"dpy.data.core", luaopen_dpy_data_core},
     {"dpy.host.core", luaopen_dpy_host_core},
+    {"dpy.nodes.core", luaopen_dpy_nodes_core},
     {NULL, NULL}};
 
 void dpy_preload_bindings(lua_State *L) {

@@ -27,6 +27,11 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return p;
 }
 
+static char g_lua_dir[4096];
+
+void dpy_set_lua_dir(const char *dir) { snprintf(g_lua_dir, sizeof g_lua_dir, "%s", dir); }
+const char *dpy_lua_dir(void) { return g_lua_dir[0] ? g_lua_dir : NULL; }
+
 dpy_state *dpy_state_of(lua_State *L) { return *(dpy_state **)lua_getextraspace(L); }
 
 static int traceback(lua_State *L) {

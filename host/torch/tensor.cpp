@@ -30,6 +30,14 @@ dpy_err dpy_torch_init(int threads) noexcept {
     });
 }
 
+dpy_err dpy_torch_set_threads(int threads) noexcept {
+    return dpy_guard([&] {
+        if (threads < 1)
+            dpy_invalid("threads must be >= 1");
+        at::set_num_threads(threads);
+    });
+}
+
 int dpy_torch_cuda_count(void) noexcept {
     try {
         return (int)torch::cuda::device_count();

@@ -27,6 +27,29 @@ local function summary_text(dir, s)
   }, "\n")
 end
 
+local function decentralized_text(cfg, dir, s)
+  local lines = {
+    string.format("results in %s", dir),
+    string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s: %.3f s per round",
+                  cfg.nodes, cfg.algorithm, cfg.processes, cfg.processes > 1 and "es" or "",
+                  s.rounds, s.seconds, s.seconds_per_round),
+    string.format("  final test accuracy over %d evaluated node%s: mean %.4f, min %.4f, max %.4f",
+                  s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max),
+    string.format("  %.2f MB exchanged per node (sent + received / 2)", s.mb_per_node),
+  }
+  return table.concat(lines, "\n")
+end
+
+local function load_config(path, overrides)
+  local config = require "dpy.config"
+  local ok, cfg, source = pcall(config.load, path, overrides)
+  if not ok then
+    io.stderr:write("dpy-lua: ", tostring(cfg), "\n")
+    return nil
+  end
+  return cfg, source
+end
+
 function M.run(args)
   local parser = run_parser()
   local ok, a = parser:pparse(args)
@@ -34,24 +57,63 @@ function M.run(args)
     io.stderr:write(parser:get_usage(), "\n", "dpy-lua run: ", a, "\n")
     return 2
   end
-  local config = require "dpy.config"
   local experiment = require "dpy.experiment"
-  local loaded, cfg, source = pcall(config.load, a.config, a.overrides)
-  if not loaded then
-    io.stderr:write("dpy-lua: ", tostring(cfg), "\n")
-    return 1
-  end
+  local cfg, source = load_config(a.config, a.overrides)
+  if not cfg then return 1 end
   if a.seed then cfg.seed = a.seed end
   local dir = a.out or experiment.run_dir("out")
-  local ran, summary = pcall(experiment.run, cfg, { dir = dir, source = source, argv = arg,
-                                                    quiet = a.quiet })
+  local opts = { dir = dir, source = source, argv = arg, quiet = a.quiet, config = a.config,
+                 overrides = a.overrides }
+  local ran, summary = pcall(experiment.run, cfg, opts)
   if not ran then
     io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n",
                     "(results written so far are in ", dir, ")\n")
     return 1
   end
+  if cfg.nodes then
+    print(decentralized_text(cfg, dir, summary))
+    if #summary.failed > 0 then
+      for _, f in ipairs(summary.failed) do
+        io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err))
+      end
+      return 1
+    end
+    return 0
+  end
   print(summary_text(dir, summary))
   return 0
+end
+
+--- dpy-lua node CONFIG --process P --dir DIR [--run-id N] [--seed N] [KEY=VALUE...]
+function M.node(args)
+  local p = argparse("dpy-lua node", "Host one process's nodes of a decentralized run.")
+  p:argument("config", "The experiment config.")
+  p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
+  p:option("--process", "This process's index."):convert(math.tointeger)
+  p:option("--dir", "The run directory (prepared by the launcher).")
+  p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
+  p:option("--seed", "Seed."):convert(math.tointeger)
+  local ok, a = p:pparse(args)
+  if not ok or not a.process or not a.dir then
+    io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ", ok and "--process and --dir are required" or a, "\n")
+    return 2
+  end
+  local cfg = load_config(a.config, a.overrides)
+  if not cfg then return 1 end
+  if a.seed then cfg.seed = a.seed end
+  if not cfg.nodes then
+    io.stderr:write("dpy-lua node: the config sets no 'nodes'\n")
+    return 2
+  end
+  local launcher = require "dpy.launcher"
+  local ran, code = pcall(launcher.node_main, cfg, { process = a.process, dir = a.dir,
+                                                     run_id = a.run_id or 1, config = a.config,
+                                                     overrides = a.overrides })
+  if not ran then
+    io.stderr:write("dpy-lua node: ", tostring(code), "\n")
+    return 1
+  end
+  return code
 end
 
 --- main(command, args...) -> exit code

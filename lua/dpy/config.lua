@@ -5,6 +5,8 @@
 local registry = require "dpy.registry"
 local options = require "dpy.options"
 require "dpy.components"
+require "dpy.graph"
+require "dpy.partition"
 
 local M = {}
 
@@ -22,11 +24,32 @@ M.SCHEMA = {
   epochs = { type = "integer", default = 2, min = 1, doc = "passes over the training data" },
   max_steps = { type = "integer", min = 1, doc = "stop after this many steps (default: none)" },
   eval_every = { type = "integer", min = 1,
-                 doc = "steps between evaluations (default: 4 per epoch); a round is one interval" },
+                 doc = "centralized: steps between evaluations (default: 4 per epoch); "
+                       .. "decentralized: rounds between evaluations (default: 10)" },
   eval_batch_size = { type = "integer", default = 100, min = 1, doc = "evaluation batch size" },
   train_samples = { type = "integer", min = 1, doc = "use only the first N training samples" },
   test_samples = { type = "integer", min = 1, doc = "evaluate on the first N test samples" },
-  threads = { type = "integer", min = 1, doc = "libtorch threads (default: the core count)" },
+  threads = { type = "integer", min = 1,
+              doc = "libtorch threads per process (default: cores; 1 when a process hosts several nodes)" },
+  -- decentralized runs (setting `nodes` makes a run decentralized)
+  nodes = { type = "integer", min = 1, doc = "number of nodes" },
+  processes = { type = "integer", default = 1, min = 1, doc = "processes on this machine" },
+  graph = { kind = "graph", default = { "regular", degree = 4 }, doc = "topology (D-PSGD)" },
+  partition = { kind = "partitioner", default = "iid", doc = "how training data is split" },
+  rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds" },
+  local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round" },
+  algorithm = { type = "string", default = "dpsgd", one_of = { "dpsgd", "fedavg", "ps" },
+                doc = "dpsgd (gossip averaging), fedavg (server = node 0), ps (parameter server = node 0)" },
+  fraction = { type = "number", default = 1.0, doc = "fedavg: fraction of clients per round" },
+  eval_nodes = { type = "integer", min = 1, doc = "evaluate a seeded sample of this many nodes (default: all)" },
+  on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
+                      doc = "when a peer dies or is silent past peer_timeout" },
+  peer_timeout = { type = "number", default = 300, doc = "seconds to wait for a peer's message" },
+  actions = { type = "table", default = {}, doc = "actions: names or paths of Lua files" },
+  slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
+  port = { type = "integer", min = 1024, doc = "first tcp port (default: derived from the run id)" },
+  host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
+  faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }" },
 }
 
 local SAFE = {

@@ -53,6 +53,7 @@ end
 -- logging the error in the node's log (results already written stay as they are).
 function M.run(cfg, opts)
   local dir = opts.dir
+  opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
   local ok, err = host.mkdir_p(dir)
   if not ok then error(err, 0) end
   if cfg.threads then host.set_threads(cfg.threads) end
@@ -64,8 +65,10 @@ function M.run(cfg, opts)
   write_json(dir .. "/manifest.json", {
     dpy_lua = dpy.version, lua = versions.lua, torch = versions.torch, threads = versions.threads,
     seed = cfg.seed, command = opts.argv or {}, host = hostname(),
-    git_commit = git_commit(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = 1,
+    git_commit = git_commit(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = cfg.nodes or 1,
+    processes = cfg.processes, run_id = opts.run_id,
   })
+  if cfg.nodes then return M.run_decentralized(cfg, opts) end
   local node_log = assert(log.open(dir .. "/0.log", 0))
   local tracker = metrics.new(0, dir .. "/0.metrics.json")
   local ok2, result = xpcall(M.train_centralized, debug.traceback, cfg, node_log, tracker, opts)
@@ -76,6 +79,12 @@ function M.run(cfg, opts)
   end
   node_log:close()
   return result
+end
+
+function M.run_decentralized(cfg, opts)
+  local launcher = require "dpy.launcher"
+  opts.exe = opts.exe or host.exe()
+  return launcher.run(cfg, opts)
 end
 
 -- Evaluates, records round r and saves the metrics file.

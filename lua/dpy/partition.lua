@@ -5,6 +5,7 @@
 local tensor = require "dpy.tensor"
 local random = require "dpy.random"
 local options = require "dpy.options"
+local registry = require "dpy.registry"
 
 local M = {}
 
@@ -122,6 +123,19 @@ function M.shards(labels, nodes, opts)
     lists[node] = l
   end
   return to_tensors(lists)
+end
+
+-- config components: partition = { "dirichlet", alpha = 0.5 }
+for name, opts in pairs { iid = {}, dirichlet = { alpha = true, min_size = true },
+                          shards = { shards_per_node = true } } do
+  registry.register {
+    kind = "partitioner", name = name, options = opts, doc = "partition." .. name,
+    new = function(cfg, ctx)
+      local o = { seed = ctx.seed }
+      for k in pairs(opts) do o[k] = cfg[k] end
+      return M[name](ctx.labels, ctx.nodes, o)
+    end,
+  }
 end
 
 return M

@@ -1,0 +1,605 @@
+/*
+** l_nodes.c: the nodes of one process. nodes.core.start(spec) opens the process's fabric and
+** starts one thread per node, each with its own Lua state running require("dpy.node").main(ep,
+** args); it returns a dpy.NodeGroup to wait on. Each node state gets a dpy.Endpoint: its uid's
+** view of the fabric (send, recv, traffic) and of the process's compute slots, a semaphore that
+** bounds how many nodes compute at once. Only copies cross between states: strings and bytes.
+*/
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fabric.h"
+#include "dpy_lua.h"
+
+#define GROUP_MT "dpy.NodeGroup"
+#define ENDPOINT_MT "dpy.Endpoint"
+#define NODE_STACK ((size_t)2 << 20)
+
+typedef struct group group;
+
+typedef struct {
+    group *g;
+    uint32_t uid;
+    int held;                       /* holds a compute slot */
+    int ok;                         /* finished without error */
+    char *err;                      /* malloc'd message when !ok */
+    int round;                      /* last round reported */
+    double accuracy;                /* last reported test accuracy (NaN: none) */
+    pthread_t thread;
+    int started;
+} node_ctx;
+
+struct group {
+    dpy_fabric *fabric;
+    sem_t slots;
+    node_ctx *nodes;
+    size_t count;
+    char **args;                    /* key=value strings handed to every node */
+    size_t nargs;
+    pthread_mutex_t mu;             /* guards running, and the nodes' report fields */
+    pthread_cond_t done;
+    size_t running;
+    int joined;
+};
+
+typedef struct { group *g; node_ctx *node; } endpoint_box;
+typedef struct { group *g; } group_box;
+
+/* {==== the node threads ====} */
+
+static char *dupstr(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static void finish(node_ctx *n, const char *err) {
+    group *g = n->g;
+    dpy_fabric_node_gone(g->fabric, n->uid);
+    if (n->held) {
+        n->held = 0;
+        sem_post(&g->slots);
+    }
+    pthread_mutex_lock(&g->mu);
+    n->ok = err == NULL;
+    n->err = err ? dupstr(err) : NULL;
+    g->running--;
+    pthread_cond_broadcast(&g->done);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void push_endpoint(lua_State *L, node_ctx *n) {
+    endpoint_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->g = n->g;
+    b->node = n;
+    luaL_setmetatable(L, ENDPOINT_MT);
+}
+
+/* Runs in the node's own state: require("dpy.node").main(endpoint, args). */
+static int node_boot(lua_State *L) {
+    node_ctx *n = lua_touserdata(L, 1);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "dpy.nodes.core");   /* registers the Endpoint type in this state */
+    lua_call(L, 1, 0);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "dpy.node");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "main");
+    push_endpoint(L, n);
+    lua_createtable(L, 0, (int)n->g->nargs);
+    for (size_t i = 0; i < n->g->nargs; i++) {
+        const char *kv = n->g->args[i];
+        const char *eq = strchr(kv, '=');
+        lua_pushlstring(L, kv, (size_t)(eq - kv));
+        lua_pushstring(L, eq + 1);
+        lua_rawset(L, -3);
+    }
+    lua_call(L, 2, 0);
+    return 0;
+}
+
+static void *node_main(void *arg) {
+    node_ctx *n = arg;
+    dpy_state st;
+    memset(&st, 0, sizeof st);
+    st.uid = (int)n->uid;
+    char err[1024];
+    lua_State *L = dpy_state_open(&st, dpy_lua_dir(), err, sizeof err);
+    if (!L) {
+        finish(n, err);
+        return NULL;
+    }
+    lua_pushcfunction(L, node_boot);
+    lua_pushlightuserdata(L, n);
+    if (dpy_state_pcall(L, 1, 0) != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        snprintf(err, sizeof err, "%s", msg ? msg : "(error object is not a string)");
+        lua_close(L);
+        finish(n, err);
+        return NULL;
+    }
+    lua_close(L);
+    finish(n, NULL);
+    return NULL;
+}
+
+/* {==== dpy.NodeGroup ====} */
+
+static void group_free(group *g) {
+    if (!g)
+        return;
+    dpy_fabric_close(g->fabric);
+    for (size_t i = 0; i < g->count; i++)
+        free(g->nodes[i].err);
+    for (size_t i = 0; i < g->nargs; i++)
+        free(g->args[i]);
+    free(g->args);
+    free(g->nodes);
+    sem_destroy(&g->slots);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->done);
+    free(g);
+}
+
+static void join_all(group *g) {
+    if (g->joined)
+        return;
+    for (size_t i = 0; i < g->count; i++)
+        if (g->nodes[i].started)
+            pthread_join(g->nodes[i].thread, NULL);
+    g->joined = 1;
+}
+
+static int int_field(lua_State *L, int t, const char *k, lua_Integer dflt) {
+    lua_getfield(L, t, k);
+    lua_Integer v = lua_isnil(L, -1) ? dflt : luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    return (int)v;
+}
+
+static double num_field(lua_State *L, int t, const char *k, double dflt) {
+    lua_getfield(L, t, k);
+    double v = lua_isnil(L, -1) ? dflt : luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* A list field of integers into a fresh array of n entries (a userdata, freed by the GC). */
+static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
+    int32_t *a = lua_newuserdatauv(L, (n ? n : 1) * sizeof *a, 0);
+    lua_getfield(L, t, k);
+    luaL_checktype(L, -1, LUA_TTABLE);
+    if ((size_t)luaL_len(L, -1) != n)
+        luaL_error(L, "nodes.start: '%s' needs %d entries", k, (int)n);
+    for (size_t i = 0; i < n; i++) {
+        lua_geti(L, -1, (lua_Integer)i + 1);
+        a[i] = (int32_t)luaL_checkinteger(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return a;
+}
+
+/*
+** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
+**   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
+**   connect_timeout, drop, duplicate, corrupt, delay, fault_seed, args = {key = value} }
+** -> dpy.NodeGroup | nil, err
+*/
+static int n_start(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    dpy_fabric_opts o;
+    memset(&o, 0, sizeof o);
+    o.nodes = (uint32_t)int_field(L, 1, "nodes", 0);
+    o.process = int_field(L, 1, "process", 0);
+    o.processes = int_field(L, 1, "processes", 1);
+    o.run_id = (uint64_t)int_field(L, 1, "run_id", 1);
+    o.max_payload = (uint32_t)num_field(L, 1, "max_payload", 1 << 30);
+    o.connect_timeout = num_field(L, 1, "connect_timeout", 30);
+    o.drop = num_field(L, 1, "drop", 0);
+    o.duplicate = num_field(L, 1, "duplicate", 0);
+    o.corrupt = num_field(L, 1, "corrupt", 0);
+    o.delay = num_field(L, 1, "delay", 0);
+    o.fault_seed = (uint64_t)int_field(L, 1, "fault_seed", 1);
+    int slots = int_field(L, 1, "slots", 1);
+    luaL_argcheck(L, o.nodes > 0 && slots > 0, 1, "nodes and slots must be > 0");
+    o.node_process = int_list(L, 1, "node_process", o.nodes);
+    lua_getfield(L, 1, "uids");
+    luaL_checktype(L, -1, LUA_TTABLE);
+    size_t count = (size_t)luaL_len(L, -1);
+    lua_pop(L, 1);
+    int32_t *uids = int_list(L, 1, "uids", count);
+    const char **addresses = NULL;
+    if (o.processes > 1) {
+        addresses = lua_newuserdatauv(L, (size_t)o.processes * sizeof *addresses, 0);
+        lua_getfield(L, 1, "addresses");
+        luaL_checktype(L, -1, LUA_TTABLE);
+        for (int i = 0; i < o.processes; i++) {
+            lua_geti(L, -1, i + 1);
+            addresses[i] = luaL_checkstring(L, -1);
+            lua_pop(L, 1);   /* the list keeps the string */
+        }
+        o.addresses = addresses;
+    }
+    for (size_t i = 0; i < count; i++)
+        if (uids[i] < 0 || (uint32_t)uids[i] >= o.nodes || o.node_process[uids[i]] != o.process)
+            return luaL_error(L, "nodes.start: uid %d is not mapped to process %d", (int)uids[i], o.process);
+    lua_getfield(L, 1, "args");
+    int args = lua_gettop(L);
+    group_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+    box->g = NULL;
+    luaL_setmetatable(L, GROUP_MT);
+    /* from here on, nothing raises until the group is in its box */
+    group *g = calloc(1, sizeof *g);
+    if (!g)
+        return luaL_error(L, "out of memory");
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->done, NULL);
+    sem_init(&g->slots, 0, (unsigned)slots);
+    g->nodes = calloc(count ? count : 1, sizeof *g->nodes);
+    size_t nargs = 0;
+    if (lua_istable(L, args)) {
+        lua_pushnil(L);
+        while (lua_next(L, args)) {
+            nargs++;
+            lua_pop(L, 1);
+        }
+    }
+    g->args = calloc(nargs ? nargs : 1, sizeof *g->args);
+    box->g = g;
+    if (!g->nodes || !g->args)
+        return luaL_error(L, "out of memory");
+    if (nargs) {
+        lua_pushnil(L);
+        while (lua_next(L, args)) {
+            lua_pushvalue(L, -2);
+            const char *k = lua_tostring(L, -1), *v = lua_tostring(L, -2);
+            if (k && v) {
+                size_t len = strlen(k) + strlen(v) + 2;
+                char *kv = malloc(len);
+                if (kv) {
+                    snprintf(kv, len, "%s=%s", k, v);
+                    g->args[g->nargs++] = kv;
+                }
+            }
+            lua_pop(L, 2);
+        }
+    }
+    char err[512];
+    if (dpy_fabric_open(&g->fabric, &o, err, sizeof err) != 0) {
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    g->count = count;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, NODE_STACK);
+    for (size_t i = 0; i < count; i++) {
+        node_ctx *n = &g->nodes[i];
+        n->g = g;
+        n->uid = (uint32_t)uids[i];
+        n->accuracy = NAN;
+        n->round = -1;
+        pthread_mutex_lock(&g->mu);
+        g->running++;
+        pthread_mutex_unlock(&g->mu);
+        if (pthread_create(&n->thread, &attr, node_main, n) != 0) {
+            finish(n, "cannot start a thread for this node");
+            continue;
+        }
+        n->started = 1;
+    }
+    pthread_attr_destroy(&attr);
+    lua_pushvalue(L, args + 1);   /* the box */
+    return 1;
+}
+
+static group *checkgroup(lua_State *L, int arg) {
+    group_box *b = luaL_checkudata(L, arg, GROUP_MT);
+    if (!b->g)
+        luaL_argerror(L, arg, "use of a closed dpy.NodeGroup");
+    return b->g;
+}
+
+/* g:wait([timeout]) -> true when every node has finished */
+static int g_wait(lua_State *L) {
+    group *g = checkgroup(L, 1);
+    double timeout = luaL_optnumber(L, 2, -1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout;
+    pthread_mutex_lock(&g->mu);
+    while (g->running > 0) {
+        if (timeout < 0) {
+            pthread_cond_wait(&g->done, &g->mu);
+            continue;
+        }
+        struct timespec dl = {.tv_sec = (time_t)end, .tv_nsec = (long)((end - (double)(time_t)end) * 1e9)};
+        if (pthread_cond_timedwait(&g->done, &g->mu, &dl) == ETIMEDOUT)
+            break;
+    }
+    int all = g->running == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (all)
+        join_all(g);
+    lua_pushboolean(L, all);
+    return 1;
+}
+
+/* g:results() -> { [uid] = true | error message } (finished nodes only) */
+static int g_results(lua_State *L) {
+    group *g = checkgroup(L, 1);
+    lua_createtable(L, 0, (int)g->count);
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->count; i++) {
+        node_ctx *n = &g->nodes[i];
+        if (n->ok)
+            lua_pushboolean(L, 1);
+        else if (n->err)
+            lua_pushstring(L, n->err);
+        else
+            continue;
+        lua_rawseti(L, -2, n->uid);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 1;
+}
+
+/* g:progress() -> { round = slowest node's round, accuracy = mean of the last reported,
+** running = nodes still running, sent = payload + header bytes sent so far } */
+static int g_progress(lua_State *L) {
+    group *g = checkgroup(L, 1);
+    int slowest = -1;
+    double sum = 0;
+    int n_acc = 0;
+    uint64_t sent = 0;
+    pthread_mutex_lock(&g->mu);
+    size_t running = g->running;
+    for (size_t i = 0; i < g->count; i++) {
+        node_ctx *n = &g->nodes[i];
+        if (slowest < 0 || n->round < slowest)
+            slowest = n->round;
+        if (!isnan(n->accuracy)) {
+            sum += n->accuracy;
+            n_acc++;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    for (size_t i = 0; i < g->count; i++) {
+        dpy_traffic t;
+        dpy_fabric_traffic(g->fabric, g->nodes[i].uid, DPY_MAX_CHANNELS, &t);
+        sent += t.sent_payload + t.sent_header;
+    }
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, slowest);
+    lua_setfield(L, -2, "round");
+    lua_pushnumber(L, n_acc ? sum / n_acc : NAN);
+    lua_setfield(L, -2, "accuracy");
+    lua_pushinteger(L, (lua_Integer)running);
+    lua_setfield(L, -2, "running");
+    lua_pushinteger(L, (lua_Integer)sent);
+    lua_setfield(L, -2, "sent");
+    char last[320];
+    lua_pushinteger(L, (lua_Integer)dpy_fabric_rejected(g->fabric, last, sizeof last));
+    lua_setfield(L, -2, "rejected");
+    return 1;
+}
+
+/* __gc and g:close(): waits for the nodes, then closes the fabric */
+static int g_close(lua_State *L) {
+    group_box *b = luaL_checkudata(L, 1, GROUP_MT);
+    if (b->g) {
+        pthread_mutex_lock(&b->g->mu);
+        while (b->g->running > 0)
+            pthread_cond_wait(&b->g->done, &b->g->mu);
+        pthread_mutex_unlock(&b->g->mu);
+        join_all(b->g);
+        group_free(b->g);
+        b->g = NULL;
+    }
+    return 0;
+}
+
+/* {==== dpy.Endpoint: a node's view of the fabric ====} */
+
+static endpoint_box *checkep(lua_State *L, int arg) {
+    return luaL_checkudata(L, arg, ENDPOINT_MT);
+}
+
+static uint32_t checkuid(lua_State *L, int arg, group *g) {
+    lua_Integer u = luaL_checkinteger(L, arg);
+    (void)g;
+    luaL_argcheck(L, u >= 0 && u <= UINT32_MAX, arg, "not a node uid");
+    return (uint32_t)u;
+}
+
+/* ep:uid() -> integer */
+static int e_uid(lua_State *L) {
+    lua_pushinteger(L, checkep(L, 1)->node->uid);
+    return 1;
+}
+
+/* ep:send(to, channel, round, tensor | string) -> true | nil, err */
+static int e_send(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    uint32_t to = checkuid(L, 2, e->g);
+    lua_Integer channel = luaL_checkinteger(L, 3);
+    lua_Integer round = luaL_checkinteger(L, 4);
+    luaL_argcheck(L, channel >= 0 && channel < DPY_MAX_CHANNELS, 3, "channel out of range");
+    luaL_argcheck(L, round >= 0 && round <= UINT32_MAX, 4, "round out of range");
+    const void *data;
+    size_t len;
+    if (lua_type(L, 5) == LUA_TSTRING) {
+        data = lua_tolstring(L, 5, &len);
+    } else {
+        dpy_tensor *t = dpy_checktensor(L, 5);
+        dpy_tensor_box *c = dpy_newtensor(L);
+        if (dpy_tensor_cpu_contiguous(&c->h, t, 0, DPY_FLOAT32) != DPY_OK)
+            return dpy_torch_error(L);
+        data = dpy_tensor_data(c->h);
+        len = dpy_tensor_nbytes(c->h);
+    }
+    char err[320];
+    if (dpy_fabric_send(e->g->fabric, e->node->uid, to, (uint16_t)channel, (uint32_t)round, data,
+                        len, err, sizeof err) != 0) {
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/*
+** ep:recv(from, channel, round [, timeout [, dtype]]) -> tensor (1-d of dtype) or string (no dtype)
+** | nil, "timeout" | "dead"
+*/
+static int e_recv(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    uint32_t from = checkuid(L, 2, e->g);
+    lua_Integer channel = luaL_checkinteger(L, 3);
+    lua_Integer round = luaL_checkinteger(L, 4);
+    double timeout = luaL_optnumber(L, 5, -1);
+    int as_tensor = !lua_isnoneornil(L, 6);
+    dpy_dtype dtype = as_tensor ? dpy_checkdtype(L, 6) : DPY_UINT8;
+    luaL_argcheck(L, channel >= 0 && channel < DPY_MAX_CHANNELS, 3, "channel out of range");
+    dpy_tensor_box *b = as_tensor ? dpy_newtensor(L) : NULL;   /* before anything is held */
+    void *data;
+    size_t len;
+    dpy_recv_status s = dpy_fabric_recv(e->g->fabric, e->node->uid, from, (uint16_t)channel,
+                                        (uint32_t)round, timeout, &data, &len);
+    if (s != DPY_RECV_OK) {
+        luaL_pushfail(L);
+        lua_pushstring(L, s == DPY_RECV_DEAD ? "dead" : "timeout");
+        return 2;
+    }
+    if (!as_tensor) {
+        lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
+        free(data);
+        return 1;
+    }
+    size_t es = dpy_dtype_size(dtype);
+    if (len % es != 0) {
+        free(data);
+        luaL_pushfail(L);
+        lua_pushfstring(L, "payload of %d bytes is not a whole number of %s", (int)len,
+                        dpy_dtype_name(dtype));
+        return 2;
+    }
+    int64_t shape[1] = {(int64_t)(len / es)};
+    dpy_err err = dpy_tensor_from_data(&b->h, data, len, dtype, shape, 1);
+    free(data);
+    if (err != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/* ep:traffic([channel]) -> { sent_msgs, sent_payload, sent_header, recv_msgs, recv_payload,
+** recv_header } (all channels when none is given) */
+static int e_traffic(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    unsigned ch = lua_isnoneornil(L, 2) ? DPY_MAX_CHANNELS : (unsigned)luaL_checkinteger(L, 2);
+    dpy_traffic t;
+    dpy_fabric_traffic(e->g->fabric, e->node->uid, ch, &t);
+    lua_createtable(L, 0, 6);
+    const struct { const char *k; uint64_t v; } f[] = {
+        {"sent_msgs", t.sent_msgs}, {"sent_payload", t.sent_payload}, {"sent_header", t.sent_header},
+        {"recv_msgs", t.recv_msgs}, {"recv_payload", t.recv_payload}, {"recv_header", t.recv_header}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        lua_pushinteger(L, (lua_Integer)f[i].v);
+        lua_setfield(L, -2, f[i].k);
+    }
+    return 1;
+}
+
+/* ep:rejected() -> count, last reason (this process's rejected packets) */
+static int e_rejected(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    char last[320];
+    lua_pushinteger(L, (lua_Integer)dpy_fabric_rejected(e->g->fabric, last, sizeof last));
+    lua_pushstring(L, last);
+    return 2;
+}
+
+/* ep:acquire() / ep:release(): the process's compute slots (idempotent per node) */
+static int e_acquire(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    if (!e->node->held) {
+        while (sem_wait(&e->g->slots) != 0 && errno == EINTR) {
+        }
+        e->node->held = 1;
+    }
+    return 0;
+}
+
+static int e_release(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    if (e->node->held) {
+        e->node->held = 0;
+        sem_post(&e->g->slots);
+    }
+    return 0;
+}
+
+/* ep:report(round [, accuracy]): progress for the launcher's bar */
+static int e_report(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    int round = (int)luaL_checkinteger(L, 2);
+    double acc = luaL_optnumber(L, 3, NAN);
+    pthread_mutex_lock(&e->g->mu);
+    e->node->round = round;
+    if (!isnan(acc))
+        e->node->accuracy = acc;
+    pthread_mutex_unlock(&e->g->mu);
+    return 0;
+}
+
+static int e_tostring(lua_State *L) {
+    lua_pushfstring(L, "dpy.Endpoint(node %d)", (int)checkep(L, 1)->node->uid);
+    return 1;
+}
+
+static const luaL_Reg ep_methods[] = {
+    {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
+    {"rejected", e_rejected}, {"acquire", e_acquire}, {"release", e_release},
+    {"report", e_report}, {NULL, NULL}};
+static const luaL_Reg group_methods[] = {
+    {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"close", g_close},
+    {NULL, NULL}};
+static const luaL_Reg functions[] = {{"start", n_start}, {NULL, NULL}};
+
+static void newtype(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+                    lua_CFunction tostring) {
+    luaL_newmetatable(L, name);   /* stack: mt */
+    if (gc) {
+        lua_pushcfunction(L, gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, gc);
+        lua_setfield(L, -2, "__close");
+    }
+    if (tostring) {
+        lua_pushcfunction(L, tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_newtable(L);              /* stack: mt, methods */
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+}
+
+int luaopen_dpy_nodes_core(lua_State *L) {
+    newtype(L, ENDPOINT_MT, ep_methods, NULL, e_tostring);
+    newtype(L, GROUP_MT, group_methods, g_close, NULL);
+    luaL_newlib(L, functions);
+    return 1;
+}

@@ -1,0 +1,290 @@
+--- dpy.graph: topologies. A graph is { n = nodes, adj = { [uid] = sorted list of neighbour
+-- uids } } over uids 0 .. n - 1, undirected unless made from a directed edge file. Every
+-- generator is seeded and deterministic, so all nodes build the same graph without talking.
+local random = require "dpy.random"
+local tensor = require "dpy.tensor"
+local options = require "dpy.options"
+local registry = require "dpy.registry"
+
+local M = {}
+
+local function new(n)
+  local adj = {}
+  for u = 0, n - 1 do adj[u] = {} end
+  return { n = n, adj = adj, _set = {} }
+end
+
+local function key(u, v) return u < v and u * 1048576 + v or v * 1048576 + u end
+
+local function add_edge(g, u, v)
+  if u == v or g._set[key(u, v)] then return false end
+  g._set[key(u, v)] = true
+  local au, av = g.adj[u], g.adj[v]
+  au[#au + 1] = v
+  av[#av + 1] = u
+  return true
+end
+
+local function finish(g)
+  for u = 0, g.n - 1 do table.sort(g.adj[u]) end
+  g._set = nil
+  return g
+end
+
+local function check_n(n, what, min)
+  options.check_type(n, "integer", what .. ": nodes", 3)
+  if n < (min or 1) then error(string.format("%s needs at least %d nodes", what, min or 1), 3) end
+end
+
+--- graph.ring(n): each node linked to the next and the previous
+function M.ring(n)
+  check_n(n, "ring")
+  local g = new(n)
+  for u = 0, n - 1 do add_edge(g, u, (u + 1) % n) end
+  return finish(g)
+end
+
+--- graph.torus(rows, cols [, wrap = true]): a grid; wrap = false gives a plain grid
+function M.torus(rows, cols, wrap)
+  local n = rows * cols
+  check_n(n, "torus")
+  local g = new(n)
+  for r = 0, rows - 1 do
+    for c = 0, cols - 1 do
+      local u = r * cols + c
+      if c + 1 < cols or (wrap ~= false and cols > 2) then add_edge(g, u, r * cols + (c + 1) % cols) end
+      if r + 1 < rows or (wrap ~= false and rows > 2) then add_edge(g, u, ((r + 1) % rows) * cols + c) end
+    end
+  end
+  return finish(g)
+end
+
+--- graph.full(n): every pair linked
+function M.full(n)
+  check_n(n, "full")
+  local g = new(n)
+  for u = 0, n - 1 do
+    for v = u + 1, n - 1 do add_edge(g, u, v) end
+  end
+  return finish(g)
+end
+
+--- graph.star(n [, center = 0])
+function M.star(n, center)
+  check_n(n, "star")
+  center = center or 0
+  local g = new(n)
+  for u = 0, n - 1 do add_edge(g, center, u) end
+  return finish(g)
+end
+
+--- graph.regular(n, d, seed): a random d-regular graph (pairing model, redrawn until simple and
+-- connected)
+function M.regular(n, d, seed)
+  check_n(n, "regular")
+  options.check_type(d, "integer", "regular: degree", 2)
+  if d >= n or (n * d) % 2 ~= 0 then
+    error(string.format("regular: no %d-regular graph on %d nodes (need degree < nodes, nodes * degree even)", d, n), 2)
+  end
+  local rng = random.new(seed or 0)
+  for _ = 1, 1000 do
+    local g, ok = new(n), true
+    local stubs = {}
+    for u = 0, n - 1 do
+      for _ = 1, d do stubs[#stubs + 1] = u end
+    end
+    rng:shuffle(stubs)
+    -- pair stubs greedily, re-drawing a partner when it would make a loop or a double edge
+    while #stubs > 0 and ok do
+      local u = table.remove(stubs)
+      local placed = false
+      for tries = 1, 50 do
+        local j = rng:int(#stubs) + 1
+        local v = stubs[j]
+        if v ~= u and add_edge(g, u, v) then
+          stubs[j] = stubs[#stubs]
+          stubs[#stubs] = nil
+          placed = true
+          break
+        end
+        if tries == 50 then break end
+      end
+      ok = placed
+    end
+    if ok and M.connected(finish(g)) then return g end
+  end
+  error(string.format("regular: could not draw a connected %d-regular graph on %d nodes", d, n), 2)
+end
+
+--- graph.erdos_renyi(n, p, seed): each pair linked with probability p (redrawn until connected)
+function M.erdos_renyi(n, p, seed)
+  check_n(n, "erdos_renyi")
+  local rng = random.new(seed or 0)
+  for _ = 1, 1000 do
+    local g = new(n)
+    for u = 0, n - 1 do
+      for v = u + 1, n - 1 do
+        if rng:uniform() < p then add_edge(g, u, v) end
+      end
+    end
+    if M.connected(finish(g)) then return g end
+  end
+  error(string.format("erdos_renyi: p = %g gives no connected graph on %d nodes", p, n), 2)
+end
+
+--- graph.small_world(n, k, beta, seed): Watts-Strogatz: a ring lattice of k neighbours (k even)
+-- whose edges are rewired with probability beta (redrawn until connected)
+function M.small_world(n, k, beta, seed)
+  check_n(n, "small_world")
+  if k % 2 ~= 0 or k >= n then error("small_world: k must be even and below the node count", 2) end
+  local rng = random.new(seed or 0)
+  for _ = 1, 1000 do
+    local g = new(n)
+    for u = 0, n - 1 do
+      for j = 1, k // 2 do
+        local v = (u + j) % n
+        if rng:uniform() < beta then
+          local w
+          repeat w = rng:int(n) until w ~= u and not g._set[key(u, w)]
+          v = w
+        end
+        add_edge(g, u, v)
+      end
+    end
+    if M.connected(finish(g)) then return g end
+  end
+  error("small_world: no connected graph drawn", 2)
+end
+
+--- graph.from_file(path): DecentralizePy's formats: an edge list (first line the node count,
+-- then "u v" per line) or an adjacency list (line i: the neighbours of node i)
+function M.from_file(path)
+  local f, err = io.open(path, "r")
+  if not f then error("graph file: " .. err, 2) end
+  local lines = {}
+  for line in f:lines() do
+    if line:match("%S") then lines[#lines + 1] = line end
+  end
+  f:close()
+  local first = lines[1] and lines[1]:match("^%s*(%d+)%s*$")
+  local g
+  if first then   -- edge list
+    g = new(tonumber(first))
+    for i = 2, #lines do
+      local u, v = lines[i]:match("^%s*(%d+)%s+(%d+)%s*$")
+      if not u then error(string.format("%s:%d: expected 'u v'", path, i), 2) end
+      u, v = tonumber(u), tonumber(v)
+      if u >= g.n or v >= g.n then error(string.format("%s:%d: node out of range", path, i), 2) end
+      add_edge(g, u, v)
+    end
+  else            -- adjacency list
+    g = new(#lines)
+    for i, line in ipairs(lines) do
+      for v in line:gmatch("%d+") do
+        v = tonumber(v)
+        if v >= g.n then error(string.format("%s:%d: node %d out of range", path, i, v), 2) end
+        add_edge(g, i - 1, v)
+      end
+    end
+  end
+  return finish(g)
+end
+
+--- graph.connected(g) -> boolean (breadth-first from node 0)
+function M.connected(g)
+  local seen, queue, count = { [0] = true }, { 0 }, 1
+  local head = 1
+  while head <= #queue do
+    local u = queue[head]
+    head = head + 1
+    for _, v in ipairs(g.adj[u]) do
+      if not seen[v] then
+        seen[v], count = true, count + 1
+        queue[#queue + 1] = v
+      end
+    end
+  end
+  return count == g.n
+end
+
+--- graph.metropolis_hastings(g, u) -> { [v] = weight } for u and its neighbours:
+-- w_uv = 1 / (1 + max(deg u, deg v)), w_uu = 1 - sum of the others (a doubly stochastic matrix)
+function M.metropolis_hastings(g, u)
+  local w, du, sum = {}, #g.adj[u], 0
+  for _, v in ipairs(g.adj[u]) do
+    w[v] = 1 / (1 + math.max(du, #g.adj[v]))
+    sum = sum + w[v]
+  end
+  w[u] = 1 - sum
+  return w
+end
+
+--- graph.spectral_gap(g) -> 1 - |lambda_2| of the Metropolis-Hastings mixing matrix (power
+-- iteration on W - J/n): how fast plain averaging mixes
+function M.spectral_gap(g, iterations)
+  local n = g.n
+  if n == 1 then return 1 end
+  local rows = {}
+  for u = 0, n - 1 do
+    local row = {}
+    for v = 0, n - 1 do row[v + 1] = 0.0 end
+    for v, wv in pairs(M.metropolis_hastings(g, u)) do row[v + 1] = wv end
+    rows[u + 1] = row
+  end
+  local W = tensor.new(rows, "float64") - 1.0 / n
+  local x = tensor.randn(n, 1, { dtype = "float64", generator = tensor.generator(1) })
+  local lambda = 0
+  for _ = 1, iterations or 300 do
+    local y = W:matmul(x)
+    local norm = y:norm():item()
+    if norm == 0 then return 1 end
+    lambda = norm / x:norm():item()
+    x = y / norm
+  end
+  return 1 - lambda
+end
+
+--- graph.edges(g) -> count of undirected edges
+function M.edges(g)
+  local e = 0
+  for u = 0, g.n - 1 do e = e + #g.adj[u] end
+  return e // 2
+end
+
+-- {==== config components: graph = { "regular", degree = 4 } ====}
+
+local GRAPHS = {
+  ring = { {}, function(n) return M.ring(n) end },
+  full = { {}, function(n) return M.full(n) end },
+  star = { { center = true }, function(n, c) return M.star(n, c.center) end },
+  torus = { { rows = true, wrap = true }, function(n, c)
+    local rows = c.rows or math.floor(math.sqrt(n))
+    if n % rows ~= 0 then error(string.format("torus: %d nodes do not fill %d rows", n, rows), 0) end
+    return M.torus(rows, n // rows, c.wrap)
+  end },
+  regular = { { degree = true }, function(n, c, seed) return M.regular(n, c.degree or 4, seed) end },
+  erdos_renyi = { { p = true }, function(n, c, seed) return M.erdos_renyi(n, c.p or 0.1, seed) end },
+  small_world = { { k = true, beta = true }, function(n, c, seed)
+    return M.small_world(n, c.k or 4, c.beta or 0.1, seed)
+  end },
+  file = { { path = true }, function(n, c)
+    local g = M.from_file(c.path)
+    if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
+    return g
+  end },
+  -- a fresh seeded d-regular graph every round: build(n, cfg, seed, round)
+  dynamic = { { degree = true }, function(n, c, seed, round)
+    return M.regular(n, c.degree or 4, (seed or 0) * 1000003 + (round or 0))
+  end },
+}
+
+for name, spec in pairs(GRAPHS) do
+  registry.register {
+    kind = "graph", name = name, options = spec[1],
+    dynamic = name == "dynamic",
+    doc = "graph." .. name,
+    new = function(cfg, ctx) return spec[2](ctx.nodes, cfg, ctx.seed, ctx.round) end,
+  }
+end
+
+return M

@@ -1,0 +1,95 @@
+--- dpy.layout: what the launcher and every process of a decentralized run derive from the config:
+-- which process hosts which node, the tcp addresses, and the graph and partition files written
+-- once into the run directory (graph.json, partition.pt) that every node reads.
+local tensor = require "dpy.tensor"
+local registry = require "dpy.registry"
+local graph = require "dpy.graph"
+local metrics = require "dpy.metrics"
+local host = require "dpy.host.core"
+
+local M = {}
+
+--- The process hosting uid: contiguous blocks of uids per process.
+function M.process_of(uid, nodes, processes)
+  return uid * processes // nodes
+end
+
+--- The uids process p hosts.
+function M.uids_of(p, nodes, processes)
+  local uids = {}
+  for u = 0, nodes - 1 do
+    if M.process_of(u, nodes, processes) == p then uids[#uids + 1] = u end
+  end
+  return uids
+end
+
+--- uid -> process for every node, as a Lua list (entry uid + 1).
+function M.node_process(nodes, processes)
+  local map = {}
+  for u = 0, nodes - 1 do map[u + 1] = M.process_of(u, nodes, processes) end
+  return map
+end
+
+--- "host:port" per process.
+function M.addresses(cfg, run_id)
+  local base = cfg.port or (30000 + run_id % 25000)
+  local list = {}
+  for p = 0, cfg.processes - 1 do list[p + 1] = string.format("%s:%d", cfg.host, base + p) end
+  return list
+end
+
+--- Nodes that train: all for dpsgd; all but the server (node 0) for fedavg and ps.
+function M.has_server(cfg) return cfg.algorithm ~= "dpsgd" end
+
+local function limit(ds, n)
+  if not n then return ds.labels end
+  return ds.labels:narrow(0, 0, math.min(n, ds.labels:size(0)))
+end
+
+--- Writes graph.json and partition.pt into dir; returns { edges, spectral_gap } of the graph.
+function M.prepare(cfg, dir)
+  local info = {}
+  if cfg.algorithm == "dpsgd" then
+    local spec = registry.spec("graph", cfg.graph)
+    local g = registry.build("graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
+    if not graph.connected(g) then error("the graph is not connected", 0) end
+    local adj = {}
+    for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
+    assert(host.write_atomic(dir .. "/graph.json", metrics.json.encode({ n = g.n, adj = adj,
+                                                                         dynamic = spec.dynamic })))
+    info.edges = graph.edges(g)
+    info.spectral_gap = g.n <= 2048 and graph.spectral_gap(g) or nil
+  end
+  local train = registry.build("dataset", cfg.dataset, { train = true })
+  local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
+  if parts_n < 1 then error(cfg.algorithm .. " needs at least 2 nodes (a server and a client)", 0) end
+  local parts = registry.build("partitioner", cfg.partition,
+                               { labels = limit(train, cfg.train_samples), nodes = parts_n, seed = cfg.seed })
+  local offsets, flat = { 0 }, {}
+  for i, p in ipairs(parts) do
+    offsets[i + 1] = offsets[i] + p:numel()
+    flat[i] = p
+  end
+  local packed = tensor.cat { tensor.new(offsets, "int64"), tensor.cat(flat) }
+  assert(packed:save(dir .. "/partition.pt"))
+  return info
+end
+
+--- The graph written by prepare: { n, adj = { [uid] = neighbours }, dynamic }.
+function M.load_graph(dir)
+  local t = assert(metrics.read(dir .. "/graph.json"))
+  local adj = {}
+  for i, list in ipairs(t.adj) do adj[i - 1] = list end
+  return { n = t.n, adj = adj, dynamic = t.dynamic }
+end
+
+--- The int64 sample indices of training part k (1-based) from partition.pt.
+function M.load_part(dir, k, parts_n)
+  local packed = assert(tensor.load(dir .. "/partition.pt"))
+  local a, b = packed[k - 1]:item(), packed[k]:item()
+  local part = packed:narrow(0, parts_n + 1 + a, b - a):clone()
+  packed:free()
+  return part
+end
+
+return M
