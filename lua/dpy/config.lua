@@ -30,7 +30,7 @@ M.SCHEMA = {
   train_samples = { type = "integer", min = 1, doc = "use only the first N training samples" },
   test_samples = { type = "integer", min = 1, doc = "evaluate on the first N test samples" },
   threads = { type = "integer", min = 1,
-              doc = "libtorch threads per process (default: cores; 1 when a process hosts several nodes)" },
+              doc = "libtorch threads (default: the cores; 1 per node in decentralized runs)" },
   -- decentralized runs (setting `nodes` makes a run decentralized)
   nodes = { type = "integer", min = 1, doc = "number of nodes" },
   processes = { type = "integer", default = 1, min = 1, doc = "processes on this machine" },

@@ -16,7 +16,9 @@ local M = {}
 function M.host_process(cfg, p, opts, tick)
   local uids = layout.uids_of(p, cfg.nodes, cfg.processes)
   local cores = host.versions().threads
-  host.set_threads(cfg.threads or (#uids > 1 and 1 or cores))
+  -- one intra-op thread per node: parallelism comes from the nodes (compute slots), and the
+  -- same thread count in every layout keeps results bit-identical across layouts
+  host.set_threads(cfg.threads or 1)
   local f = cfg.faults or {}
   local group, err = nodes_core.start {
     nodes = cfg.nodes, process = p, processes = cfg.processes,

@@ -1,0 +1,121 @@
+-- Decentralized runs end to end, through the dpy-lua binary: every process layout gives the same
+-- numbers, byte counts, the algorithms, and peers that fail under both policies.
+local metrics = require "dpy.metrics"
+
+local BIN = shell_quote(DPY_BIN)
+local TINY = "seed = 2\nnodes = 4\ngraph = 'ring'\nrounds = 3\nlocal_steps = 3\nbatch_size = 16\n"
+          .. "train_samples = 2000\ntest_samples = 200\neval_every = 1\npeer_timeout = 20\n"
+
+local function run(config_text, extra)
+  local dir = tmpdir()
+  write_file(dir .. "/c.lua", config_text)
+  local code, out, err = sh(BIN .. " run " .. dir .. "/c.lua --out " .. dir .. "/out " .. (extra or ""))
+  return code, out, err, dir .. "/out"
+end
+
+local function node_metrics(out, uid)
+  local m = metrics.read(string.format("%s/%d.metrics.json", out, uid))
+  return m and m.metrics
+end
+
+describe("decentralized runs", function()
+  it("give bit-identical results in every process layout", function()
+    local results = {}
+    for _, p in ipairs { 1, 2, 4 } do
+      local code, stdout, err, out = run(TINY, "processes=" .. p)
+      assert.are.equal(0, code, err)
+      assert.matches("4 nodes %(dpsgd, " .. p .. " process", stdout)
+      results[p] = out
+    end
+    for uid = 0, 3 do
+      local a = node_metrics(results[1], uid)
+      for _, p in ipairs { 2, 4 } do
+        local b = node_metrics(results[p], uid)
+        assert.are.same(a.train_loss, b.train_loss)
+        assert.are.same(a.test_accuracy, b.test_accuracy)
+      end
+    end
+  end)
+
+  it("records per-round metrics and exact byte counts", function()
+    local code, _, err, out = run(TINY)
+    assert.are.equal(0, code, err)
+    local m = node_metrics(out, 1)
+    for _, name in ipairs { "train_loss", "test_loss", "test_accuracy", "bytes_sent", "bytes_received",
+                            "train_seconds", "exchange_seconds", "wall_seconds" } do
+      assert.are.equal(3, #m[name], name)
+    end
+    -- a ring: two neighbours, the cnn's 215,370 float32 values plus a 40-byte header each
+    local per_round = 2 * (215370 * 4 + 40)
+    assert.are.same({ 1, per_round }, m.bytes_sent[1])
+    assert.are.same({ 3, per_round }, m.bytes_received[3])
+    assert.matches('"adj"', read_file(out .. "/graph.json"))
+    assert.matches("round 3: test loss", read_file(out .. "/1.log"))
+  end)
+
+  it("runs federated averaging and a parameter server, the server evaluating", function()
+    for _, alg in ipairs { "fedavg", "ps" } do
+      local code, stdout, err, out = run(TINY .. "algorithm = '" .. alg .. "'\nfraction = 0.5\n")
+      assert.are.equal(0, code, err)
+      assert.matches("over 1 evaluated node", stdout)
+      assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
+      assert.is_nil(node_metrics(out, 1).test_accuracy)
+    end
+  end)
+
+  it("stops every node when a peer dies under on_peer_failure = 'abort'", function()
+    local dir = tmpdir()
+    write_file(dir .. "/crash.lua", [[
+      local registry = require "dpy.registry"
+      local host = require "dpy.host.core"
+      return registry.register { kind = "action", name = "crash",
+        new = function() return { pre_train = function(node, r)
+          if node.uid == 3 and r == 2 then host.kill(host.pid(), 9) end end } end }
+    ]])
+    local cfg = TINY .. "processes = 2\nactions = { '" .. dir .. "/crash.lua' }\n"
+    local code, _, err, out = run(cfg)
+    assert.are.equal(1, code)
+    assert.matches("failed", err)
+    local m = node_metrics(out, 0)
+    assert.truthy(m, "node 0's metrics stay readable")
+    assert.is_true(#m.train_loss >= 1)
+
+    code, _, err, out = run(cfg .. "on_peer_failure = 'continue'\n")
+    assert.are.equal(1, code)   -- a process died: the run reports it
+    for _, uid in ipairs { 0, 1 } do
+      local mm = node_metrics(out, uid)
+      assert.are.equal(3, #mm.test_accuracy, "node " .. uid .. " finished its rounds")
+    end
+    assert.matches("peer 3 is gone; continuing without it", read_file(out .. "/0.log"))
+    assert.matches("peer 2 is gone; continuing without it", read_file(out .. "/1.log"))
+  end)
+
+  it("names a node's error and exits 1", function()
+    local dir = tmpdir()
+    write_file(dir .. "/boom.lua", [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "action", name = "boom",
+        new = function() return { post_train = function(node, r)
+          if node.uid == 2 and r == 2 then error("boom at round 2") end end } end }
+    ]])
+    local code, _, err, out = run(TINY .. "actions = { '" .. dir .. "/boom.lua' }\n")
+    assert.are.equal(1, code)
+    assert.matches("node 2 failed: .*boom at round 2", err)
+    assert.matches("failed: .*boom at round 2", read_file(out .. "/2.log"))
+    assert.matches("peer 2 is gone", read_file(out .. "/1.log") .. (read_file(out .. "/1.metrics.json") or ""))
+  end)
+
+  it("reports config mistakes with file and line", function()
+    local code, _, err = run("nodes = 4\ngraph = 'rign'\n")
+    assert.are.equal(1, code)
+    assert.matches("c.lua:2: graph: no graph named 'rign' %(did you mean 'ring'%?%)", err)
+    code, _, err = run("nodes = 4\nalgorithm = 'gossip'\n")
+    assert.matches("c.lua:2: config key 'algorithm' must be one of dpsgd, fedavg, ps", err)
+  end)
+
+  it("runs a user action from configs/actions that wraps the outgoing model", function()
+    local code, _, err, out = run(TINY .. "actions = { { 'configs/actions/noisy_model.lua', nodes = { 1 }, sigma = 0.5 } }\n")
+    assert.are.equal(0, code, err)
+    assert.matches("noisy_model: sending models with noise", read_file(out .. "/1.log"))
+  end)
+end)
