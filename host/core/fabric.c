@@ -7,8 +7,10 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +48,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
     uint8_t hdr[DPY_WIRE_HEADER];
     size_t hdr_got, got;
     dpy_header h;
-    unsigned char *payload;
+    msg *pending;                   /* the packet being read, straight into its inbox message */
     struct conn *next;
 } conn;
 
@@ -193,6 +195,11 @@ static int send_all(int fd, const uint8_t *hdr, const void *data, size_t len) {
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {   /* non-blocking socket: wait */
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                poll(&pfd, 1, 1000);
+                continue;
+            }
             return -1;
         }
         while (mh.msg_iovlen > 0 && (size_t)n >= mh.msg_iov[0].iov_len) {
@@ -318,8 +325,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
                     *p = m->next;
                     pthread_mutex_unlock(&in->mu);
                     *len = m->len;
-                    memmove(m, m->data, m->len);   /* hand the buffer itself to the caller */
-                    *data = m;
+                    *data = m->data;   /* no copy: dpy_fabric_release frees the message */
                     return DPY_RECV_OK;
                 }
                 if (wake < 0 || m->deliver_at < wake)
@@ -342,6 +348,11 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
             pthread_cond_wait(&in->cv, &in->mu);
         }
     }
+}
+
+void dpy_fabric_release(void *data) {
+    if (data)
+        free((char *)data - offsetof(msg, data));
 }
 
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out) {
@@ -421,6 +432,11 @@ static int open_socket(const char *addr, int listening, char *err, size_t errlen
 }
 
 static void add_conn(dpy_fabric *f, int fd, int process) {
+    int one = 1, buf = 4 << 20;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     conn *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
@@ -452,7 +468,7 @@ static void drop_conn(dpy_fabric *f, conn *c, const char *why) {
             break;
         }
     }
-    free(c->payload);
+    free(c->pending);
     free(c);
 }
 
@@ -460,7 +476,10 @@ static void drop_conn(dpy_fabric *f, conn *c, const char *why) {
 static int on_packet(dpy_fabric *f, conn *c) {
     char why[256];
     dpy_header *h = &c->h;
+    msg *m = c->pending;
+    c->pending = NULL;
     if (h->channel == DPY_CHANNEL_HELLO) {
+        free(m);
         int p = (int)h->sender;
         if (c->process >= 0 || p < 0 || p >= f->o.processes || p == f->o.process) {
             snprintf(why, sizeof why, "unexpected hello from process %d", p);
@@ -479,24 +498,22 @@ static int on_packet(dpy_fabric *f, conn *c) {
         return 0;
     }
     if (c->process < 0) {
+        free(m);
         reject(f, "data before hello on an unidentified connection");
         return -1;
     }
-    if (dpy_wire_checksum(c->payload, h->length) != h->checksum) {
+    if (dpy_wire_checksum(m->data, h->length) != h->checksum) {
+        free(m);
         snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", h->sender, h->round);
         reject(f, why);
         return 0;   /* the framing is intact: drop the packet, keep the peer */
     }
     if (!is_local(f, h->receiver) || f->node_process[h->sender] != c->process ||
         h->channel >= DPY_MAX_CHANNELS) {
+        free(m);
         snprintf(why, sizeof why, "misaddressed packet (node %u -> %u, channel %u) from process %d",
                  h->sender, h->receiver, h->channel, c->process);
         reject(f, why);
-        return 0;
-    }
-    msg *m = malloc(sizeof *m + (h->length ? h->length : 1));
-    if (!m) {
-        reject(f, "out of memory for a packet");
         return 0;
     }
     m->sender = h->sender;
@@ -504,26 +521,40 @@ static int on_packet(dpy_fabric *f, conn *c) {
     m->round = h->round;
     m->deliver_at = 0;
     m->len = h->length;
-    memcpy(m->data, c->payload, h->length);
     deliver(f, h->receiver, m);
     return 0;
 }
 
-/* Reads what is available on c (level-triggered: one read per readiness). */
+/* Reads all that is available on c (a non-blocking socket), packet after packet. */
 static void on_readable(dpy_fabric *f, conn *c) {
     char why[256];
-    ssize_t n;
-    if (c->hdr_got < DPY_WIRE_HEADER) {
-        n = read(c->fd, c->hdr + c->hdr_got, DPY_WIRE_HEADER - c->hdr_got);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
+    for (;;) {
+        if (c->hdr_got == DPY_WIRE_HEADER && c->got == c->h.length) {   /* a whole packet */
+            c->hdr_got = 0;
+            if (on_packet(f, c) != 0) {
+                drop_conn(f, c, NULL);
                 return;
+            }
+            continue;
+        }
+        ssize_t n = c->hdr_got < DPY_WIRE_HEADER
+                        ? read(c->fd, c->hdr + c->hdr_got, DPY_WIRE_HEADER - c->hdr_got)
+                        : read(c->fd, c->pending->data + c->got, c->h.length - c->got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
             drop_conn(f, c, NULL);
             return;
         }
+        if (c->hdr_got == DPY_WIRE_HEADER) {
+            c->got += (size_t)n;
+            continue;
+        }
         c->hdr_got += (size_t)n;
         if (c->hdr_got < DPY_WIRE_HEADER)
-            return;
+            continue;
         if (dpy_wire_decode(c->hdr, &c->h, f->o.run_id, f->o.nodes, f->o.max_payload, why,
                             sizeof why) != 0) {
             char msgbuf[300];
@@ -534,29 +565,12 @@ static void on_readable(dpy_fabric *f, conn *c) {
             return;
         }
         c->got = 0;
-        free(c->payload);
-        c->payload = malloc(c->h.length ? c->h.length : 1);   /* bounded by max_payload */
-        if (!c->payload) {
+        c->pending = malloc(sizeof(msg) + (c->h.length ? c->h.length : 1));   /* <= max_payload */
+        if (!c->pending) {
             drop_conn(f, c, "out of memory for a packet");
             return;
         }
-        if (c->h.length > 0)
-            return;
-    } else {
-        n = read(c->fd, c->payload + c->got, c->h.length - c->got);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
-                return;
-            drop_conn(f, c, NULL);
-            return;
-        }
-        c->got += (size_t)n;
-        if (c->got < c->h.length)
-            return;
     }
-    c->hdr_got = 0;
-    if (on_packet(f, c) != 0)
-        drop_conn(f, c, NULL);
 }
 
 static void *io_main(void *arg) {
@@ -573,11 +587,8 @@ static void *io_main(void *arg) {
             void *ptr = evs[i].data.ptr;
             if (ptr == &f->listen_fd) {
                 int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-                if (fd >= 0) {
-                    int one = 1;
-                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                if (fd >= 0)
                     add_conn(f, fd, -1);
-                }
             } else if (ptr != &f->wake) {
                 on_readable(f, ptr);
             }
@@ -717,7 +728,7 @@ void dpy_fabric_close(dpy_fabric *f) {
         conn *c = f->conns;
         f->conns = c->next;
         close(c->fd);
-        free(c->payload);
+        free(c->pending);
         free(c);
     }
     if (f->listen_fd >= 0)

@@ -47,12 +47,16 @@ int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t 
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen);
 
 /* Waits up to timeout seconds (< 0: forever) for the message (channel, round) from sender to the
-** local node receiver. On DPY_RECV_OK *data (malloc'd, the caller frees) and *len hold it.
+** local node receiver. On DPY_RECV_OK *data and *len hold it; give it back with
+** dpy_fabric_release.
 ** DPY_RECV_DEAD: the sender's process is gone. Messages of earlier rounds on that channel from
 ** that sender are discarded as stale. */
 dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sender,
                                 uint16_t channel, uint32_t round, double timeout,
                                 void **data, size_t *len);
+
+/* Frees a payload returned by dpy_fabric_recv (NULL-safe). */
+void dpy_fabric_release(void *data);
 
 /* Traffic of a local node on a channel (channel >= DPY_MAX_CHANNELS: all channels). */
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out);

@@ -2,7 +2,7 @@
 ** wire.h: the packet format between nodes. A packet is a fixed 40-byte header, little-endian,
 ** then `length` payload bytes:
 **   0 magic "DPYL"  4 version  5 flags  6 channel  8 run id  16 sender  20 receiver
-**  24 round  28 length  32 crc32 of the payload  36 reserved (0)
+**  24 round  28 length  32 checksum of the payload (XXH3, low 32 bits)  36 reserved (0)
 ** The receiver checks every header field before it trusts any, and the checksum before it hands
 ** the payload on.
 */

@@ -484,12 +484,12 @@ static int e_recv(lua_State *L) {
     }
     if (!as_tensor) {
         lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
-        free(data);
+        dpy_fabric_release(data);
         return 1;
     }
     size_t es = dpy_dtype_size(dtype);
     if (len % es != 0) {
-        free(data);
+        dpy_fabric_release(data);
         luaL_pushfail(L);
         lua_pushfstring(L, "payload of %d bytes is not a whole number of %s", (int)len,
                         dpy_dtype_name(dtype));
@@ -497,7 +497,7 @@ static int e_recv(lua_State *L) {
     }
     int64_t shape[1] = {(int64_t)(len / es)};
     dpy_err err = dpy_tensor_from_data(&b->h, data, len, dtype, shape, 1);
-    free(data);
+    dpy_fabric_release(data);
     if (err != DPY_OK)
         return dpy_torch_error(L);
     dpy_tensor_filled(L, b);

@@ -93,6 +93,7 @@ function M.node(args)
   p:option("--dir", "The run directory (prepared by the launcher).")
   p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
   p:option("--seed", "Seed."):convert(math.tointeger)
+  p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
   local ok, a = p:pparse(args)
   if not ok or not a.process or not a.dir then
     io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ", ok and "--process and --dir are required" or a, "\n")
@@ -108,7 +109,7 @@ function M.node(args)
   local launcher = require "dpy.launcher"
   local ran, code = pcall(launcher.node_main, cfg, { process = a.process, dir = a.dir,
                                                      run_id = a.run_id or 1, config = a.config,
-                                                     overrides = a.overrides })
+                                                     overrides = a.overrides, t0 = a.t0 })
   if not ran then
     io.stderr:write("dpy-lua node: ", tostring(code), "\n")
     return 1

@@ -52,6 +52,7 @@ end
 --- experiment.run(cfg, {dir, source, argv, quiet}) -> summary table; raises on failure, after
 -- logging the error in the node's log (results already written stay as they are).
 function M.run(cfg, opts)
+  opts.t0 = opts.t0 or host.clock()
   local dir = opts.dir
   opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
   local ok, err = host.mkdir_p(dir)

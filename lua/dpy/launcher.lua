@@ -27,7 +27,7 @@ function M.host_process(cfg, p, opts, tick)
     run_id = opts.run_id, max_payload = opts.max_payload or (1 << 30),
     slots = cfg.slots or cores, connect_timeout = 60,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
-    args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed),
+    args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
              overrides = table.concat(opts.overrides or {}, "\n") },
   }
   if not group then error("process " .. p .. ": " .. err, 0) end
@@ -84,7 +84,8 @@ local function spawn_children(cfg, opts)
   local children = {}
   for p = 0, cfg.processes - 1 do
     local argv = { opts.exe, "node", opts.config, "--process", tostring(p), "--dir", opts.dir,
-                   "--run-id", tostring(opts.run_id), "--seed", tostring(cfg.seed) }
+                   "--run-id", tostring(opts.run_id), "--seed", tostring(cfg.seed),
+                   "--t0", string.format("%.6f", opts.t0) }
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
     local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p))
     if not pid then
@@ -118,6 +119,7 @@ end
 function M.run(cfg, opts)
   local bar = progress.new()
   local start = host.clock()
+  opts.t0 = opts.t0 or start
   local info = layout.prepare(cfg, opts.dir)
   if info.spectral_gap then
     bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))

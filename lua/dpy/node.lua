@@ -37,7 +37,7 @@ local function build(ep, args)
   local cfg = config.load(args.config, split_lines(args.overrides))
   if args.seed then cfg.seed = math.tointeger(tonumber(args.seed)) end
   local dir = args.dir
-  local node = { uid = uid, cfg = cfg, dir = dir, endpoint = ep, round = 0 }
+  local node = { uid = uid, cfg = cfg, dir = dir, endpoint = ep, round = 0, t0 = tonumber(args.t0) }
   node.log = assert(log.open(string.format("%s/%d.log", dir, uid), uid))
   node.metrics = metrics.new(uid, string.format("%s/%d.metrics.json", dir, uid))
   -- the same initial model on every node; data order and dropout from the node's own stream
@@ -316,6 +316,7 @@ local function run(node)
                  cfg.nodes, node.is_server and "server" or
                  string.format("%d training samples", node.indices:numel()), cfg.rounds,
                  cfg.local_steps, node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
+  if node.t0 then node.metrics:add("ready_seconds", 0, host.clock() - node.t0) end
   fire(node, "startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
   for r = 1, cfg.rounds do

@@ -82,6 +82,7 @@ describe("decentralized runs", function()
 
     code, _, err, out = run(cfg .. "on_peer_failure = 'continue'\n")
     assert.are.equal(1, code)   -- a process died: the run reports it
+    assert.matches("failed", err)
     for _, uid in ipairs { 0, 1 } do
       local mm = node_metrics(out, uid)
       assert.are.equal(3, #mm.test_accuracy, "node " .. uid .. " finished its rounds")
@@ -110,11 +111,13 @@ describe("decentralized runs", function()
     assert.are.equal(1, code)
     assert.matches("c.lua:2: graph: no graph named 'rign' %(did you mean 'ring'%?%)", err)
     code, _, err = run("nodes = 4\nalgorithm = 'gossip'\n")
+    assert.are.equal(1, code)
     assert.matches("c.lua:2: config key 'algorithm' must be one of dpsgd, fedavg, ps", err)
   end)
 
   it("runs a user action from configs/actions that wraps the outgoing model", function()
-    local code, _, err, out = run(TINY .. "actions = { { 'configs/actions/noisy_model.lua', nodes = { 1 }, sigma = 0.5 } }\n")
+    local action = "{ 'configs/actions/noisy_model.lua', nodes = { 1 }, sigma = 0.5 }"
+    local code, _, err, out = run(TINY .. "actions = { " .. action .. " }\n")
     assert.are.equal(0, code, err)
     assert.matches("noisy_model: sending models with noise", read_file(out .. "/1.log"))
   end)

@@ -30,7 +30,7 @@ static int recv_int(dpy_fabric *f, uint32_t to, uint32_t from, uint32_t round, d
     if (s == DPY_RECV_OK) {
         CHECK(len == sizeof(int));
         memcpy(value, data, sizeof(int));
-        free(data);
+        dpy_fabric_release(data);
     }
     return (int)s;
 }
@@ -131,7 +131,7 @@ static void test_tcp(void) {
     size_t len;
     CHECK(dpy_fabric_recv(p[1].f, 1, 0, 0, 1, 5, &data, &len) == DPY_RECV_OK);
     CHECK(len == sizeof big && memcmp(data, big, len) == 0);
-    free(data);
+    dpy_fabric_release(data);
     int x = 3, v = 0;
     CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, 1, &x, sizeof x, err, sizeof err) == 0);
     CHECK(recv_int(p[0].f, 0, 1, 1, 5, &v) == DPY_RECV_OK && v == 3);

@@ -1,0 +1,130 @@
+/* tcp_exchange.c: a model of SIZE bytes sent between two processes on loopback, through the
+** fabric (framing, checksum, the I/O thread, the inbox) and through a plain socket copy of the
+** same bytes, measured the same way: COUNT ping-pongs of SIZE bytes out and 4 bytes back.
+** Prints "fabric_ms <per message>", "socket_ms <per message>".
+** usage: bench_tcp SIZE_BYTES COUNT PORT */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void full_io(int fd, void *buf, size_t len, int writing) {
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = writing ? write(fd, p, len) : read(fd, p, len);
+        if (n <= 0) {
+            perror("socket");
+            exit(1);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static double fabric_run(size_t size, int count, int port, int proc, char *buf) {
+    char a0[64], a1[64], err[256];
+    snprintf(a0, sizeof a0, "127.0.0.1:%d", port);
+    snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 1);
+    const char *addrs[2] = {a0, a1};
+    int32_t map[2] = {0, 1};
+    dpy_fabric_opts o = {.run_id = 5, .nodes = 2, .max_payload = (uint32_t)size + 16, .process = proc,
+                         .processes = 2, .node_process = map, .addresses = addrs,
+                         .connect_timeout = 20};
+    dpy_fabric *f;
+    if (dpy_fabric_open(&f, &o, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    uint32_t me = (uint32_t)proc, other = 1 - me;
+    double t0 = now();
+    for (int i = 0; i < count; i++) {
+        void *data;
+        size_t len;
+        if (proc == 0) {
+            dpy_fabric_send(f, me, other, 0, (uint32_t)i, buf, size, err, sizeof err);
+            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len) != DPY_RECV_OK)
+                exit(1);
+        } else {
+            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len) != DPY_RECV_OK)
+                exit(1);
+            dpy_fabric_send(f, me, other, 0, (uint32_t)i, buf, 4, err, sizeof err);
+        }
+        dpy_fabric_release(data);
+    }
+    double secs = now() - t0;
+    dpy_fabric_close(f);
+    return secs;
+}
+
+static double socket_run(size_t size, int count, int port, int proc, char *buf) {
+    int one = 1, fd;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (proc == 0) {
+        int l = socket(AF_INET, SOCK_STREAM, 0);
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(l, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(l, 1) != 0) {
+            perror("listen");
+            exit(1);
+        }
+        fd = accept(l, NULL, NULL);
+        close(l);
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        while (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+            usleep(20000);
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char *in = malloc(size);
+    double t0 = now();
+    for (int i = 0; i < count; i++) {
+        if (proc == 0) {
+            full_io(fd, buf, size, 1);
+            full_io(fd, in, 4, 0);
+        } else {
+            full_io(fd, in, size, 0);   /* the received copy the fabric also makes */
+            full_io(fd, buf, 4, 1);
+        }
+    }
+    double secs = now() - t0;
+    free(in);
+    close(fd);
+    return secs;
+}
+
+int main(int argc, char **argv) {
+    size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : 1 << 20;
+    int count = argc > 2 ? atoi(argv[2]) : 50;
+    int port = argc > 3 ? atoi(argv[3]) : 41000;
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);   /* the allocator settings of dpy-lua's main() */
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    char *buf = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        buf[i] = (char)i;
+    pid_t child = fork();
+    int proc = child == 0 ? 1 : 0;
+    double fab = fabric_run(size, count, port, proc, buf);
+    double sock = socket_run(size, count, port + 2, proc, buf);
+    if (child == 0)
+        return 0;
+    int status;
+    waitpid(child, &status, 0);
+    printf("fabric_ms %.3f\nsocket_ms %.3f\n", fab / count * 1e3, sock / count * 1e3);
+    return 0;
+}
