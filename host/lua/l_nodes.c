@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +25,9 @@ typedef struct {
     group *g;
     uint32_t uid;
     int held;                       /* holds a compute slot */
+    int waiting, granted;           /* waiting for a slot; given one by a releaser */
+    int64_t priority;               /* lower first: (round, uid) of the waiting node */
+    pthread_cond_t slot_cv;
     int ok;                         /* finished without error */
     char *err;                      /* malloc'd message when !ok */
     int round;                      /* last round reported */
@@ -36,7 +38,7 @@ typedef struct {
 
 struct group {
     dpy_fabric *fabric;
-    sem_t slots;
+    int free_slots;                 /* compute slots, handed out lowest round first (under mu) */
     node_ctx *nodes;
     size_t count;
     char **args;                    /* key=value strings handed to every node */
@@ -60,13 +62,59 @@ static char *dupstr(const char *s) {
     return d;
 }
 
+/*
+** Compute slots. Synchronous rounds are a dependency graph: a node that is a round behind holds
+** up its neighbours. So a free slot goes to the waiting node with the lowest (round, uid), the
+** critical path first, not to whichever thread the scheduler wakes. Caller holds g->mu.
+*/
+static void slot_release_locked(group *g) {
+    node_ctx *best = NULL;
+    for (size_t i = 0; i < g->count; i++) {
+        node_ctx *w = &g->nodes[i];
+        if (w->waiting && !w->granted && (!best || w->priority < best->priority))
+            best = w;
+    }
+    if (best) {
+        best->granted = 1;
+        pthread_cond_signal(&best->slot_cv);
+    } else {
+        g->free_slots++;
+    }
+}
+
+static void slot_acquire(node_ctx *n, int64_t priority) {
+    group *g = n->g;
+    pthread_mutex_lock(&g->mu);
+    int ahead = 0;   /* another waiter with a lower priority goes first */
+    for (size_t i = 0; i < g->count && !ahead; i++)
+        ahead = g->nodes[i].waiting && !g->nodes[i].granted && g->nodes[i].priority < priority;
+    if (g->free_slots > 0 && !ahead) {
+        g->free_slots--;
+    } else {
+        n->waiting = 1;
+        n->granted = 0;
+        n->priority = priority;
+        while (!n->granted)
+            pthread_cond_wait(&n->slot_cv, &g->mu);
+        n->waiting = n->granted = 0;
+    }
+    n->held = 1;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void slot_release(node_ctx *n) {
+    pthread_mutex_lock(&n->g->mu);
+    if (n->held) {
+        n->held = 0;
+        slot_release_locked(n->g);
+    }
+    pthread_mutex_unlock(&n->g->mu);
+}
+
 static void finish(node_ctx *n, const char *err) {
     group *g = n->g;
     dpy_fabric_node_gone(g->fabric, n->uid);
-    if (n->held) {
-        n->held = 0;
-        sem_post(&g->slots);
-    }
+    slot_release(n);
     pthread_mutex_lock(&g->mu);
     n->ok = err == NULL;
     n->err = err ? dupstr(err) : NULL;
@@ -136,13 +184,14 @@ static void group_free(group *g) {
     if (!g)
         return;
     dpy_fabric_close(g->fabric);
-    for (size_t i = 0; i < g->count; i++)
+    for (size_t i = 0; i < g->count; i++) {
         free(g->nodes[i].err);
+        pthread_cond_destroy(&g->nodes[i].slot_cv);
+    }
     for (size_t i = 0; i < g->nargs; i++)
         free(g->args[i]);
     free(g->args);
     free(g->nodes);
-    sem_destroy(&g->slots);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->done);
     free(g);
@@ -243,7 +292,7 @@ static int n_start(lua_State *L) {
         return luaL_error(L, "out of memory");
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->done, NULL);
-    sem_init(&g->slots, 0, (unsigned)slots);
+    g->free_slots = slots;
     g->nodes = calloc(count ? count : 1, sizeof *g->nodes);
     size_t nargs = 0;
     if (lua_istable(L, args)) {
@@ -287,6 +336,7 @@ static int n_start(lua_State *L) {
         node_ctx *n = &g->nodes[i];
         n->g = g;
         n->uid = (uint32_t)uids[i];
+        pthread_cond_init(&n->slot_cv, NULL);
         n->accuracy = NAN;
         n->round = -1;
         pthread_mutex_lock(&g->mu);
@@ -531,23 +581,18 @@ static int e_rejected(lua_State *L) {
     return 2;
 }
 
-/* ep:acquire() / ep:release(): the process's compute slots (idempotent per node) */
+/* ep:acquire([round]) / ep:release(): the process's compute slots (idempotent per node); the
+** waiting node with the lowest round goes first */
 static int e_acquire(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
-    if (!e->node->held) {
-        while (sem_wait(&e->g->slots) != 0 && errno == EINTR) {
-        }
-        e->node->held = 1;
-    }
+    int64_t round = (int64_t)luaL_optinteger(L, 2, 0);
+    if (!e->node->held)
+        slot_acquire(e->node, round * 1048576 + e->node->uid);
     return 0;
 }
 
 static int e_release(lua_State *L) {
-    endpoint_box *e = checkep(L, 1);
-    if (e->node->held) {
-        e->node->held = 0;
-        sem_post(&e->g->slots);
-    }
+    slot_release(checkep(L, 1)->node);
     return 0;
 }
 

@@ -124,7 +124,7 @@ local function neighbours(node, r)
 end
 
 local function train(node, steps)
-  node.endpoint:acquire()
+  node.endpoint:acquire(node.round)
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
   node.endpoint:release()
@@ -260,7 +260,7 @@ function ALGORITHMS.ps(node, r)
   if not model then return nil, 0 end
   node.model:set_flat(model)
   fire(node, "pre_train", r)
-  node.endpoint:acquire()
+  node.endpoint:acquire(r)
   local t1 = host.clock()
   node.optimizer:zero_grad()
   local sum = 0
@@ -287,7 +287,7 @@ end
 -- {==== the round loop ====}
 
 local function evaluate(node, r)
-  node.endpoint:acquire()
+  node.endpoint:acquire(r)
   local loss, acc = trainer.evaluate(node.model, node.test_set, {
     batch_size = node.cfg.eval_batch_size, indices = node.test_indices, loss = node.cfg.loss })
   node.endpoint:release()
