@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +22,19 @@
 
 #include "wire.h"
 
+/* Payload bytes, shared by every local receiver of one send (no copy per receiver). */
+typedef struct {
+    atomic_int refs;
+    size_t len;
+    unsigned char data[];
+} payload;
+
 typedef struct msg {
     struct msg *next;
     uint32_t sender, round;
     uint16_t channel;
     double deliver_at;              /* monotonic seconds (a mock delay); 0: at once */
-    size_t len;
-    unsigned char data[];
+    payload *p;
 } msg;
 
 typedef struct {
@@ -48,7 +55,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
     uint8_t hdr[DPY_WIRE_HEADER];
     size_t hdr_got, got;
     dpy_header h;
-    msg *pending;                   /* the packet being read, straight into its inbox message */
+    payload *pending;               /* the packet being read, straight into its payload */
     struct conn *next;
 } conn;
 
@@ -133,7 +140,7 @@ static void deliver(dpy_fabric *f, uint32_t receiver, msg *m) {
     while (*p)
         p = &(*p)->next;
     *p = m;
-    count(&in->traffic[m->channel < DPY_MAX_CHANNELS ? m->channel : DPY_MAX_CHANNELS - 1], 0, m->len);
+    count(&in->traffic[m->channel < DPY_MAX_CHANNELS ? m->channel : DPY_MAX_CHANNELS - 1], 0, m->p->len);
     pthread_cond_broadcast(&in->cv);
     pthread_mutex_unlock(&in->mu);
 }
@@ -215,76 +222,75 @@ static int send_all(int fd, const uint8_t *hdr, const void *data, size_t len) {
     return 0;
 }
 
-static msg *new_msg(uint32_t sender, uint16_t channel, uint32_t round, const void *data, size_t len) {
-    msg *m = malloc(sizeof *m + (len ? len : 1));
-    if (!m)
-        return NULL;
-    m->sender = sender;
-    m->channel = channel;
-    m->round = round;
-    m->deliver_at = 0;
-    m->len = len;
-    if (len)
-        memcpy(m->data, data, len);
+static payload *new_payload(size_t len, int refs) {
+    payload *p = malloc(sizeof *p + (len ? len : 1));
+    if (p) {
+        atomic_init(&p->refs, refs);
+        p->len = len;
+    }
+    return p;
+}
+
+static void payload_release(payload *p) {
+    if (p && atomic_fetch_sub(&p->refs, 1) == 1)
+        free(p);
+}
+
+static void free_msg(msg *m) {
+    payload_release(m->p);
+    free(m);
+}
+
+static msg *new_msg(uint32_t sender, uint16_t channel, uint32_t round, payload *p) {
+    msg *m = malloc(sizeof *m);
+    if (m) {
+        m->sender = sender;
+        m->channel = channel;
+        m->round = round;
+        m->deliver_at = 0;
+        m->p = p;
+    }
     return m;
 }
 
 int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen) {
-    if (!is_local(f, sender))
-        return fail(err, errlen, "node %u is not hosted by this process", sender);
-    if (receiver >= f->o.nodes)
-        return fail(err, errlen, "no node %u (the run has %u)", receiver, f->o.nodes);
-    if (channel >= DPY_MAX_CHANNELS)
-        return fail(err, errlen, "channel %u out of range (0..%d)", channel, DPY_MAX_CHANNELS - 1);
-    if (len > f->o.max_payload)
-        return fail(err, errlen, "payload of %zu bytes exceeds the limit of %u", len, f->o.max_payload);
-    int copies = 1, corrupt = 0;
-    double delay = 0;
+    return dpy_fabric_send_many(f, sender, &receiver, 1, channel, round, data, len, err, errlen);
+}
+
+/* What fault injection decided for one message. */
+typedef struct { int copies, corrupt; double delay; } fate;
+
+static fate decide(dpy_fabric *f, size_t len) {
+    fate d = {1, 0, 0};
     if (f->o.drop > 0 || f->o.duplicate > 0 || f->o.corrupt > 0 || f->o.delay > 0) {
         pthread_mutex_lock(&f->mu);
         if (draw(f) < f->o.drop)
-            copies = 0;
+            d.copies = 0;
         else if (draw(f) < f->o.duplicate)
-            copies = 2;
-        corrupt = len > 0 && draw(f) < f->o.corrupt;
-        delay = f->o.delay > 0 ? f->o.delay * draw(f) : 0;
+            d.copies = 2;
+        d.corrupt = len > 0 && draw(f) < f->o.corrupt;
+        d.delay = f->o.delay > 0 ? f->o.delay * draw(f) : 0;
         pthread_mutex_unlock(&f->mu);
     }
-    inbox *own = &f->inboxes[sender];
-    pthread_mutex_lock(&own->mu);
-    count(&own->traffic[channel], 1, len);
-    pthread_mutex_unlock(&own->mu);
+    return d;
+}
+
+static int send_remote(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
+                       uint32_t round, const void *data, size_t len, fate d, char *err,
+                       size_t errlen) {
     int p = f->node_process[receiver];
-    if (p == f->o.process) {
-        for (int c = 0; c < copies; c++) {
-            if (corrupt) {   /* what a receiver's checksum catches: counted, logged, dropped */
-                char why[128];
-                snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", sender, round);
-                reject(f, why);
-                continue;
-            }
-            msg *m = new_msg(sender, channel, round, data, len);
-            if (!m)
-                return fail(err, errlen, "out of memory queueing %zu bytes", len);
-            m->deliver_at = delay > 0 ? now() + delay : 0;
-            deliver(f, receiver, m);
-        }
-        return 0;
-    }
     dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = sender,
                     .receiver = receiver, .round = round, .length = (uint32_t)len,
                     .checksum = dpy_wire_checksum(data, len)};
     uint8_t hdr[DPY_WIRE_HEADER];
     dpy_wire_encode(hdr, &h);
-    peer *pe = &f->peers[p];
-    if (copies == 0)
-        return 0;
-    if (corrupt)
+    if (d.corrupt)
         hdr[32] ^= 0x5a;   /* a wrong checksum: the receiving process rejects the packet */
+    peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     int rc = 0;
-    for (int c = 0; c < copies && rc == 0; c++)
+    for (int c = 0; c < d.copies && rc == 0; c++)
         rc = pe->fd >= 0 ? send_all(pe->fd, hdr, data, len) : -1;
     pthread_mutex_unlock(&pe->write_mu);
     if (rc != 0) {
@@ -293,6 +299,60 @@ int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t 
                     errno ? strerror(errno) : "not connected");
     }
     return 0;
+}
+
+int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
+                         uint16_t channel, uint32_t round, const void *data, size_t len,
+                         char *err, size_t errlen) {
+    if (!is_local(f, sender))
+        return fail(err, errlen, "node %u is not hosted by this process", sender);
+    if (channel >= DPY_MAX_CHANNELS)
+        return fail(err, errlen, "channel %u out of range (0..%d)", channel, DPY_MAX_CHANNELS - 1);
+    if (len > f->o.max_payload)
+        return fail(err, errlen, "payload of %zu bytes exceeds the limit of %u", len, f->o.max_payload);
+    for (size_t i = 0; i < n; i++)
+        if (receivers[i] >= f->o.nodes)
+            return fail(err, errlen, "no node %u (the run has %u)", receivers[i], f->o.nodes);
+    payload *shared = NULL;   /* one copy of the bytes for every local receiver */
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint32_t receiver = receivers[i];
+        fate d = decide(f, len);
+        inbox *own = &f->inboxes[sender];
+        pthread_mutex_lock(&own->mu);
+        count(&own->traffic[channel], 1, len);
+        pthread_mutex_unlock(&own->mu);
+        if (!is_local(f, receiver)) {
+            if (d.copies > 0)
+                rc = send_remote(f, sender, receiver, channel, round, data, len, d, err, errlen);
+            continue;
+        }
+        for (int c = 0; c < d.copies; c++) {
+            if (d.corrupt) {   /* what a receiver's checksum catches: counted, logged, dropped */
+                char why[128];
+                snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", sender, round);
+                reject(f, why);
+                continue;
+            }
+            if (!shared) {
+                shared = new_payload(len, 1);   /* the sender's own reference, dropped below */
+                if (!shared)
+                    return fail(err, errlen, "out of memory queueing %zu bytes", len);
+                if (len)
+                    memcpy(shared->data, data, len);
+            }
+            msg *m = new_msg(sender, channel, round, shared);
+            if (!m) {
+                rc = fail(err, errlen, "out of memory queueing a message");
+                break;
+            }
+            atomic_fetch_add(&shared->refs, 1);
+            m->deliver_at = d.delay > 0 ? now() + d.delay : 0;
+            deliver(f, receiver, m);
+        }
+    }
+    payload_release(shared);
+    return rc;
 }
 
 /* {==== receiving ====} */
@@ -317,15 +377,16 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
             }
             if (m->round < round) {   /* stale: its round is over for this receiver */
                 *p = m->next;
-                free(m);
+                free_msg(m);
                 continue;
             }
             if (m->round == round) {
                 if (m->deliver_at <= t) {
                     *p = m->next;
                     pthread_mutex_unlock(&in->mu);
-                    *len = m->len;
-                    *data = m->data;   /* no copy: dpy_fabric_release frees the message */
+                    *len = m->p->len;
+                    *data = m->p->data;   /* no copy: dpy_fabric_release drops the reference */
+                    free(m);
                     return DPY_RECV_OK;
                 }
                 if (wake < 0 || m->deliver_at < wake)
@@ -352,7 +413,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
 
 void dpy_fabric_release(void *data) {
     if (data)
-        free((char *)data - offsetof(msg, data));
+        payload_release((payload *)((char *)data - offsetof(payload, data)));
 }
 
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out) {
@@ -476,10 +537,10 @@ static void drop_conn(dpy_fabric *f, conn *c, const char *why) {
 static int on_packet(dpy_fabric *f, conn *c) {
     char why[256];
     dpy_header *h = &c->h;
-    msg *m = c->pending;
+    payload *pl = c->pending;
     c->pending = NULL;
     if (h->channel == DPY_CHANNEL_HELLO) {
-        free(m);
+        free(pl);
         int p = (int)h->sender;
         if (c->process >= 0 || p < 0 || p >= f->o.processes || p == f->o.process) {
             snprintf(why, sizeof why, "unexpected hello from process %d", p);
@@ -498,29 +559,30 @@ static int on_packet(dpy_fabric *f, conn *c) {
         return 0;
     }
     if (c->process < 0) {
-        free(m);
+        free(pl);
         reject(f, "data before hello on an unidentified connection");
         return -1;
     }
-    if (dpy_wire_checksum(m->data, h->length) != h->checksum) {
-        free(m);
+    if (dpy_wire_checksum(pl->data, h->length) != h->checksum) {
+        free(pl);
         snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", h->sender, h->round);
         reject(f, why);
         return 0;   /* the framing is intact: drop the packet, keep the peer */
     }
     if (!is_local(f, h->receiver) || f->node_process[h->sender] != c->process ||
         h->channel >= DPY_MAX_CHANNELS) {
-        free(m);
+        free(pl);
         snprintf(why, sizeof why, "misaddressed packet (node %u -> %u, channel %u) from process %d",
                  h->sender, h->receiver, h->channel, c->process);
         reject(f, why);
         return 0;
     }
-    m->sender = h->sender;
-    m->channel = h->channel;
-    m->round = h->round;
-    m->deliver_at = 0;
-    m->len = h->length;
+    msg *m = new_msg(h->sender, h->channel, h->round, pl);
+    if (!m) {
+        free(pl);
+        reject(f, "out of memory for a message");
+        return 0;
+    }
     deliver(f, h->receiver, m);
     return 0;
 }
@@ -565,7 +627,7 @@ static void on_readable(dpy_fabric *f, conn *c) {
             return;
         }
         c->got = 0;
-        c->pending = malloc(sizeof(msg) + (c->h.length ? c->h.length : 1));   /* <= max_payload */
+        c->pending = new_payload(c->h.length, 1);   /* at most max_payload */
         if (!c->pending) {
             drop_conn(f, c, "out of memory for a packet");
             return;
@@ -742,7 +804,7 @@ void dpy_fabric_close(dpy_fabric *f) {
     for (uint32_t u = 0; u < f->o.nodes; u++) {
         for (msg *m = f->inboxes[u].head; m;) {
             msg *next = m->next;
-            free(m);
+            free_msg(m);
             m = next;
         }
         pthread_mutex_destroy(&f->inboxes[u].mu);

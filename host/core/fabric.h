@@ -46,6 +46,11 @@ void dpy_fabric_close(dpy_fabric *f);
 int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen);
 
+/* The same bytes to several receivers: one copy is shared by all the local ones. */
+int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
+                         uint16_t channel, uint32_t round, const void *data, size_t len,
+                         char *err, size_t errlen);
+
 /* Waits up to timeout seconds (< 0: forever) for the message (channel, round) from sender to the
 ** local node receiver. On DPY_RECV_OK *data and *len hold it; give it back with
 ** dpy_fabric_release.

@@ -38,6 +38,7 @@ typedef struct {
 
 struct group {
     dpy_fabric *fabric;
+    int threads;                    /* libtorch intra-op threads of each node thread */
     int free_slots;                 /* compute slots, handed out lowest round first (under mu) */
     node_ctx *nodes;
     size_t count;
@@ -155,6 +156,9 @@ static int node_boot(lua_State *L) {
 
 static void *node_main(void *arg) {
     node_ctx *n = arg;
+    /* OpenMP's thread count is per thread: a new thread starts from the default (every core),
+    ** so each node thread sets its own, or every node would run a team of its own */
+    dpy_torch_set_threads(n->g->threads);
     dpy_state st;
     memset(&st, 0, sizeof st);
     st.uid = (int)n->uid;
@@ -239,7 +243,8 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 /*
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
-**   connect_timeout, drop, duplicate, corrupt, delay, fault_seed, args = {key = value} }
+**   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed,
+**   args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
 static int n_start(lua_State *L) {
@@ -259,6 +264,7 @@ static int n_start(lua_State *L) {
     o.delay = num_field(L, 1, "delay", 0);
     o.fault_seed = (uint64_t)int_field(L, 1, "fault_seed", 1);
     int slots = int_field(L, 1, "slots", 1);
+    int threads = int_field(L, 1, "threads", 1);
     luaL_argcheck(L, o.nodes > 0 && slots > 0, 1, "nodes and slots must be > 0");
     o.node_process = int_list(L, 1, "node_process", o.nodes);
     lua_getfield(L, 1, "uids");
@@ -293,6 +299,7 @@ static int n_start(lua_State *L) {
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->done, NULL);
     g->free_slots = slots;
+    g->threads = threads > 0 ? threads : 1;
     g->nodes = calloc(count ? count : 1, sizeof *g->nodes);
     size_t nargs = 0;
     if (lua_istable(L, args)) {
@@ -478,14 +485,25 @@ static int e_uid(lua_State *L) {
     return 1;
 }
 
-/* ep:send(to, channel, round, tensor | string) -> true | nil, err */
+/* ep:send(to | {to, ...}, channel, round, tensor | string) -> true | nil, err
+** Several receivers share one copy of the bytes. */
 static int e_send(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
-    uint32_t to = checkuid(L, 2, e->g);
     lua_Integer channel = luaL_checkinteger(L, 3);
     lua_Integer round = luaL_checkinteger(L, 4);
     luaL_argcheck(L, channel >= 0 && channel < DPY_MAX_CHANNELS, 3, "channel out of range");
     luaL_argcheck(L, round >= 0 && round <= UINT32_MAX, 4, "round out of range");
+    size_t n = lua_istable(L, 2) ? (size_t)luaL_len(L, 2) : 1;
+    uint32_t *to = lua_newuserdatauv(L, (n ? n : 1) * sizeof *to, 0);
+    if (lua_istable(L, 2)) {
+        for (size_t i = 0; i < n; i++) {
+            lua_geti(L, 2, (lua_Integer)i + 1);
+            to[i] = checkuid(L, -1, e->g);
+            lua_pop(L, 1);
+        }
+    } else {
+        to[0] = checkuid(L, 2, e->g);
+    }
     const void *data;
     size_t len;
     if (lua_type(L, 5) == LUA_TSTRING) {
@@ -499,8 +517,8 @@ static int e_send(lua_State *L) {
         len = dpy_tensor_nbytes(c->h);
     }
     char err[320];
-    if (dpy_fabric_send(e->g->fabric, e->node->uid, to, (uint16_t)channel, (uint32_t)round, data,
-                        len, err, sizeof err) != 0) {
+    if (dpy_fabric_send_many(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
+                             (uint32_t)round, data, len, err, sizeof err) != 0) {
         luaL_pushfail(L);
         lua_pushstring(L, err);
         return 2;
@@ -510,8 +528,8 @@ static int e_send(lua_State *L) {
 }
 
 /*
-** ep:recv(from, channel, round [, timeout [, dtype]]) -> tensor (1-d of dtype) or string (no dtype)
-** | nil, "timeout" | "dead"
+** ep:recv(from, channel, round [, timeout [, dtype]]) -> a read-only 1-d tensor of dtype over the
+** received bytes (no copy), or a string when no dtype is given | nil, "timeout" | "dead"
 */
 static int e_recv(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -546,10 +564,11 @@ static int e_recv(lua_State *L) {
         return 2;
     }
     int64_t shape[1] = {(int64_t)(len / es)};
-    dpy_err err = dpy_tensor_from_data(&b->h, data, len, dtype, shape, 1);
-    dpy_fabric_release(data);
-    if (err != DPY_OK)
+    if (dpy_tensor_wrap(&b->h, data, len, dtype, shape, 1, dpy_fabric_release) != DPY_OK) {
+        dpy_fabric_release(data);
         return dpy_torch_error(L);
+    }
+    b->flags = DPY_TF_READONLY;   /* other local receivers share these bytes */
     dpy_tensor_filled(L, b);
     return 1;
 }

@@ -86,6 +86,12 @@ DPY_API dpy_err dpy_tensor_random(dpy_tensor **out, dpy_random_kind kind, const 
 ** nbytes must equal numel * dtype size. */
 DPY_API dpy_err dpy_tensor_from_data(dpy_tensor **out, const void *data, size_t nbytes,
                                      dpy_dtype dtype, const int64_t *shape, int ndim) DPY_NOEXCEPT;
+/* Wraps data (nbytes, cpu) without copying: release(data) runs when the last tensor on it goes.
+** On failure nothing is released: the caller keeps data. */
+typedef void (*dpy_release_fn)(void *data);
+DPY_API dpy_err dpy_tensor_wrap(dpy_tensor **out, void *data, size_t nbytes, dpy_dtype dtype,
+                                const int64_t *shape, int ndim,
+                                dpy_release_fn release) DPY_NOEXCEPT;
 /* Shallow clone: a second owner-handle on the same storage. */
 DPY_API dpy_err dpy_tensor_share(dpy_tensor **out, const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API void dpy_tensor_free(dpy_tensor *t) DPY_NOEXCEPT;

@@ -205,6 +205,24 @@ dpy_err dpy_tensor_from_data(dpy_tensor **out, const void *data, size_t nbytes, 
     });
 }
 
+dpy_err dpy_tensor_wrap(dpy_tensor **out, void *data, size_t nbytes, dpy_dtype dtype,
+                        const int64_t *shape, int ndim, dpy_release_fn release) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        auto sizes = dpy_shape_vec(shape, ndim);
+        auto opts = dpy_options(dtype, nullptr);
+        int64_t numel = 1;
+        for (auto s : sizes)
+            numel *= s;
+        if ((size_t)numel * c10::elementSize(opts.dtype().toScalarType()) != nbytes)
+            dpy_invalid("got " + std::to_string(nbytes) + " bytes for " + std::to_string(numel) +
+                        " elements of that dtype");
+        auto holder = std::make_unique<dpy_tensor>();   // allocated before the deleter owns data
+        holder->v = torch::from_blob(data, sizes, [release](void *p) { release(p); }, opts);
+        *out = holder.release();
+    });
+}
+
 dpy_err dpy_tensor_share(dpy_tensor **out, const dpy_tensor *t) noexcept {
     *out = nullptr;
     return dpy_guard([&] { *out = dpy_wrap(t->v); });

@@ -11,6 +11,8 @@ local progress = require "dpy.progress"
 
 local M = {}
 
+local GRACE = 15   -- seconds the other processes get to stop by themselves after a failure
+
 --- Hosts process p's nodes until they finish; calls tick(group) twice a second.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
 function M.host_process(cfg, p, opts, tick)
@@ -25,7 +27,7 @@ function M.host_process(cfg, p, opts, tick)
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
     addresses = cfg.processes > 1 and layout.addresses(cfg, opts.run_id) or nil,
     run_id = opts.run_id, max_payload = opts.max_payload or (1 << 30),
-    slots = cfg.slots or cores, connect_timeout = 60,
+    slots = cfg.slots or cores, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
              overrides = table.concat(opts.overrides or {}, "\n") },
@@ -132,20 +134,26 @@ function M.run(cfg, opts)
     failed = failures(results)
   else
     local children = spawn_children(cfg, opts)
-    local codes, left = {}, #children
+    local codes, left, deadline = {}, #children, nil
     while left > 0 do
       for i, pid in ipairs(children) do
         if not codes[i] then
           local code = host.wait(pid, true)
           if code then
             codes[i], left = code, left - 1
-            if code ~= 0 and cfg.on_peer_failure == "abort" then
-              for j, other in ipairs(children) do
-                if not codes[j] then host.kill(other, 15) end
-              end
+            -- the others see the dead peer and stop by themselves (saving what they have);
+            -- a grace period, then they are stopped
+            if code ~= 0 and cfg.on_peer_failure == "abort" and not deadline then
+              deadline = host.clock() + GRACE
             end
           end
         end
+      end
+      if deadline and host.clock() > deadline then
+        for j, other in ipairs(children) do
+          if not codes[j] then host.kill(other, 15) end
+        end
+        deadline = math.huge
       end
       bar:update(progress_line(cfg, read_progress(cfg, opts.dir), start))
       if left > 0 then host.sleep(0.2) end

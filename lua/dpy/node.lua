@@ -98,11 +98,12 @@ local function receive(node, peer, r)
   return nil
 end
 
+-- Sends t to peer (a uid or a list of uids: they share one copy of the bytes).
 local function send(node, peer, r, t)
   local ok, err = node.endpoint:send(peer, MODEL, r, t)
   if not ok then
     if node.cfg.on_peer_failure == "abort" then error(string.format("round %d: %s", r, err), 0) end
-    node.log:write("round %d: send to %d failed (%s); continuing", r, peer, err)
+    node.log:write("round %d: send failed (%s); continuing", r, err)
   end
 end
 
@@ -145,7 +146,7 @@ function ALGORITHMS.dpsgd(node, r)
   local g, peers = neighbours(node, r)
   local flat = node.model:get_flat()
   local out = outgoing(node, flat, r)
-  for _, v in ipairs(peers) do send(node, v, r, out) end
+  if #peers > 0 then send(node, peers, r, out) end
   local w = graph.metropolis_hastings(g, node.uid)
   local acc = flat * w[node.uid]
   for _, v in ipairs(peers) do
