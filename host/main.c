@@ -32,7 +32,9 @@ static const char USAGE[] =
     "  run CONFIG.lua [--seed N] [--out DIR] [-q] [KEY=VALUE...]   run an experiment\n"
     "  node CONFIG.lua --process P --dir DIR [--run-id N] [--seed N] [KEY=VALUE...]\n"
     "                           host one process's nodes of a run (for launchers)\n"
-    "  repl                     interactive prompt with the dpy modules loaded\n"
+    "  repl [CONFIG.lua --uid U [KEY=VALUE...]]\n"
+    "                           interactive prompt with the dpy modules loaded; with a config,\n"
+    "                           node U built and bound to the global 'node'\n"
     "  help                     this text\n"
     "\n"
     "options (as the lua interpreter):\n"
@@ -273,7 +275,7 @@ int main(int argc, char **argv) {
         fputs(USAGE, stdout);
         code = 0;
     } else if (strcmp(cmd, "repl") == 0) {
-        create_arg_table(L, argv, argc, argc);
+        create_arg_table(L, argv, argc, 1);   /* arg[1..] = what follows "repl" */
         code = dpy_repl(L);
     } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0) {
         code = run_cli(L, argv, argc, 1);

@@ -145,9 +145,20 @@ int dpy_repl(lua_State *L) {
             read_history(history);
         printf("dpy-lua %s, %s. Ctrl-D leaves; Ctrl-C interrupts.\n", DPY_VERSION, LUA_RELEASE);
     }
-    /* the usual names at hand */
+    /* the usual names at hand, and with a config, the node it names (dpy-lua repl CONFIG --uid U) */
     luaL_dostring(L, "dpy = require 'dpy'; tensor = dpy.tensor; nn = dpy.nn; optim = dpy.optim; "
                      "data = dpy.data");
+    lua_getglobal(L, "arg");
+    int has_config = lua_istable(L, -1) && lua_geti(L, -1, 1) == LUA_TSTRING;
+    lua_settop(L, 0);
+    if (has_config) {
+        luaL_loadstring(L, "local a = {} for i = 1, #arg do a[i] = arg[i] end "
+                           "return require('dpy.cli').repl_node(a)");
+        if (dpy_state_pcall(L, 0, 0) != LUA_OK) {
+            fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
+            return 1;
+        }
+    }
     for (;;) {
         int base = lua_gettop(L);
         int status = load_chunk(L, tty);

@@ -125,7 +125,7 @@ static void finish(node_ctx *n, const char *err) {
 }
 
 static void push_endpoint(lua_State *L, node_ctx *n) {
-    endpoint_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    endpoint_box *b = lua_newuserdatauv(L, sizeof *b, 1);   /* user value: the group, if owned */
     b->g = n->g;
     b->node = n;
     luaL_setmetatable(L, ENDPOINT_MT);
@@ -241,6 +241,8 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 }
 
 /*
+** With attach = true and one uid, no thread starts: the second result is that node's endpoint,
+** for a node driven from the calling state (the REPL).
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed,
@@ -287,6 +289,9 @@ static int n_start(lua_State *L) {
     for (size_t i = 0; i < count; i++)
         if (uids[i] < 0 || (uint32_t)uids[i] >= o.nodes || o.node_process[uids[i]] != o.process)
             return luaL_error(L, "nodes.start: uid %d is not mapped to process %d", (int)uids[i], o.process);
+    lua_getfield(L, 1, "attach");   /* a node driven from this state instead of a thread */
+    int attach = !lua_isnil(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, 1, "args");
     int args = lua_gettop(L);
     group_box *box = lua_newuserdatauv(L, sizeof *box, 0);
@@ -346,6 +351,8 @@ static int n_start(lua_State *L) {
         pthread_cond_init(&n->slot_cv, NULL);
         n->accuracy = NAN;
         n->round = -1;
+        if (attach)
+            continue;
         pthread_mutex_lock(&g->mu);
         g->running++;
         pthread_mutex_unlock(&g->mu);
@@ -357,6 +364,12 @@ static int n_start(lua_State *L) {
     }
     pthread_attr_destroy(&attr);
     lua_pushvalue(L, args + 1);   /* the box */
+    if (attach && count == 1) {   /* and the attached node's endpoint, which keeps the group */
+        push_endpoint(L, &g->nodes[0]);
+        lua_pushvalue(L, args + 1);
+        lua_setiuservalue(L, -2, 1);
+        return 2;
+    }
     return 1;
 }
 

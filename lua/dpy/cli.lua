@@ -90,13 +90,15 @@ function M.node(args)
   p:argument("config", "The experiment config.")
   p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
   p:option("--process", "This process's index."):convert(math.tointeger)
+  p:option("--uid", "Host only this node (one process per node: processes = nodes)."):convert(math.tointeger)
   p:option("--dir", "The run directory (prepared by the launcher).")
   p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
   p:option("--seed", "Seed."):convert(math.tointeger)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
   local ok, a = p:pparse(args)
+  if ok and a.uid then a.process = a.uid end
   if not ok or not a.process or not a.dir then
-    io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ", ok and "--process and --dir are required" or a, "\n")
+    io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ", ok and "--process (or --uid) and --dir are required" or a, "\n")
     return 2
   end
   local cfg = load_config(a.config, a.overrides)
@@ -106,6 +108,7 @@ function M.node(args)
     io.stderr:write("dpy-lua node: the config sets no 'nodes'\n")
     return 2
   end
+  if a.uid then cfg.processes = cfg.nodes end   -- one node per process
   local launcher = require "dpy.launcher"
   local ran, code = pcall(launcher.node_main, cfg, { process = a.process, dir = a.dir,
                                                      run_id = a.run_id or 1, config = a.config,
@@ -115,6 +118,44 @@ function M.node(args)
     return 1
   end
   return code
+end
+
+--- dpy-lua repl CONFIG --uid U [KEY=VALUE...]: builds node U (its data shard, model, optimizer,
+-- trainer, graph) in the REPL's state as the global `node`; called by repl.c before the prompt.
+function M.repl_node(args)
+  local p = argparse("dpy-lua repl", "An interactive prompt, optionally on a node of a config.")
+  p:argument("config", "The experiment config.")
+  p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
+  p:option("--uid", "The node to build."):convert(math.tointeger)
+  local ok, a = p:pparse(args)
+  if not ok then error(p:get_usage() .. "\ndpy-lua repl: " .. a, 0) end
+  local cfg = load_config(a.config, a.overrides)
+  if not cfg then error("cannot load " .. a.config, 0) end
+  local uid = a.uid or 0
+  if not cfg.nodes then   -- a centralized config: one node holding the whole training set
+    cfg.nodes, cfg.graph = 1, "full"
+  end
+  if uid < 0 or uid >= cfg.nodes then error(string.format("--uid %d: the config has %d nodes", uid, cfg.nodes), 0) end
+  local host = require "dpy.host.core"
+  local layout = require "dpy.layout"
+  local dir = string.format("/tmp/dpy-repl-%d", host.pid())
+  assert(host.mkdir_p(dir))
+  cfg.processes = 1
+  layout.prepare(cfg, dir)
+  local overrides = { table.unpack(a.overrides) }
+  overrides[#overrides + 1] = "nodes=" .. cfg.nodes
+  local group, ep = require("dpy.nodes.core").start {
+    nodes = cfg.nodes, process = 0, processes = 1, node_process = layout.node_process(cfg.nodes, 1),
+    uids = { uid }, attach = true, run_id = 1, slots = 1, args = {},
+  }
+  if not group then error(ep, 0) end
+  local node = require("dpy.node").build(ep, { config = a.config, dir = dir, seed = tostring(cfg.seed),
+                                              overrides = table.concat(overrides, "\n") })
+  rawset(_G, "node", node)
+  print(string.format("node %d of %d (%s): node:train([steps]), node:evaluate(), node.model, "
+                      .. "node.optimizer, node.loader, node:neighbours(), node.endpoint", uid, cfg.nodes,
+                      cfg.algorithm or "dpsgd"))
+  return 0
 end
 
 --- main(command, args...) -> exit code

@@ -31,6 +31,9 @@ M.SCHEMA = {
   test_samples = { type = "integer", min = 1, doc = "evaluate on the first N test samples" },
   threads = { type = "integer", min = 1,
               doc = "libtorch threads (default: the cores; 1 per node in decentralized runs)" },
+  task = { type = "string", default = "multiclass", one_of = { "multiclass", "binary" },
+           doc = "binary: positive_classes against the rest, one logit, bce_with_logits" },
+  positive_classes = { type = "table", default = { 0 }, doc = "binary task: the classes labelled 1" },
   -- decentralized runs (setting `nodes` makes a run decentralized)
   nodes = { type = "integer", min = 1, doc = "number of nodes" },
   processes = { type = "integer", default = 1, min = 1, doc = "processes on this machine" },
@@ -38,6 +41,7 @@ M.SCHEMA = {
   partition = { kind = "partitioner", default = "iid", doc = "how training data is split" },
   rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds" },
   local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round" },
+  local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)" },
   algorithm = { type = "string", default = "dpsgd", one_of = { "dpsgd", "fedavg", "ps" },
                 doc = "dpsgd (gossip averaging), fedavg (server = node 0), ps (parameter server = node 0)" },
   fraction = { type = "number", default = 1.0, doc = "fedavg: fraction of clients per round" },

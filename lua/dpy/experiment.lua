@@ -92,7 +92,7 @@ end
 local function evaluate(ctx, r, train_loss)
   local loss, acc = trainer.evaluate(ctx.model, ctx.test, { batch_size = ctx.cfg.eval_batch_size,
                                                              indices = ctx.test_indices,
-                                                             loss = ctx.cfg.loss })
+                                                             loss = ctx.cfg.loss, task = ctx.task })
   local t = ctx.tracker
   local now = host.clock()
   t:add("train_loss", r, train_loss)
@@ -114,10 +114,15 @@ function M.train_centralized(cfg, node_log, tracker, opts)
   local train = registry.build("dataset", cfg.dataset, { train = true })
   local test = registry.build("dataset", cfg.dataset, { train = false })
   local load_seconds = host.clock() - t0
-  local model = registry.build("model", cfg.model, { dataset = train })
+  local task, shape_of = nil, train
+  if cfg.task == "binary" then
+    task = trainer.binary(cfg.positive_classes, train.classes)
+    shape_of = setmetatable({ classes = 1 }, { __index = train })
+  end
+  local model = registry.build("model", cfg.model, { dataset = shape_of })
   local opt = registry.build("optimizer", cfg.optimizer, { model = model })
   local loader = data.loader(train, { batch_size = cfg.batch_size, indices = first_n(train, cfg.train_samples) })
-  local tr = trainer.new { model = model, optimizer = opt, loader = loader, loss = cfg.loss }
+  local tr = trainer.new { model = model, optimizer = opt, loader = loader, loss = cfg.loss, task = task }
   local steps_per_epoch = #loader
   local total = steps_per_epoch * cfg.epochs
   if cfg.max_steps then total = math.min(total, cfg.max_steps) end
@@ -125,7 +130,7 @@ function M.train_centralized(cfg, node_log, tracker, opts)
   node_log:write("%s: %s on %s (%d training samples, %d parameters), %d steps of batch %d, "
                  .. "data loaded in %.2f s", cfg.name, tostring(cfg.model[1] or cfg.model),
                  train.name, loader.n, model:numel(), total, cfg.batch_size, load_seconds)
-  local ctx = { cfg = cfg, model = model, test = test, test_indices = first_n(test, cfg.test_samples),
+  local ctx = { cfg = cfg, model = model, test = test, task = task, test_indices = first_n(test, cfg.test_samples),
                 tracker = tracker, log = node_log, tr = tr, start = host.clock(), train_seconds = 0 }
   local bar = progress.new()
   local round, loss_sum, loss_n = 0, 0, 0

@@ -32,7 +32,7 @@ end
 -- {==== the container ====}
 
 --- Builds the node's components; returns the node table that actions see.
-local function build(ep, args)
+function M.build(ep, args)
   local uid = ep:uid()
   local cfg = config.load(args.config, split_lines(args.overrides))
   if args.seed then cfg.seed = math.tointeger(tonumber(args.seed)) end
@@ -44,7 +44,12 @@ local function build(ep, args)
   tensor.manual_seed(cfg.seed)
   node.train_set = registry.build("dataset", cfg.dataset, { train = true })
   node.test_set = registry.build("dataset", cfg.dataset, { train = false })
-  node.model = registry.build("model", cfg.model, { dataset = node.train_set })
+  local shape_of = node.train_set
+  if cfg.task == "binary" then
+    node.task = trainer.binary(cfg.positive_classes, node.train_set.classes)
+    shape_of = setmetatable({ classes = 1 }, { __index = node.train_set })
+  end
+  node.model = registry.build("model", cfg.model, { dataset = shape_of })
   tensor.manual_seed(cfg.seed * 1000003 + uid + 1)
   node.is_server = layout.has_server(cfg) and uid == 0
   local parts_n = layout.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
@@ -55,14 +60,37 @@ local function build(ep, args)
   node.optimizer = registry.build("optimizer", cfg.optimizer, { model = node.model })
   if node.loader then
     node.trainer = trainer.new { model = node.model, optimizer = node.optimizer,
-                                 loader = node.loader, loss = cfg.loss }
+                                 loader = node.loader, loss = cfg.loss, task = node.task }
+    node.local_steps = cfg.local_epochs and cfg.local_epochs * #node.loader or cfg.local_steps
   end
   if cfg.algorithm == "dpsgd" then node.graph = layout.load_graph(dir) end
   if cfg.test_samples then node.test_indices = tensor.arange(math.min(cfg.test_samples, data.size(node.test_set))) end
   node.evaluates = M.evaluates(cfg, uid)
   node.outgoing = {}          -- functions(flat, node, round) -> flat applied before sending
   node.handlers = actions.load(cfg.actions, node)
-  return node
+  return setmetatable(node, M.Node)
+end
+
+--- What a node table offers interactively (dpy-lua repl CONFIG --uid U).
+M.Node = { __index = {} }
+local Node = M.Node.__index
+
+--- node:train([steps = local_steps]) -> mean loss
+function Node:train(steps)
+  if not self.trainer then error("node " .. self.uid .. " is a server: it does not train", 2) end
+  return self.trainer:run(steps or self.cfg.local_steps)
+end
+
+--- node:evaluate() -> test loss, test accuracy
+function Node:evaluate()
+  return trainer.evaluate(self.model, self.test_set, { batch_size = self.cfg.eval_batch_size,
+                                                       indices = self.test_indices, loss = self.cfg.loss,
+                                                       task = self.task })
+end
+
+--- node:neighbours() -> the uids this node exchanges with (dpsgd)
+function Node:neighbours()
+  return self.graph and self.graph.adj[self.uid] or {}
 end
 
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
@@ -139,7 +167,7 @@ local ALGORITHMS = {}
 --- D-PSGD: train, send the model to every neighbour, average with Metropolis-Hastings weights.
 function ALGORITHMS.dpsgd(node, r)
   fire(node, "pre_train", r)
-  local loss, secs = train(node, node.cfg.local_steps)
+  local loss, secs = train(node, node.local_steps)
   fire(node, "post_train", r)
   fire(node, "pre_exchange", r)
   local t0 = host.clock()
@@ -209,7 +237,7 @@ function ALGORITHMS.fedavg(node, r)
   if not global then return nil, 0 end
   node.model:set_flat(global)
   fire(node, "pre_train", r)
-  local loss, secs = train(node, cfg.local_steps)
+  local loss, secs = train(node, node.local_steps)
   fire(node, "post_train", r)
   fire(node, "pre_exchange", r)
   local flat = outgoing(node, node.model:get_flat(), r)
@@ -290,7 +318,8 @@ end
 local function evaluate(node, r)
   node.endpoint:acquire(r)
   local loss, acc = trainer.evaluate(node.model, node.test_set, {
-    batch_size = node.cfg.eval_batch_size, indices = node.test_indices, loss = node.cfg.loss })
+    batch_size = node.cfg.eval_batch_size, indices = node.test_indices, loss = node.cfg.loss,
+    task = node.task })
   node.endpoint:release()
   node.metrics:add("test_loss", r, loss)
   node.metrics:add("test_accuracy", r, acc)
@@ -307,6 +336,11 @@ local function record(node, r, loss, train_secs, round_start, before)
   m:add("exchange_seconds", r, node.exchange_seconds or 0)
   m:add("wall_seconds", r, host.clock() - round_start)
   before.sent, before.recv = t.sent_payload + t.sent_header, t.recv_payload + t.recv_header
+  local rejected, why = node.endpoint:rejected()
+  if rejected > (before.rejected or 0) then
+    node.log:write("round %d: %d packet(s) rejected by this process so far (last: %s)", r, rejected, why)
+    before.rejected = rejected
+  end
 end
 
 local function run(node)
@@ -316,7 +350,7 @@ local function run(node)
   node.log:write("%s: %s, %d nodes, %s, %d rounds of %d local steps%s", cfg.name, cfg.algorithm,
                  cfg.nodes, node.is_server and "server" or
                  string.format("%d training samples", node.indices:numel()), cfg.rounds,
-                 cfg.local_steps, node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
+                 node.local_steps or 0, node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
   if node.t0 then node.metrics:add("ready_seconds", 0, host.clock() - node.t0) end
   fire(node, "startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
@@ -342,7 +376,7 @@ end
 
 --- The entry point of a node thread (see l_nodes.c): args = { config, dir, seed, overrides }.
 function M.main(ep, args)
-  local node = build(ep, args)
+  local node = M.build(ep, args)
   fire(node, "init")
   registry.freeze()
   local ok, err = xpcall(run, debug.traceback, node)

@@ -8,25 +8,44 @@ local M = {}
 local Trainer = {}
 Trainer.__index = Trainer
 
---- trainer.new{model, optimizer, loader, loss = "cross_entropy"}
+--- A binary task: labels in `positive` (class ids) become 1, the others 0; the model has one
+-- output (a logit) and the loss is bce_with_logits. Returns { targets = fn(y) -> float tensor,
+-- outputs = fn(out) -> 1-d logits }.
+function M.binary(positive, classes)
+  local map = tensor.zeros(classes)
+  for _, c in ipairs(positive) do
+    if math.type(c) ~= "integer" or c < 0 or c >= classes then
+      error(string.format("binary task: class %s is not in 0..%d", tostring(c), classes - 1), 2)
+    end
+    map[c] = 1
+  end
+  return {
+    targets = function(y) return map:index_select(0, y) end,
+    outputs = function(out) return out:reshape(-1) end,
+  }
+end
+
+--- trainer.new{model, optimizer, loader, loss = "cross_entropy", task = nil | trainer.binary(...)}
 function M.new(t)
-  local loss = nn[t.loss or "cross_entropy"]
+  local loss = nn[t.task and "bce_with_logits" or t.loss or "cross_entropy"]
   if not loss then error("trainer: unknown loss " .. tostring(t.loss), 2) end
   return setmetatable({ model = t.model, opt = t.optimizer, loader = t.loader, loss_fn = loss,
-                        steps = 0, samples = 0 }, Trainer)
+                        task = t.task, steps = 0, samples = 0 }, Trainer)
 end
 
 --- t:step() -> loss of one batch (a number), batch size, and whether it ended an epoch
 function Trainer:step()
   local xb, yb, last = self.loader:next()
   local x <close> = xb
-  local y <close> = yb
+  local y <close> = self.task and self.task.targets(yb) or yb
   self.opt:zero_grad()
-  local out <close> = self.model(x)
+  local raw <close> = self.model(x)
+  local out = self.task and self.task.outputs(raw) or raw
   local loss <close> = self.loss_fn(out, y)
   loss:backward()
   self.opt:step()
   local n = y:size(0)
+  if self.task then yb:free() end
   self.steps, self.samples = self.steps + 1, self.samples + n
   return loss:item(), n, last
 end
@@ -38,24 +57,28 @@ function Trainer:run(k)
   return sum / k
 end
 
---- trainer.evaluate(model, dataset [, {batch_size = 100, indices, loss}]) -> mean loss, accuracy
+--- trainer.evaluate(model, dataset [, {batch_size = 100, indices, loss, task}]) -> mean loss, accuracy
 function M.evaluate(model, ds, opts)
   opts = opts or {}
-  local loss_fn = nn[opts.loss or "cross_entropy"]
+  local task = opts.task
+  local loss_fn = nn[task and "bce_with_logits" or opts.loss or "cross_entropy"]
   local was_training = model:is_training()
   model:eval()
   local loader = data.loader(ds, { batch_size = opts.batch_size or 100, indices = opts.indices,
                                    shuffle = false })
   local total, correct, n = 0, 0, 0
   tensor.no_grad(function()
-    for x, y in loader:epoch() do
-      local out <close> = model(x)
+    for x, labels in loader:epoch() do
+      local y = task and task.targets(labels) or labels
+      local raw <close> = model(x)
+      local out = task and task.outputs(raw) or raw
       local l <close> = loss_fn(out, y, "sum")
-      local pred <close> = out:argmax(1)
+      local pred <close> = task and out:gt(0):to("float32") or out:argmax(1)
       local hits <close> = pred:eq(y):sum()
       total, correct, n = total + l:item(), correct + hits:item(), n + y:size(0)
       x:free()
       y:free()
+      labels:free()
     end
   end)
   model:train(was_training)
