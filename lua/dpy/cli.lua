@@ -98,7 +98,8 @@ function M.node(args)
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
   if not ok or not a.process or not a.dir then
-    io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ", ok and "--process (or --uid) and --dir are required" or a, "\n")
+    io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ",
+                    ok and "--process (or --uid) and --dir are required" or a, "\n")
     return 2
   end
   local cfg = load_config(a.config, a.overrides)

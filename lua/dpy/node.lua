@@ -350,7 +350,8 @@ local function run(node)
   node.log:write("%s: %s, %d nodes, %s, %d rounds of %d local steps%s", cfg.name, cfg.algorithm,
                  cfg.nodes, node.is_server and "server" or
                  string.format("%d training samples", node.indices:numel()), cfg.rounds,
-                 node.local_steps or 0, node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
+                 node.local_steps or 0,
+                 node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
   if node.t0 then node.metrics:add("ready_seconds", 0, host.clock() - node.t0) end
   fire(node, "startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
