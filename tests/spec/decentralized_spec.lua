@@ -106,6 +106,48 @@ describe("decentralized runs", function()
     assert.matches("peer 2 is gone", read_file(out .. "/1.log") .. (read_file(out .. "/1.metrics.json") or ""))
   end)
 
+  it("buffers delayed and duplicated messages by round: the same numbers as without faults", function()
+    local code, _, err, clean = run(TINY)
+    assert.are.equal(0, code, err)
+    local faulty
+    code, _, err, faulty = run(TINY .. "faults = { delay = 0.05, duplicate = 0.5 }\n")
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      assert.are.same(node_metrics(clean, uid).test_accuracy, node_metrics(faulty, uid).test_accuracy)
+    end
+  end)
+
+  it("rejects, counts and logs corrupted packets, and keeps running", function()
+    local cfg = TINY .. "faults = { corrupt = 1.0 }\non_peer_failure = 'continue'\npeer_timeout = 0.5\n"
+    local code, _, err, out = run(cfg)
+    assert.are.equal(0, code, err)
+    local log = read_file(out .. "/0.log")
+    assert.matches("packet%(s%) rejected by this process so far %(last: checksum mismatch from node", log)
+    assert.matches("peer 1 sent nothing for 0.5 s; continuing without it", log)
+    assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
+  end)
+
+  it("trains a binary task and whole local epochs", function()
+    local code, _, err, out = run(TINY .. "task = 'binary'\npositive_classes = { 0, 6 }\nlocal_epochs = 1\n")
+    assert.are.equal(0, code, err)
+    assert.matches("500 training samples, 3 rounds of 32 local steps", read_file(out .. "/0.log"))
+    local acc = node_metrics(out, 0).test_accuracy[3][2]
+    assert.is_true(acc > 0.75, "binary accuracy " .. acc)
+  end)
+
+  it("builds a node of a config in the REPL", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY)
+    write_file(dir .. "/in.txt", "node.uid, #node:neighbours(), node.indices:numel()\nnode:train(2) > 0\n")
+    local code, out, err = sh(BIN .. " repl " .. dir .. "/c.lua --uid 2 < " .. dir .. "/in.txt")
+    assert.are.equal(0, code, err)
+    assert.matches("node 2 of 4", out)
+    assert.matches("2\t2\t500\ntrue\n", out)
+    code, _, err = sh(BIN .. " repl " .. dir .. "/c.lua --uid 9 < /dev/null")
+    assert.are.equal(1, code)
+    assert.matches("%-%-uid 9: the config has 4 nodes", err)
+  end)
+
   it("reports config mistakes with file and line", function()
     local code, _, err = run("nodes = 4\ngraph = 'rign'\n")
     assert.are.equal(1, code)
