@@ -177,18 +177,24 @@ function ALGORITHMS.dpsgd(node, r)
   if #peers > 0 then send(node, peers, r, out) end
   local w = graph.metropolis_hastings(g, node.uid)
   local acc = flat * w[node.uid]
+  if out ~= flat then out:free() end
+  flat:free()   -- before the wait: at the barrier every node holds only acc and its sent bytes
+  local kept = 0  -- weight of dropped peers, which stays with this node
   for _, v in ipairs(peers) do
     local x = receive(node, v, r)
     if x then
       acc:add_(x, w[v])
       x:free()
     else
-      acc:add_(flat, w[v])   -- a dropped peer's weight stays with this node
+      kept = kept + w[v]
     end
+  end
+  if kept > 0 then
+    local own <close> = node.model:get_flat()
+    acc:add_(own, kept)
   end
   node.model:set_flat(acc)
   acc:free()
-  flat:free()
   node.exchange_seconds = host.clock() - t0
   fire(node, "post_exchange", r)
   return loss, secs
