@@ -4,34 +4,12 @@
 // slots) take the MODELS models in turn, LOCAL_STEPS steps each per round.
 // Prints "seconds_per_round <x>" (the median round after the first).
 // usage: bench_floor MODELS LOCAL_STEPS ROUNDS WORKERS
-#include <torch/torch.h>
+#include "fmnist.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <malloc.h>
 #include <thread>
-
-extern "C" {
-#include "dpy_core.h"
-}
-
-static torch::Tensor load_idx(const std::string &path, int64_t channels) {
-    dpy_idx x;
-    char err[512];
-    if (dpy_idx_read(path.c_str(), &x, err, sizeof err) != 0) {
-        std::fprintf(stderr, "%s\n", err);
-        std::exit(1);
-    }
-    std::vector<int64_t> shape(x.dims, x.dims + x.ndim);
-    if (channels)
-        shape.insert(shape.begin() + 1, channels);
-    auto t = torch::from_blob(x.data, shape, torch::kUInt8).clone();
-    dpy_idx_free(&x);
-    return t;
-}
 
 namespace nn = torch::nn;
 
@@ -49,19 +27,14 @@ int main(int argc, char **argv) {
     }
     int models = std::atoi(argv[1]), steps = std::atoi(argv[2]), rounds = std::atoi(argv[3]);
     int workers = std::atoi(argv[4]);
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);   // the allocator settings of dpy-lua's main()
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    dpy_malloc_settings();
     at::set_num_threads(1);
-    const std::string data = "/usr/share/datasets/fashion-mnist";
-    auto images = load_idx(data + "/train-images-idx3-ubyte.gz", 1);
-    auto labels = load_idx(data + "/train-labels-idx1-ubyte.gz", 0);
+    auto images = fmnist_load("train-images-idx3-ubyte.gz", 1);
+    auto labels = fmnist_load("train-labels-idx1-ubyte.gz", 0);
     auto mean = torch::full({1, 1, 1, 1}, 0.2860), stdv = torch::full({1, 1, 1, 1}, 0.3530);
     std::vector<replica> reps(models);
     for (auto &r : reps) {
-        r.model = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::ReLU(),
-                                 nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)),
-                                 nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(1568, 128),
-                                 nn::ReLU(), nn::Linear(128, 10));
+        r.model = fmnist_cnn();
         r.opt = std::make_unique<torch::optim::SGD>(r.model->parameters(),
                                                     torch::optim::SGDOptions(0.05).momentum(0.9));
         r.perm = torch::randperm(images.size(0));

@@ -3,32 +3,10 @@
 // the initial weights and batch order the Lua side wrote, so both do exactly the same
 // computation. Prints "steps_per_second <x>" and "checksum <sum |w|>".
 // usage: bench_train_cpp STEPS THREADS DIR
-#include <torch/torch.h>
+#include "fmnist.hpp"
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <malloc.h>
-
-extern "C" {
-#include "dpy_core.h"
-}
-
-static torch::Tensor load_idx(const std::string &path, int64_t channels) {
-    dpy_idx x;
-    char err[512];
-    if (dpy_idx_read(path.c_str(), &x, err, sizeof err) != 0) {
-        std::fprintf(stderr, "%s\n", err);
-        std::exit(1);
-    }
-    std::vector<int64_t> shape(x.dims, x.dims + x.ndim);
-    if (channels)
-        shape.insert(shape.begin() + 1, channels);
-    auto t = torch::from_blob(x.data, shape, torch::kUInt8).clone();
-    dpy_idx_free(&x);
-    return t;
-}
 
 static torch::Tensor load_pt(const std::string &path) {
     std::ifstream f(path, std::ios::binary);
@@ -43,19 +21,13 @@ int main(int argc, char **argv) {
     }
     int steps = std::atoi(argv[1]), threads = std::atoi(argv[2]);
     std::string dir = argv[3];
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);   // the allocator settings of dpy-lua's main()
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    dpy_malloc_settings();
     const int64_t warmup = 20, batch = 32;
     at::set_num_threads(threads);
     at::set_num_interop_threads(1);
-    const std::string data = "/usr/share/datasets/fashion-mnist";
-    auto images = load_idx(data + "/train-images-idx3-ubyte.gz", 1);
-    auto labels = load_idx(data + "/train-labels-idx1-ubyte.gz", 0);
-    namespace nn = torch::nn;
-    nn::Sequential model(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::ReLU(),
-                         nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)),
-                         nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(1568, 128),
-                         nn::ReLU(), nn::Linear(128, 10));
+    auto images = fmnist_load("train-images-idx3-ubyte.gz", 1);
+    auto labels = fmnist_load("train-labels-idx1-ubyte.gz", 0);
+    auto model = fmnist_cnn();
     {
         torch::NoGradGuard no_grad;
         auto flat = load_pt(dir + "/init.pt");
