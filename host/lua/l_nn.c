@@ -184,6 +184,30 @@ static int m_set_flat(lua_State *L) {
     return 0;
 }
 
+/* m:mix(self_weight, {x1, ...}, {w1, ...}): each parameter p <- self_weight * p + sum w_j x_j
+** (x_j flat vectors of m:numel() values), in place; raises on a size mismatch */
+static int m_mix(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    double self_weight = luaL_checknumber(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    size_t n = (size_t)luaL_len(L, 3);
+    luaL_argcheck(L, (size_t)luaL_len(L, 4) == n, 4, "one weight per tensor");
+    const dpy_tensor **xs = lua_newuserdatauv(L, (n ? n : 1) * sizeof *xs, 0);
+    double *ws = lua_newuserdatauv(L, (n ? n : 1) * sizeof *ws, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_geti(L, 3, (lua_Integer)i + 1);
+        xs[i] = dpy_checktensor(L, lua_gettop(L));
+        lua_pop(L, 1);   /* the list keeps it */
+        lua_geti(L, 4, (lua_Integer)i + 1);
+        ws[i] = luaL_checknumber(L, -1);
+        lua_pop(L, 1);
+    }
+    if (dpy_module_mix(m, self_weight, xs, ws, n) != DPY_OK)
+        return dpy_torch_error(L);
+    return 0;
+}
+
 /* m:train([on]) -> m; m:eval() -> m */
 static int m_train(lua_State *L) {
     dpy_module_train(dpy_checkmodule(L, 1), lua_isnoneornil(L, 2) ? 1 : lua_toboolean(L, 2));
@@ -303,7 +327,7 @@ static int n_is_module(lua_State *L) {
 static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"numel", m_numel}, {"get_flat", m_get_flat},
-    {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"train", m_train}, {"eval", m_eval},
+    {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},
     {"load", m_load}, {"free", m_free}, {NULL, NULL}};
 

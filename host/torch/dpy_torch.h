@@ -226,6 +226,11 @@ DPY_API dpy_err dpy_module_param(dpy_tensor **out, const char **name, const dpy_
 DPY_API dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m,
                                     int grads) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat) DPY_NOEXCEPT;
+/* Averaging in place, without a copy of the model: every parameter p becomes
+** self_weight * p + sum_j weights[j] * (its slice of xs[j]), each xs[j] a flat vector of
+** dpy_module_numel values (parameter order, as dpy_module_get_flat). */
+DPY_API dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
+                               const double *weights, size_t n) DPY_NOEXCEPT;
 DPY_API int64_t dpy_module_numel(const dpy_module *m) DPY_NOEXCEPT;
 DPY_API void dpy_module_train(dpy_module *m, int on) DPY_NOEXCEPT;
 DPY_API int dpy_module_is_training(const dpy_module *m) DPY_NOEXCEPT;

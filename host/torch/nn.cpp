@@ -239,6 +239,28 @@ dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat) noexcept {
     });
 }
 
+dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
+                       const double *weights, size_t n) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto params = m->m->parameters();
+        int64_t total = 0;
+        for (const auto &p : params)
+            total += p.numel();
+        for (size_t j = 0; j < n; j++)
+            if (xs[j]->v.dim() != 1 || xs[j]->v.numel() != total)
+                dpy_invalid("mix needs 1-d tensors of " + std::to_string(total) +
+                            " values, got shape " + c10::str(xs[j]->v.sizes()));
+        int64_t off = 0;
+        for (auto &p : params) {   // parameter by parameter: p stays in cache while it mixes
+            p.mul_(self_weight);
+            for (size_t j = 0; j < n; j++)
+                p.add_(xs[j]->v.narrow(0, off, p.numel()).view(p.sizes()), weights[j]);
+            off += p.numel();
+        }
+    });
+}
+
 void dpy_module_train(dpy_module *m, int on) noexcept { m->m->train(on != 0); }
 int dpy_module_is_training(const dpy_module *m) noexcept { return m->m->is_training(); }
 

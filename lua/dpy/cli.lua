@@ -30,11 +30,12 @@ end
 local function decentralized_text(cfg, dir, s)
   local lines = {
     string.format("results in %s", dir),
-    string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s: %.3f s per round",
-                  cfg.nodes, cfg.algorithm, cfg.processes, cfg.processes > 1 and "es" or "",
-                  s.rounds, s.seconds, s.seconds_per_round),
-    string.format("  final test accuracy over %d evaluated node%s: mean %.4f, min %.4f, max %.4f",
-                  s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max),
+    string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s%s", cfg.nodes, cfg.algorithm,
+                  cfg.processes, cfg.processes > 1 and "es" or "", s.rounds, s.seconds,
+                  s.rounds > 0 and string.format(": %.3f s per round", s.seconds_per_round) or ""),
+    s.evaluated > 0 and string.format("  final test accuracy over %d evaluated node%s: mean %.4f, min %.4f, max %.4f",
+                                      s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
+      or "  no node was evaluated",
     string.format("  %.2f MB exchanged per node (sent + received / 2)", s.mb_per_node),
   }
   return table.concat(lines, "\n")
@@ -73,9 +74,10 @@ function M.run(args)
   if cfg.nodes then
     print(decentralized_text(cfg, dir, summary))
     if #summary.failed > 0 then
-      for _, f in ipairs(summary.failed) do
-        io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err))
+      for _, f in ipairs(summary.failed) do   -- the message; the traceback is in the node's log
+        io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
       end
+      io.stderr:write("(tracebacks in ", dir, "/<uid>.log)\n")
       return 1
     end
     return 0

@@ -196,7 +196,7 @@ function M.node_main(cfg, opts)
   end)
   local code = 0
   for _, f in ipairs(failures(results)) do
-    io.stderr:write(string.format("node %d failed: %s\n", f.uid, (f.err:gsub("\n", " | "))))
+    io.stderr:write(string.format("node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
     code = 1
   end
   return code

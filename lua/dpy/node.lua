@@ -175,26 +175,20 @@ function ALGORITHMS.dpsgd(node, r)
   local flat = node.model:get_flat()
   local out = outgoing(node, flat, r)
   if #peers > 0 then send(node, peers, r, out) end
-  local w = graph.metropolis_hastings(g, node.uid)
-  local acc = flat * w[node.uid]
   if out ~= flat then out:free() end
-  flat:free()   -- before the wait: at the barrier every node holds only acc and its sent bytes
-  local kept = 0  -- weight of dropped peers, which stays with this node
+  flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
+  local w = graph.metropolis_hastings(g, node.uid)
+  local got, weights, kept = {}, {}, 0
   for _, v in ipairs(peers) do
     local x = receive(node, v, r)
     if x then
-      acc:add_(x, w[v])
-      x:free()
+      got[#got + 1], weights[#weights + 1] = x, w[v]
     else
-      kept = kept + w[v]
+      kept = kept + w[v]   -- a dropped peer's weight stays with this node
     end
   end
-  if kept > 0 then
-    local own <close> = node.model:get_flat()
-    acc:add_(own, kept)
-  end
-  node.model:set_flat(acc)
-  acc:free()
+  node.model:mix(w[node.uid] + kept, got, weights)   -- in place, no copy of the model
+  for _, x in ipairs(got) do x:free() end
   node.exchange_seconds = host.clock() - t0
   fire(node, "post_exchange", r)
   return loss, secs

@@ -97,6 +97,16 @@ describe("nn containers", function()
     assert.are.same(tensor.zeros(11):totable(), m:grad_flat():totable())
   end)
 
+  it("mixes in place with weighted flat vectors (gossip averaging)", function()
+    local m = nn.linear(2, 1)
+    m:set_flat(tensor.new { 1.0, 2.0, 3.0 })
+    m:mix(0.5, { tensor.new { 3.0, 4.0, 5.0 }, tensor.new { 0.0, 0.0, 10.0 } }, { 0.25, 0.25 })
+    -- 0.5 * {1, 2, 3} + 0.25 * {3, 4, 5} + 0.25 * {0, 0, 10}
+    assert.are.same({ 1.25, 2, 5.25 }, m:get_flat():totable())
+    assert.error_matches(function() m:mix(1, { tensor.zeros(2) }, { 1 }) end, "3 values")
+    assert.error_matches(function() m:mix(1, { tensor.zeros(3) }, {}) end, "one weight per tensor")
+  end)
+
   it("saves and loads its state", function()
     local dir = tmpdir()
     local a, b = nn.linear(3, 3), nn.linear(3, 3)
