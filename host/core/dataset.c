@@ -8,14 +8,6 @@
 #include <string.h>
 #include <zlib.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /*
 ** Reads the whole (possibly gzipped) file, growing the buffer only as bytes actually arrive: a
 ** corrupt header cannot make us allocate what the file does not hold. Caps at limit bytes.
@@ -24,25 +16,25 @@ static int slurp(const char *path, uint8_t **out, size_t *len, size_t limit, cha
                  size_t errlen) {
     gzFile f = gzopen(path, "rb");
     if (!f)
-        return fail(err, errlen, "cannot open %s: %s", path, strerror(errno ? errno : ENOENT));
+        return dpy_fail(err, errlen, "cannot open %s: %s", path, strerror(errno ? errno : ENOENT));
     size_t cap = 1 << 20, n = 0;
     uint8_t *buf = malloc(cap);
     if (!buf) {
         gzclose(f);
-        return fail(err, errlen, "out of memory reading %s", path);
+        return dpy_fail(err, errlen, "out of memory reading %s", path);
     }
     for (;;) {
         if (n == cap) {
             if (cap >= limit) {
                 free(buf);
                 gzclose(f);
-                return fail(err, errlen, "%s: larger than %zu bytes", path, limit);
+                return dpy_fail(err, errlen, "%s: larger than %zu bytes", path, limit);
             }
             uint8_t *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
                 gzclose(f);
-                return fail(err, errlen, "out of memory reading %s", path);
+                return dpy_fail(err, errlen, "out of memory reading %s", path);
             }
             buf = nb;
             cap *= 2;
@@ -52,7 +44,7 @@ static int slurp(const char *path, uint8_t **out, size_t *len, size_t limit, cha
         if (got < 0) {
             int code;
             const char *msg = gzerror(f, &code);
-            fail(err, errlen, "%s: corrupt or unreadable (%s)", path, msg);
+            dpy_fail(err, errlen, "%s: corrupt or unreadable (%s)", path, msg);
             free(buf);
             gzclose(f);
             return -1;
@@ -77,18 +69,18 @@ int dpy_idx_read(const char *path, dpy_idx *out, char *err, size_t errlen) {
         return -1;
     if (n < 4 || buf[0] != 0 || buf[1] != 0) {
         free(buf);
-        return fail(err, errlen, "%s: not an IDX file (bad magic)", path);
+        return dpy_fail(err, errlen, "%s: not an IDX file (bad magic)", path);
     }
     if (buf[2] != 0x08) {
         unsigned type = buf[2];
         free(buf);
-        return fail(err, errlen, "%s: IDX element type 0x%02x is not supported (only unsigned "
+        return dpy_fail(err, errlen, "%s: IDX element type 0x%02x is not supported (only unsigned "
                     "bytes, 0x08)", path, type);
     }
     int ndim = buf[3];
     if (ndim < 1 || ndim > DPY_IDX_MAXDIM || n < 4 + 4 * (size_t)ndim) {
         free(buf);
-        return fail(err, errlen, "%s: bad IDX header (%d dims)", path, ndim);
+        return dpy_fail(err, errlen, "%s: bad IDX header (%d dims)", path, ndim);
     }
     size_t want = 1;
     for (int i = 0; i < ndim; i++) {
@@ -98,13 +90,13 @@ int dpy_idx_read(const char *path, dpy_idx *out, char *err, size_t errlen) {
         want *= d;
         if (want > IDX_LIMIT) {
             free(buf);
-            return fail(err, errlen, "%s: IDX dimensions are too large", path);
+            return dpy_fail(err, errlen, "%s: IDX dimensions are too large", path);
         }
     }
     size_t off = 4 + 4 * (size_t)ndim;
     if (n - off != want) {
         free(buf);
-        return fail(err, errlen, "%s: the header promises %zu bytes of data but the file holds "
+        return dpy_fail(err, errlen, "%s: the header promises %zu bytes of data but the file holds "
                     "%zu (truncated or corrupt)", path, want, n - off);
     }
     memmove(buf, buf + off, want);
@@ -126,7 +118,7 @@ int dpy_cifar_read(const char *path, int label_bytes, int label_index, dpy_cifar
                    char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (label_bytes < 1 || label_bytes > 2 || label_index < 0 || label_index >= label_bytes)
-        return fail(err, errlen, "cifar: bad label layout (%d bytes, index %d)", label_bytes,
+        return dpy_fail(err, errlen, "cifar: bad label layout (%d bytes, index %d)", label_bytes,
                     label_index);
     uint8_t *buf;
     size_t n;
@@ -135,7 +127,7 @@ int dpy_cifar_read(const char *path, int label_bytes, int label_index, dpy_cifar
     size_t rec = (size_t)label_bytes + CIFAR_PIXELS;
     if (n == 0 || n % rec != 0) {
         free(buf);
-        return fail(err, errlen, "%s: %zu bytes is not a whole number of %zu-byte CIFAR records",
+        return dpy_fail(err, errlen, "%s: %zu bytes is not a whole number of %zu-byte CIFAR records",
                     path, n, rec);
     }
     size_t count = n / rec;
@@ -144,7 +136,7 @@ int dpy_cifar_read(const char *path, int label_bytes, int label_index, dpy_cifar
     if (!out->images || !out->labels) {
         free(buf);
         dpy_cifar_free(out);
-        return fail(err, errlen, "out of memory reading %s", path);
+        return dpy_fail(err, errlen, "out of memory reading %s", path);
     }
     for (size_t i = 0; i < count; i++) {
         const uint8_t *r = buf + i * rec;

@@ -39,4 +39,7 @@ int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, 
 /* mkdir -p */
 int dpy_mkdir_p(const char *path, char *err, size_t errlen);
 
+/* Formats a message into err and returns -1: the error path of every function here. */
+int dpy_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dpy_core.h"
 #include "wire.h"
 
 /* Payload bytes, shared by every local receiver of one send (no copy per receiver). */
@@ -88,14 +89,6 @@ static struct timespec at(double t) {
     ts.tv_sec = (time_t)t;
     ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
     return ts;
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static void reject(dpy_fabric *f, const char *why) {
@@ -295,7 +288,7 @@ static int send_remote(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16
     pthread_mutex_unlock(&pe->write_mu);
     if (rc != 0) {
         mark_dead(f, p);
-        return fail(err, errlen, "node %u's process %d is unreachable: %s", receiver, p,
+        return dpy_fail(err, errlen, "node %u's process %d is unreachable: %s", receiver, p,
                     errno ? strerror(errno) : "not connected");
     }
     return 0;
@@ -305,14 +298,14 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
                          uint16_t channel, uint32_t round, const void *data, size_t len,
                          char *err, size_t errlen) {
     if (!is_local(f, sender))
-        return fail(err, errlen, "node %u is not hosted by this process", sender);
+        return dpy_fail(err, errlen, "node %u is not hosted by this process", sender);
     if (channel >= DPY_MAX_CHANNELS)
-        return fail(err, errlen, "channel %u out of range (0..%d)", channel, DPY_MAX_CHANNELS - 1);
+        return dpy_fail(err, errlen, "channel %u out of range (0..%d)", channel, DPY_MAX_CHANNELS - 1);
     if (len > f->o.max_payload)
-        return fail(err, errlen, "payload of %zu bytes exceeds the limit of %u", len, f->o.max_payload);
+        return dpy_fail(err, errlen, "payload of %zu bytes exceeds the limit of %u", len, f->o.max_payload);
     for (size_t i = 0; i < n; i++)
         if (receivers[i] >= f->o.nodes)
-            return fail(err, errlen, "no node %u (the run has %u)", receivers[i], f->o.nodes);
+            return dpy_fail(err, errlen, "no node %u (the run has %u)", receivers[i], f->o.nodes);
     payload *shared = NULL;   /* one copy of the bytes for every local receiver */
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -337,13 +330,13 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
             if (!shared) {
                 shared = new_payload(len, 1);   /* the sender's own reference, dropped below */
                 if (!shared)
-                    return fail(err, errlen, "out of memory queueing %zu bytes", len);
+                    return dpy_fail(err, errlen, "out of memory queueing %zu bytes", len);
                 if (len)
                     memcpy(shared->data, data, len);
             }
             msg *m = new_msg(sender, channel, round, shared);
             if (!m) {
-                rc = fail(err, errlen, "out of memory queueing a message");
+                rc = dpy_fail(err, errlen, "out of memory queueing a message");
                 break;
             }
             atomic_fetch_add(&shared->refs, 1);
@@ -459,18 +452,18 @@ static int parse_address(const char *addr, char *host, size_t hostlen, char *por
 static int open_socket(const char *addr, int listening, char *err, size_t errlen) {
     char host[256], port[32];
     if (parse_address(addr, host, sizeof host, port, sizeof port) != 0)
-        return fail(err, errlen, "'%s' is not host:port", addr);
+        return dpy_fail(err, errlen, "'%s' is not host:port", addr);
     struct addrinfo hints, *res;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(host, port, &hints, &res);
     if (gai != 0)
-        return fail(err, errlen, "%s: %s", addr, gai_strerror(gai));
+        return dpy_fail(err, errlen, "%s: %s", addr, gai_strerror(gai));
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         freeaddrinfo(res);
-        return fail(err, errlen, "socket: %s", strerror(errno));
+        return dpy_fail(err, errlen, "socket: %s", strerror(errno));
     }
     int one = 1;
     int rc;
@@ -485,7 +478,7 @@ static int open_socket(const char *addr, int listening, char *err, size_t errlen
     }
     freeaddrinfo(res);
     if (rc != 0) {
-        fail(err, errlen, "%s %s: %s", listening ? "listen on" : "connect to", addr, strerror(errno));
+        dpy_fail(err, errlen, "%s %s: %s", listening ? "listen on" : "connect to", addr, strerror(errno));
         close(fd);
         return -1;
     }
@@ -668,7 +661,7 @@ static int start_tcp(dpy_fabric *f, char *err, size_t errlen) {
         return -1;
     f->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (f->epfd < 0 || pipe2(f->wake, O_CLOEXEC) != 0)
-        return fail(err, errlen, "epoll: %s", strerror(errno));
+        return dpy_fail(err, errlen, "epoll: %s", strerror(errno));
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &f->listen_fd};
     epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->listen_fd, &ev);
     struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &f->wake};
@@ -679,7 +672,7 @@ static int start_tcp(dpy_fabric *f, char *err, size_t errlen) {
         char cerr[256];
         while ((fd = open_socket(o->addresses[p], 0, cerr, sizeof cerr)) < 0) {
             if (now() > deadline)
-                return fail(err, errlen, "process %d at %s did not answer within %.0f s (%s)", p,
+                return dpy_fail(err, errlen, "process %d at %s did not answer within %.0f s (%s)", p,
                             o->addresses[p], o->connect_timeout, cerr);
             usleep(50000);
         }
@@ -689,7 +682,7 @@ static int start_tcp(dpy_fabric *f, char *err, size_t errlen) {
         dpy_wire_encode(hdr, &h);
         if (send_all(fd, hdr, NULL, 0) != 0) {
             close(fd);
-            return fail(err, errlen, "hello to process %d: %s", p, strerror(errno));
+            return dpy_fail(err, errlen, "hello to process %d: %s", p, strerror(errno));
         }
         f->peers[p].fd = fd;
         f->peers[p].alive = 1;
@@ -697,7 +690,7 @@ static int start_tcp(dpy_fabric *f, char *err, size_t errlen) {
         add_conn(f, fd, p);
     }
     if (pthread_create(&f->io, NULL, io_main, f) != 0)
-        return fail(err, errlen, "cannot start the I/O thread");
+        return dpy_fail(err, errlen, "cannot start the I/O thread");
     f->io_started = 1;
     pthread_mutex_lock(&f->mu);
     while (f->connected < o->processes - 1 && now() < deadline) {
@@ -711,7 +704,7 @@ static int start_tcp(dpy_fabric *f, char *err, size_t errlen) {
         for (int p = 0; p < o->processes; p++)
             if (p != o->process && !dpy_fabric_alive(f, p))
                 snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %d", p);
-        return fail(err, errlen, "start barrier: processes%s did not connect within %.0f s",
+        return dpy_fail(err, errlen, "start barrier: processes%s did not connect within %.0f s",
                     missing, o->connect_timeout);
     }
     return 0;
@@ -730,17 +723,17 @@ static void init_cond(pthread_cond_t *cv) {
 int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen) {
     *out = NULL;
     if (o->nodes == 0 || o->processes < 1 || o->process < 0 || o->process >= o->processes)
-        return fail(err, errlen, "bad fabric layout (%u nodes, process %d of %d)", o->nodes,
+        return dpy_fail(err, errlen, "bad fabric layout (%u nodes, process %d of %d)", o->nodes,
                     o->process, o->processes);
     if (o->processes > 1 && !o->addresses)
-        return fail(err, errlen, "%d processes need tcp addresses", o->processes);
+        return dpy_fail(err, errlen, "%d processes need tcp addresses", o->processes);
     for (uint32_t u = 0; u < o->nodes; u++)
         if (o->node_process[u] < 0 || o->node_process[u] >= o->processes)
-            return fail(err, errlen, "node %u is mapped to process %d of %d", u,
+            return dpy_fail(err, errlen, "node %u is mapped to process %d of %d", u,
                         o->node_process[u], o->processes);
     dpy_fabric *f = calloc(1, sizeof *f);
     if (!f)
-        return fail(err, errlen, "out of memory");
+        return dpy_fail(err, errlen, "out of memory");
     f->o = *o;
     f->listen_fd = f->epfd = f->wake[0] = f->wake[1] = -1;
     f->rng = o->fault_seed;
@@ -754,7 +747,7 @@ int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_
         free(f->inboxes);
         free(f->peers);
         free(f);
-        return fail(err, errlen, "out of memory");
+        return dpy_fail(err, errlen, "out of memory");
     }
     memcpy(f->node_process, o->node_process, o->nodes * sizeof *f->node_process);
     f->o.node_process = f->node_process;
