@@ -78,8 +78,8 @@ function M.star(n, center)
   return finish(g)
 end
 
---- graph.regular(n, d, seed): a random d-regular graph (pairing model, redrawn until simple and
--- connected)
+--- graph.regular(n, d, seed): a random d-regular graph (half-edges paired at random, redrawn until
+-- simple and connected)
 function M.regular(n, d, seed)
   check_n(n, "regular")
   options.check_type(d, "integer", "regular: degree", 2)
@@ -89,27 +89,24 @@ function M.regular(n, d, seed)
   local rng = random.new(seed or 0)
   for _ = 1, 1000 do
     local g, ok = new(n), true
-    local stubs = {}
+    local ends = {}   -- d half-edges per node, paired at random
     for u = 0, n - 1 do
-      for _ = 1, d do stubs[#stubs + 1] = u end
+      for _ = 1, d do ends[#ends + 1] = u end
     end
-    rng:shuffle(stubs)
-    -- pair stubs greedily, re-drawing a partner when it would make a loop or a double edge
-    while #stubs > 0 and ok do
-      local u = table.remove(stubs)
-      local placed = false
-      for tries = 1, 50 do
-        local j = rng:int(#stubs) + 1
-        local v = stubs[j]
-        if v ~= u and add_edge(g, u, v) then
-          stubs[j] = stubs[#stubs]
-          stubs[#stubs] = nil
-          placed = true
+    rng:shuffle(ends)
+    -- pair greedily, re-drawing a partner when it would make a loop or a double edge
+    while #ends > 0 and ok do
+      local u = table.remove(ends)
+      ok = false
+      for _ = 1, 50 do
+        local j = rng:int(#ends) + 1
+        if ends[j] ~= u and add_edge(g, u, ends[j]) then
+          ends[j] = ends[#ends]
+          ends[#ends] = nil
+          ok = true
           break
         end
-        if tries == 50 then break end
       end
-      ok = placed
     end
     if ok and M.connected(finish(g)) then return g end
   end
