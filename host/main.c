@@ -239,7 +239,13 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
 ** gradients). With glibc's defaults those above the mmap threshold are mapped and unmapped each
 ** time, and the page faults cost more than the arithmetic (3x slower steps, measured in bench/).
 ** Keep them in the heap instead, and give memory back to the system only past 256 MiB free.
+** (For glibc, in sanitizer builds; the normal build links jemalloc, configured below.)
 */
+#ifdef DPY_JEMALLOC
+/* jemalloc reads this at start: keep freed pages instead of returning them to the system. */
+const char *malloc_conf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+#endif
+
 static void tune_malloc(void) {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
