@@ -133,7 +133,6 @@ static void deliver(dpy_fabric *f, uint32_t receiver, msg *m) {
     while (*p)
         p = &(*p)->next;
     *p = m;
-    count(&in->traffic[m->channel < DPY_MAX_CHANNELS ? m->channel : DPY_MAX_CHANNELS - 1], 0, m->p->len);
     pthread_cond_broadcast(&in->cv);
     pthread_mutex_unlock(&in->mu);
 }
@@ -376,6 +375,8 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
             if (m->round == round) {
                 if (m->deliver_at <= t) {
                     *p = m->next;
+                    /* counted when taken, so a round's bytes are that round's messages */
+                    count(&in->traffic[channel], 0, m->p->len);
                     pthread_mutex_unlock(&in->mu);
                     *len = m->p->len;
                     *data = m->p->data;   /* no copy: dpy_fabric_release drops the reference */

@@ -63,7 +63,8 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
 /* Frees a payload returned by dpy_fabric_recv (NULL-safe). */
 void dpy_fabric_release(void *data);
 
-/* Traffic of a local node on a channel (channel >= DPY_MAX_CHANNELS: all channels). */
+/* Traffic of a local node on a channel (channel >= DPY_MAX_CHANNELS: all channels): what it sent,
+** and what it received (messages it took with dpy_fabric_recv). */
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out);
 /* Packets rejected by this process's checks, and the reason of the last one ("" if none). */
 uint64_t dpy_fabric_rejected(dpy_fabric *f, char *last, size_t len);
