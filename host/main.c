@@ -103,14 +103,13 @@ static const char *find_lua_dir(char *buf, size_t len) {
     return NULL;
 }
 
-static void print_version(lua_State *L) {
+static void print_version(void) {
     int devices = dpy_torch_cuda_count();
     printf("dpy-lua %s\n%s\nlibtorch %s\ndevices: cpu (%d threads)", DPY_VERSION, LUA_RELEASE,
            dpy_torch_version(), dpy_torch_num_threads());
     for (int i = 0; i < devices; i++)
         printf(", cuda:%d", i);
     printf("\n");
-    (void)L;
 }
 
 /* arg table as lua.c's createargtable: script at 0, its arguments 1.., options below 0. */
@@ -125,9 +124,13 @@ static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
     lua_setglobal(L, "arg");
 }
 
+/* Runs a chunk that luaL_load* left on the stack, or reports why it did not load. */
 static int run_chunk(lua_State *L, int status) {
-    return status == LUA_OK ? docall(L, 0, 0) : (fprintf(stderr, "dpy-lua: %s\n",
-                                                         lua_tostring(L, -1)), lua_pop(L, 1), status);
+    if (status == LUA_OK)
+        return docall(L, 0, 0);
+    fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return status;
 }
 
 static int run_script(lua_State *L, char **argv, int argc, int script) {
@@ -200,7 +203,7 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
     script = i < argc ? i : 0;
     create_arg_table(L, argv, argc, script ? script : argc);
     if (version)
-        print_version(L);
+        print_version();
     /* -e and -l, in order */
     for (int j = 1; j < (script ? script : argc); j++) {
         if (strcmp(argv[j], "-e") == 0) {

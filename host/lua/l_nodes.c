@@ -485,9 +485,8 @@ static endpoint_box *checkep(lua_State *L, int arg) {
     return luaL_checkudata(L, arg, ENDPOINT_MT);
 }
 
-static uint32_t checkuid(lua_State *L, int arg, group *g) {
+static uint32_t checkuid(lua_State *L, int arg) {
     lua_Integer u = luaL_checkinteger(L, arg);
-    (void)g;
     luaL_argcheck(L, u >= 0 && u <= UINT32_MAX, arg, "not a node uid");
     return (uint32_t)u;
 }
@@ -511,11 +510,11 @@ static int e_send(lua_State *L) {
     if (lua_istable(L, 2)) {
         for (size_t i = 0; i < n; i++) {
             lua_geti(L, 2, (lua_Integer)i + 1);
-            to[i] = checkuid(L, -1, e->g);
+            to[i] = checkuid(L, -1);
             lua_pop(L, 1);
         }
     } else {
-        to[0] = checkuid(L, 2, e->g);
+        to[0] = checkuid(L, 2);
     }
     const void *data;
     size_t len;
@@ -546,7 +545,7 @@ static int e_send(lua_State *L) {
 */
 static int e_recv(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
-    uint32_t from = checkuid(L, 2, e->g);
+    uint32_t from = checkuid(L, 2);
     lua_Integer channel = luaL_checkinteger(L, 3);
     lua_Integer round = luaL_checkinteger(L, 4);
     double timeout = luaL_optnumber(L, 5, -1);

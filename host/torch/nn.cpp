@@ -220,17 +220,23 @@ dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m, int grads) no
     });
 }
 
+// Raises unless t is a flat vector of every parameter's values (what get_flat returns).
+static void check_flat(const std::vector<torch::Tensor> &params, const torch::Tensor &t,
+                       const char *what) {
+    int64_t total = 0;
+    for (const auto &p : params)
+        total += p.numel();
+    if (t.dim() != 1 || t.numel() != total)
+        dpy_invalid(std::string(what) + " needs 1-d tensors of " + std::to_string(total) +
+                    " values, got shape " + c10::str(t.sizes()));
+}
+
 dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat) noexcept {
     return dpy_guard([&] {
         torch::NoGradGuard no_grad;
         auto params = m->m->parameters();
-        int64_t total = 0;
-        for (const auto &p : params)
-            total += p.numel();
         const auto &f = flat->v;
-        if (f.dim() != 1 || f.numel() != total)
-            dpy_invalid("set_flat needs a 1-d tensor of " + std::to_string(total) +
-                        " values, got shape " + c10::str(f.sizes()));
+        check_flat(params, f, "set_flat");
         int64_t off = 0;
         for (auto &p : params) {
             p.copy_(f.narrow(0, off, p.numel()).view(p.sizes()));
@@ -244,13 +250,8 @@ dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *cons
     return dpy_guard([&] {
         torch::NoGradGuard no_grad;
         auto params = m->m->parameters();
-        int64_t total = 0;
-        for (const auto &p : params)
-            total += p.numel();
         for (size_t j = 0; j < n; j++)
-            if (xs[j]->v.dim() != 1 || xs[j]->v.numel() != total)
-                dpy_invalid("mix needs 1-d tensors of " + std::to_string(total) +
-                            " values, got shape " + c10::str(xs[j]->v.sizes()));
+            check_flat(params, xs[j]->v, "mix");
         int64_t off = 0;
         for (auto &p : params) {   // parameter by parameter: p stays in cache while it mixes
             p.mul_(self_weight);

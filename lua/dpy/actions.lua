@@ -6,7 +6,6 @@
 -- before it is sent), write node.metrics.
 -- A config names actions in a list: "name" (lua/dpy/actions/<name>.lua), "path/to/file.lua", or
 -- { "name or path", option = value, ... }.
-local registry = require "dpy.registry"
 
 local M = {}
 
@@ -61,5 +60,4 @@ function M.load(list, node)
   return handlers
 end
 
-M.register = registry.register
 return M
