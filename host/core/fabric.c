@@ -361,6 +361,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
     for (;;) {
         double wake = deadline;
         double t = now();
+        int pending = 0;   /* a delayed message of this round: it arrives even if its sender left */
         for (msg **p = &in->head; *p;) {
             msg *m = *p;
             if (m->channel != channel || m->sender != sender) {
@@ -385,10 +386,13 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
                 }
                 if (wake < 0 || m->deliver_at < wake)
                     wake = m->deliver_at;
+                pending = 1;
             }
             p = &m->next;
         }
-        if (sender_process < 0 || !dpy_fabric_alive(f, sender_process) || node_gone(f, sender)) {
+        int dead = sender_process < 0 || !dpy_fabric_alive(f, sender_process) ||
+                   node_gone(f, sender);
+        if (dead && !pending) {
             pthread_mutex_unlock(&in->mu);
             return DPY_RECV_DEAD;
         }

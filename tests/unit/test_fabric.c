@@ -83,6 +83,11 @@ static void test_faults(void) {
     x = 42;
     CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &x, sizeof x, err, sizeof err) == 0);
     CHECK(recv_int(f, 1, 0, 1, 1.0, &v) == DPY_RECV_OK && v == 42);
+    /* a sender that finished right after sending: its delayed message still arrives */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 2, &x, sizeof x, err, sizeof err) == 0);
+    dpy_fabric_node_gone(f, 0);
+    CHECK(recv_int(f, 1, 0, 2, 1.0, &v) == DPY_RECV_OK && v == 42);
+    CHECK(recv_int(f, 1, 0, 3, 1.0, &v) == DPY_RECV_DEAD);
     dpy_fabric_close(f);
 }
 
