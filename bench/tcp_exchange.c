@@ -58,10 +58,10 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf) 
         size_t len;
         if (proc == 0) {
             dpy_fabric_send(f, me, other, 0, (uint32_t)i, buf, size, err, sizeof err);
-            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len) != DPY_RECV_OK)
+            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len, NULL) != DPY_RECV_OK)
                 exit(1);
         } else {
-            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len) != DPY_RECV_OK)
+            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len, NULL) != DPY_RECV_OK)
                 exit(1);
             dpy_fabric_send(f, me, other, 0, (uint32_t)i, buf, 4, err, sizeof err);
         }

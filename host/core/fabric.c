@@ -32,7 +32,7 @@ typedef struct {
 
 typedef struct msg {
     struct msg *next;
-    uint32_t sender, round;
+    uint32_t sender, round, encoding;
     uint16_t channel;
     double deliver_at;              /* monotonic seconds (a mock delay); 0: at once */
     payload *p;
@@ -233,12 +233,14 @@ static void free_msg(msg *m) {
     free(m);
 }
 
-static msg *new_msg(uint32_t sender, uint16_t channel, uint32_t round, payload *p) {
+static msg *new_msg(uint32_t sender, uint16_t channel, uint32_t round, uint32_t encoding,
+                    payload *p) {
     msg *m = malloc(sizeof *m);
     if (m) {
         m->sender = sender;
         m->channel = channel;
         m->round = round;
+        m->encoding = encoding;
         m->deliver_at = 0;
         m->p = p;
     }
@@ -247,7 +249,7 @@ static msg *new_msg(uint32_t sender, uint16_t channel, uint32_t round, payload *
 
 int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen) {
-    return dpy_fabric_send_many(f, sender, &receiver, 1, channel, round, data, len, err, errlen);
+    return dpy_fabric_send_many(f, sender, &receiver, 1, channel, round, 0, data, len, err, errlen);
 }
 
 /* What fault injection decided for one message. */
@@ -269,12 +271,12 @@ static fate decide(dpy_fabric *f, size_t len) {
 }
 
 static int send_remote(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
-                       uint32_t round, const void *data, size_t len, fate d, char *err,
-                       size_t errlen) {
+                       uint32_t round, uint32_t encoding, const void *data, size_t len, fate d,
+                       char *err, size_t errlen) {
     int p = f->node_process[receiver];
     dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = sender,
                     .receiver = receiver, .round = round, .length = (uint32_t)len,
-                    .checksum = dpy_wire_checksum(data, len)};
+                    .checksum = dpy_wire_checksum(data, len), .encoding = encoding};
     uint8_t hdr[DPY_WIRE_HEADER];
     dpy_wire_encode(hdr, &h);
     if (d.corrupt)
@@ -294,8 +296,8 @@ static int send_remote(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16
 }
 
 int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
-                         uint16_t channel, uint32_t round, const void *data, size_t len,
-                         char *err, size_t errlen) {
+                         uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
+                         size_t len, char *err, size_t errlen) {
     if (!is_local(f, sender))
         return dpy_fail(err, errlen, "node %u is not hosted by this process", sender);
     if (channel >= DPY_MAX_CHANNELS)
@@ -316,7 +318,8 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
         pthread_mutex_unlock(&own->mu);
         if (!is_local(f, receiver)) {
             if (d.copies > 0)
-                rc = send_remote(f, sender, receiver, channel, round, data, len, d, err, errlen);
+                rc = send_remote(f, sender, receiver, channel, round, encoding, data, len, d, err,
+                                 errlen);
             continue;
         }
         for (int c = 0; c < d.copies; c++) {
@@ -333,7 +336,7 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
                 if (len)
                     memcpy(shared->data, data, len);
             }
-            msg *m = new_msg(sender, channel, round, shared);
+            msg *m = new_msg(sender, channel, round, encoding, shared);
             if (!m) {
                 rc = dpy_fail(err, errlen, "out of memory queueing a message");
                 break;
@@ -351,7 +354,7 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
 
 dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sender,
                                 uint16_t channel, uint32_t round, double timeout,
-                                void **data, size_t *len) {
+                                void **data, size_t *len, uint32_t *encoding) {
     *data = NULL;
     *len = 0;
     inbox *in = &f->inboxes[receiver];
@@ -381,6 +384,8 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
                     pthread_mutex_unlock(&in->mu);
                     *len = m->p->len;
                     *data = m->p->data;   /* no copy: dpy_fabric_release drops the reference */
+                    if (encoding)
+                        *encoding = m->encoding;
                     free(m);
                     return DPY_RECV_OK;
                 }
@@ -575,7 +580,7 @@ static int on_packet(dpy_fabric *f, conn *c) {
         reject(f, why);
         return 0;
     }
-    msg *m = new_msg(h->sender, h->channel, h->round, pl);
+    msg *m = new_msg(h->sender, h->channel, h->round, h->encoding, pl);
     if (!m) {
         free(pl);
         reject(f, "out of memory for a message");

@@ -46,19 +46,20 @@ void dpy_fabric_close(dpy_fabric *f);
 int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen);
 
-/* The same bytes to several receivers: one copy is shared by all the local ones. */
+/* The same bytes to several receivers: one copy is shared by all the local ones. encoding says
+** how the payload was encoded (see wire.h); the receiver gets it back from dpy_fabric_recv. */
 int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
-                         uint16_t channel, uint32_t round, const void *data, size_t len,
-                         char *err, size_t errlen);
+                         uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
+                         size_t len, char *err, size_t errlen);
 
 /* Waits up to timeout seconds (< 0: forever) for the message (channel, round) from sender to the
-** local node receiver. On DPY_RECV_OK *data and *len hold it; give it back with
-** dpy_fabric_release.
+** local node receiver. On DPY_RECV_OK *data and *len hold it (and *encoding, when not NULL, the
+** sender's encoding); give it back with dpy_fabric_release.
 ** DPY_RECV_DEAD: the sender's process is gone. Messages of earlier rounds on that channel from
 ** that sender are discarded as stale. */
 dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sender,
                                 uint16_t channel, uint32_t round, double timeout,
-                                void **data, size_t *len);
+                                void **data, size_t *len, uint32_t *encoding);
 
 /* Frees a payload returned by dpy_fabric_recv (NULL-safe). */
 void dpy_fabric_release(void *data);

@@ -4,12 +4,7 @@
 #include <stdio.h>
 #include <xxhash.h>
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
-static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p) { return get16(p) | (uint32_t)get16(p + 2) << 16; }
-static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+#include "bytes.h"
 
 void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h) {
     put32(out, DPY_WIRE_MAGIC);
@@ -22,7 +17,7 @@ void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h) {
     put32(out + 24, h->round);
     put32(out + 28, h->length);
     put32(out + 32, h->checksum);
-    put32(out + 36, 0);
+    put32(out + 36, h->encoding);
 }
 
 int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t run_id,
@@ -45,6 +40,7 @@ int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t r
     h->round = get32(in + 24);
     h->length = get32(in + 28);
     h->checksum = get32(in + 32);
+    h->encoding = get32(in + 36);
     if (h->run_id != run_id) {
         snprintf(why, whylen, "run id %016llx is not this run's %016llx",
                  (unsigned long long)h->run_id, (unsigned long long)run_id);

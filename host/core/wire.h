@@ -2,7 +2,8 @@
 ** wire.h: the packet format between nodes. A packet is a fixed 40-byte header, little-endian,
 ** then `length` payload bytes:
 **   0 magic "DPYL"  4 version  5 flags  6 channel  8 run id  16 sender  20 receiver
-**  24 round  28 length  32 checksum of the payload (XXH3, low 32 bits)  36 reserved (0)
+**  24 round  28 length  32 checksum of the payload (XXH3, low 32 bits)
+**  36 encoding: which transform chain encoded the payload (0: raw values)
 ** The receiver checks every header field before it trusts any, and the checksum before it hands
 ** the payload on.
 */
@@ -21,7 +22,7 @@ typedef struct {
     uint8_t version, flags;
     uint16_t channel;
     uint64_t run_id;
-    uint32_t sender, receiver, round, length, checksum;
+    uint32_t sender, receiver, round, length, checksum, encoding;
 } dpy_header;
 
 void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h);

@@ -497,14 +497,17 @@ static int e_uid(lua_State *L) {
     return 1;
 }
 
-/* ep:send(to | {to, ...}, channel, round, tensor | string) -> true | nil, err
-** Several receivers share one copy of the bytes. */
+/* ep:send(to | {to, ...}, channel, round, tensor | string [, encoding]) -> true | nil, err
+** Several receivers share one copy of the bytes; encoding (a 32-bit id, 0 by default) names the
+** transform chain that encoded them. */
 static int e_send(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
     lua_Integer channel = luaL_checkinteger(L, 3);
     lua_Integer round = luaL_checkinteger(L, 4);
     luaL_argcheck(L, channel >= 0 && channel < DPY_MAX_CHANNELS, 3, "channel out of range");
     luaL_argcheck(L, round >= 0 && round <= UINT32_MAX, 4, "round out of range");
+    lua_Integer encoding = luaL_optinteger(L, 6, 0);
+    luaL_argcheck(L, encoding >= 0 && encoding <= UINT32_MAX, 6, "encoding out of range");
     size_t n = lua_istable(L, 2) ? (size_t)luaL_len(L, 2) : 1;
     uint32_t *to = lua_newuserdatauv(L, (n ? n : 1) * sizeof *to, 0);
     if (lua_istable(L, 2)) {
@@ -530,7 +533,8 @@ static int e_send(lua_State *L) {
     }
     char err[320];
     if (dpy_fabric_send_many(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
-                             (uint32_t)round, data, len, err, sizeof err) != 0) {
+                             (uint32_t)round, (uint32_t)encoding, data, len, err,
+                             sizeof err) != 0) {
         luaL_pushfail(L);
         lua_pushstring(L, err);
         return 2;
@@ -541,7 +545,8 @@ static int e_send(lua_State *L) {
 
 /*
 ** ep:recv(from, channel, round [, timeout [, dtype]]) -> a read-only 1-d tensor of dtype over the
-** received bytes (no copy), or a string when no dtype is given | nil, "timeout" | "dead"
+** received bytes (no copy), or a string when no dtype is given, and the sender's encoding
+** | nil, "timeout" | "dead"
 */
 static int e_recv(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -555,8 +560,9 @@ static int e_recv(lua_State *L) {
     dpy_tensor_box *b = as_tensor ? dpy_newtensor(L) : NULL;   /* before anything is held */
     void *data;
     size_t len;
+    uint32_t encoding;
     dpy_recv_status s = dpy_fabric_recv(e->g->fabric, e->node->uid, from, (uint16_t)channel,
-                                        (uint32_t)round, timeout, &data, &len);
+                                        (uint32_t)round, timeout, &data, &len, &encoding);
     if (s != DPY_RECV_OK) {
         luaL_pushfail(L);
         lua_pushstring(L, s == DPY_RECV_DEAD ? "dead" : "timeout");
@@ -565,7 +571,8 @@ static int e_recv(lua_State *L) {
     if (!as_tensor) {
         lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
         dpy_fabric_release(data);
-        return 1;
+        lua_pushinteger(L, encoding);
+        return 2;
     }
     size_t es = dpy_dtype_size(dtype);
     if (len % es != 0) {
@@ -582,7 +589,8 @@ static int e_recv(lua_State *L) {
     }
     b->flags = DPY_TF_READONLY;   /* other local receivers share these bytes */
     dpy_tensor_filled(L, b);
-    return 1;
+    lua_pushinteger(L, encoding);
+    return 2;
 }
 
 /* ep:traffic([channel]) -> { sent_msgs, sent_payload, sent_header, recv_msgs, recv_payload,

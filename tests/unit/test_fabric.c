@@ -26,7 +26,7 @@ static int recv_int(dpy_fabric *f, uint32_t to, uint32_t from, uint32_t round, d
                     int *value) {
     void *data;
     size_t len;
-    dpy_recv_status s = dpy_fabric_recv(f, to, from, 0, round, timeout, &data, &len);
+    dpy_recv_status s = dpy_fabric_recv(f, to, from, 0, round, timeout, &data, &len, NULL);
     if (s == DPY_RECV_OK) {
         CHECK(len == sizeof(int));
         memcpy(value, data, sizeof(int));
@@ -131,11 +131,14 @@ static void test_tcp(void) {
     static int big[100000];
     for (int i = 0; i < 100000; i++)
         big[i] = i;
-    CHECK(dpy_fabric_send(p[0].f, 0, 1, 0, 1, big, sizeof big, err, sizeof err) == 0);
+    uint32_t to = 1, encoding = 0;
+    CHECK(dpy_fabric_send_many(p[0].f, 0, &to, 1, 0, 1, 0xC0DEu, big, sizeof big, err,
+                               sizeof err) == 0);
     void *data;
     size_t len;
-    CHECK(dpy_fabric_recv(p[1].f, 1, 0, 0, 1, 5, &data, &len) == DPY_RECV_OK);
+    CHECK(dpy_fabric_recv(p[1].f, 1, 0, 0, 1, 5, &data, &len, &encoding) == DPY_RECV_OK);
     CHECK(len == sizeof big && memcmp(data, big, len) == 0);
+    CHECK(encoding == 0xC0DEu);   /* the header carries the sender's encoding */
     dpy_fabric_release(data);
     int x = 3, v = 0;
     CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, 1, &x, sizeof x, err, sizeof err) == 0);
