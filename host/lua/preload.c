@@ -9,6 +9,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.data.core", luaopen_dpy_data_core},
     {"dpy.host.core", luaopen_dpy_host_core},
     {"dpy.nodes.core", luaopen_dpy_nodes_core},
+    {"dpy.codec.core", luaopen_dpy_codec_core},
     {NULL, NULL}};
 
 void dpy_preload_bindings(lua_State *L) {

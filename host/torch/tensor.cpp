@@ -357,11 +357,18 @@ dpy_err dpy_tensor_unary(dpy_tensor **out, dpy_unary_op op, const dpy_tensor *a)
     });
 }
 
+// An integral alpha as an integer Scalar: integer tensors refuse a floating one.
+static c10::Scalar alpha_of(double alpha) {
+    if (alpha == (double)(int64_t)alpha)
+        return c10::Scalar((int64_t)alpha);
+    return c10::Scalar(alpha);
+}
+
 static torch::Tensor binary(dpy_binary_op op, const torch::Tensor &x, const torch::Tensor &y,
                             double alpha) {
     switch (op) {
-    case DPY_ADD: return torch::add(x, y, alpha);
-    case DPY_SUB: return torch::sub(x, y, alpha);
+    case DPY_ADD: return torch::add(x, y, alpha_of(alpha));
+    case DPY_SUB: return torch::sub(x, y, alpha_of(alpha));
     case DPY_MUL: return torch::mul(x, y);
     case DPY_DIV: return torch::div(x, y);
     case DPY_REM: return torch::remainder(x, y);   // floored, as Lua's %
@@ -382,8 +389,8 @@ static torch::Tensor binary(dpy_binary_op op, const torch::Tensor &x, const torc
 static void binary_inplace(dpy_binary_op op, torch::Tensor &x, const torch::Tensor &y,
                            double alpha) {
     switch (op) {
-    case DPY_ADD: x.add_(y, alpha); break;
-    case DPY_SUB: x.sub_(y, alpha); break;
+    case DPY_ADD: x.add_(y, alpha_of(alpha)); break;
+    case DPY_SUB: x.sub_(y, alpha_of(alpha)); break;
     case DPY_MUL: x.mul_(y); break;
     case DPY_DIV: x.div_(y); break;
     case DPY_COPY: x.copy_(y); break;

@@ -7,6 +7,8 @@ local options = require "dpy.options"
 require "dpy.components"
 require "dpy.graph"
 require "dpy.partition"
+require "dpy.sharing"
+require "dpy.transforms"
 
 local M = {}
 
@@ -54,6 +56,10 @@ M.SCHEMA = {
   port = { type = "integer", min = 1024, doc = "first tcp port (default: derived from the run id)" },
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }" },
+  sharing = { kind = "sharing", default = "average",
+              doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
+  transforms = { type = "table", default = {}, chain = true,
+                 doc = "state transforms applied in order to every shared vector, undone in reverse" },
 }
 
 local SAFE = {
@@ -76,6 +82,10 @@ function M.check(key, value)
   if got ~= s.type and not (s.type == "number" and type(value) == "number") then
     return string.format("config key '%s' must be a%s %s, got %s", key,
                          s.type:match("^[aeiou]") and "n" or "", s.type, got)
+  end
+  if s.chain then
+    local ok, err = pcall(require("dpy.transforms").chain, value)
+    return not ok and err or nil
   end
   if s.min and value < s.min then
     return string.format("config key '%s' must be >= %s, got %s", key, s.min, value)

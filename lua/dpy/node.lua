@@ -18,10 +18,13 @@ local graph = require "dpy.graph"
 local random = require "dpy.random"
 local host = require "dpy.host.core"
 local actions = require "dpy.actions"
+local transforms = require "dpy.transforms"
+require "dpy.sharing"
 
 local M = {}
 
 local MODEL = 0   -- channel of model (and gradient) vectors
+local COUNT = 1   -- fedavg: a client's sample count, beside its model
 
 local function split_lines(s)
   local out = {}
@@ -63,7 +66,11 @@ function M.build(ep, args)
                                  loader = node.loader, loss = cfg.loss, task = node.task }
     node.local_steps = cfg.local_epochs and cfg.local_epochs * #node.loader or cfg.local_steps
   end
-  if cfg.algorithm == "dpsgd" then node.graph = layout.load_graph(dir) end
+  if cfg.algorithm == "dpsgd" then
+    node.graph = layout.load_graph(dir)
+    node.sharing = registry.build("sharing", cfg.sharing)
+  end
+  node.chain = transforms.chain(cfg.transforms)
   if cfg.test_samples then node.test_indices = tensor.arange(math.min(cfg.test_samples, data.size(node.test_set))) end
   node.evaluates = M.evaluates(cfg, uid)
   node.outgoing = {}          -- functions(flat, node, round) -> flat applied before sending
@@ -110,12 +117,31 @@ end
 
 -- {==== exchange helpers ====}
 
--- Receives from peer for round r, or handles its failure per on_peer_failure: returns the tensor,
--- or nil when the peer is dropped ("continue").
+-- Decodes a received payload; nil and a log line when it was encoded by another chain or is
+-- malformed (the message is dropped; the peer stays).
+local function decode(node, peer, r, x, encoding)
+  local chain, why = node.chain, nil
+  if encoding ~= chain.id then
+    why = string.format("encoded by transform chain %08x, but this node decodes %08x (%s)",
+                        encoding, chain.id, chain.id == 0 and "no transforms" or chain.label)
+  else
+    local v, err = chain:decode(x)
+    if v then return v end
+    why = "malformed: " .. err
+  end
+  if x then x:free() end
+  node.log:write("round %d: rejected node %d's payload: %s", r, peer, why)
+  node.rejected_payloads = (node.rejected_payloads or 0) + 1
+  return nil
+end
+
+-- Receives from peer for round r and decodes it, or handles its failure per on_peer_failure:
+-- returns the float32 vector, or nil when the peer is dropped ("continue") or its payload
+-- rejected.
 local function receive(node, peer, r)
   local cfg = node.cfg
-  local x, why = node.endpoint:recv(peer, MODEL, r, cfg.peer_timeout, "float32")
-  if x then return x end
+  local x, why = node.endpoint:recv(peer, MODEL, r, cfg.peer_timeout, node.chain.wire_dtype)
+  if x then return decode(node, peer, r, x, why) end
   local what = why == "dead" and "is gone" or string.format("sent nothing for %g s", cfg.peer_timeout)
   if cfg.on_peer_failure == "abort" then
     error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)
@@ -127,17 +153,39 @@ local function receive(node, peer, r)
 end
 
 -- Sends t to peer (a uid or a list of uids: they share one copy of the bytes).
-local function send(node, peer, r, t)
-  local ok, err = node.endpoint:send(peer, MODEL, r, t)
+local function send(node, peer, r, t, channel)
+  local ok, err = node.endpoint:send(peer, channel or MODEL, r, t, channel and 0 or node.chain.id)
   if not ok then
     if node.cfg.on_peer_failure == "abort" then error(string.format("round %d: %s", r, err), 0) end
     node.log:write("round %d: send failed (%s); continuing", r, err)
   end
 end
 
-local function outgoing(node, flat, r)
-  for _, f in ipairs(node.outgoing) do flat = f(flat, node, r) end
-  return flat
+-- What a node sends of flat: node.outgoing's functions, then the transform chain. Each step's
+-- bytes in and out go to the metrics (once per round).
+local function encode(node, flat, r)
+  local t = flat
+  for _, f in ipairs(node.outgoing) do
+    local u = f(t, node, r)
+    if t ~= flat and u ~= t then t:free() end
+    t = u
+  end
+  local sizes = node.encoded_round ~= r and {} or nil
+  local payload = node.chain:encode(t, sizes)
+  if payload ~= t and t ~= flat then t:free() end
+  for i, size in ipairs(sizes or {}) do
+    node.metrics:add(node.chain:metric(i, "in"), r, size[1])
+    node.metrics:add(node.chain:metric(i, "out"), r, size[2])
+  end
+  node.encoded_round = r
+  return payload
+end
+
+-- Sends flat's encoding to peer, then frees what encoding made.
+local function send_encoded(node, peer, r, flat)
+  local payload = encode(node, flat, r)
+  send(node, peer, r, payload)
+  if payload ~= flat then payload:free() end
 end
 
 local function neighbours(node, r)
@@ -173,9 +221,7 @@ function ALGORITHMS.dpsgd(node, r)
   local t0 = host.clock()
   local g, peers = neighbours(node, r)
   local flat = node.model:get_flat()
-  local out = outgoing(node, flat, r)
-  if #peers > 0 then send(node, peers, r, out) end
-  if out ~= flat then out:free() end
+  if #peers > 0 then send_encoded(node, peers, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
   local w = graph.metropolis_hastings(g, node.uid)
   local got, weights, kept = {}, {}, 0
@@ -187,7 +233,7 @@ function ALGORITHMS.dpsgd(node, r)
       kept = kept + w[v]   -- a dropped peer's weight stays with this node
     end
   end
-  node.model:mix(w[node.uid] + kept, got, weights)   -- in place, no copy of the model
+  node.sharing.combine(node, r, got, weights, w[node.uid] + kept)
   for _, x in ipairs(got) do x:free() end
   node.exchange_seconds = host.clock() - t0
   fire(node, "post_exchange", r)
@@ -215,15 +261,16 @@ function ALGORITHMS.fedavg(node, r)
   if node.is_server then
     fire(node, "pre_exchange", r)
     local flat = node.model:get_flat()
-    for _, c in ipairs(chosen) do send(node, c, r, outgoing(node, flat, r)) end
+    send_encoded(node, chosen, r, flat)
     local sum, total = flat:mul(0), 0
     for _, c in ipairs(chosen) do
       local x = receive(node, c, r)
-      if x then
-        local size = x[-1]:item()           -- the client appends its sample count
-        sum:add_(x:narrow(0, 0, x:numel() - 1), size)
-        total = total + size
+      local size = x and node.endpoint:recv(c, COUNT, r, cfg.peer_timeout, "float64")
+      if x and size then
+        sum:add_(x, size:item())
+        total = total + size:item()
       end
+      if x then x:free() end
     end
     if total > 0 then node.model:set_flat(sum / total) end
     node.exchange_seconds = host.clock() - t0
@@ -240,8 +287,10 @@ function ALGORITHMS.fedavg(node, r)
   local loss, secs = train(node, node.local_steps)
   fire(node, "post_train", r)
   fire(node, "pre_exchange", r)
-  local flat = outgoing(node, node.model:get_flat(), r)
-  send(node, 0, r, tensor.cat { flat, tensor.new({ node.indices:numel() + 0.0 }) })
+  local flat = node.model:get_flat()
+  send_encoded(node, 0, r, flat)
+  flat:free()
+  send(node, 0, r, tensor.new({ node.indices:numel() + 0.0 }, "float64"), COUNT)
   node.exchange_seconds = host.clock() - t0 - secs
   fire(node, "post_exchange", r)
   return loss, secs
@@ -255,15 +304,18 @@ function ALGORITHMS.ps(node, r)
   if node.is_server then
     fire(node, "pre_exchange", r)
     local flat = node.model:get_flat()
+    local workers = {}
     for u = 1, cfg.nodes - 1 do
-      if not (node.dropped and node.dropped[u]) then send(node, u, r, flat) end
+      if not (node.dropped and node.dropped[u]) then workers[#workers + 1] = u end
     end
+    send_encoded(node, workers, r, flat)
     local sum, n = flat:mul(0), 0
     for u = 1, cfg.nodes - 1 do
       if not (node.dropped and node.dropped[u]) then
         local g = receive(node, u, r)
         if g then
           sum:add_(g)
+          g:free()
           n = n + 1
         end
       end
@@ -307,7 +359,8 @@ function ALGORITHMS.ps(node, r)
   node.endpoint:release()
   fire(node, "post_train", r)
   fire(node, "pre_exchange", r)
-  send(node, 0, r, outgoing(node, grad, r))
+  send_encoded(node, 0, r, grad)
+  grad:free()
   node.exchange_seconds = host.clock() - t0 - secs
   fire(node, "post_exchange", r)
   return sum / cfg.local_steps, secs

@@ -1,5 +1,6 @@
 --- dpy.registry: named factories for every pluggable component, one registry per Lua state.
--- A spec is { kind, name, new = function(cfg, ctx), doc = string, options = {key = true, ...} }.
+-- A spec is { kind, name, new = function(cfg, ctx), doc = string, options = {key = true, ...},
+-- validate = function(cfg) -> nil | message about a bad option value (optional) }.
 -- Configs name components by string: "cnn", or { "sgd", lr = 0.05 }.
 local options = require "dpy.options"
 
@@ -42,10 +43,13 @@ function M.check(kind, entry)
     return nil, string.format("no %s named '%s'%s; valid: %s", kind, name,
                               options.suggest(name, names), table.concat(names, ", "))
   end
-  if type(entry) == "table" and spec.options then
-    local ok, err = pcall(options.check, entry, spec.options, kind .. " '" .. name .. "'", 0)
+  local opts = type(entry) == "table" and entry or {}
+  if spec.options then
+    local ok, err = pcall(options.check, opts, spec.options, kind .. " '" .. name .. "'", 0)
     if not ok then return nil, err end
   end
+  local bad = spec.validate and spec.validate(opts)
+  if bad then return nil, string.format("%s '%s': %s", kind, name, bad) end
   return spec
 end
 

@@ -1,0 +1,163 @@
+/*
+** l_codec.c: the codecs of host/core/codec.h over tensors (dpy.codec.core). Encoders take any
+** tensor (converted to a contiguous cpu float32, or its bytes for zstd) and return a 1-d uint8
+** tensor; decoders return the tensor, or nil and a message for a malformed payload: received
+** bytes are data, not a programming error.
+*/
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "codec.h"
+#include "dpy_lua.h"
+
+/* A contiguous cpu view (or copy, kept alive in a box pushed on the stack: read every argument
+** before calling this) of the tensor at arg. */
+static const void *contiguous(lua_State *L, int arg, int convert, dpy_dtype dtype, size_t *len) {
+    dpy_tensor *t = dpy_checktensor(L, arg);
+    dpy_tensor_box *c = dpy_newtensor(L);
+    if (dpy_tensor_cpu_contiguous(&c->h, t, convert, dtype) != DPY_OK)
+        dpy_torch_error(L);
+    *len = dpy_tensor_nbytes(c->h);
+    return dpy_tensor_data(c->h);
+}
+
+/* Pushes a new 1-d cpu tensor of n elements and returns its data. */
+static void *push_empty(lua_State *L, size_t n, dpy_dtype dtype) {
+    dpy_tensor_box *b = dpy_newtensor(L);
+    int64_t shape[1] = {(int64_t)n};
+    if (dpy_tensor_empty(&b->h, shape, 1, dtype, NULL) != DPY_OK)
+        dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return (void *)dpy_tensor_data(b->h);
+}
+
+/* Pushes len bytes of buf (malloc'd) as a uint8 tensor that owns them. */
+static void push_owned(lua_State *L, uint8_t *buf, size_t len) {
+    dpy_tensor_box *b = dpy_newtensor(L);
+    int64_t shape[1] = {(int64_t)len};
+    uint8_t *fit = realloc(buf, len ? len : 1);   /* give back the bound's slack */
+    buf = fit ? fit : buf;
+    if (dpy_tensor_wrap(&b->h, buf, len, DPY_UINT8, shape, 1, free) != DPY_OK) {
+        free(buf);
+        dpy_torch_error(L);
+    }
+    dpy_tensor_filled(L, b);
+}
+
+static int decode_fail(lua_State *L, const char *err) {
+    luaL_pushfail(L);
+    lua_pushstring(L, err);
+    return 2;
+}
+
+/* quantize(t, bits [, chunk = 0]) -> uint8 tensor */
+static int c_quantize(lua_State *L) {
+    int bits = (int)luaL_checkinteger(L, 2);
+    lua_Integer chunk = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, (bits >= 1 && bits <= 8) || bits == 16, 2, "bits must be 1..8 or 16");
+    luaL_argcheck(L, chunk >= 0, 3, "chunk must be >= 0 (0: one chunk)");
+    size_t len;
+    const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len);
+    size_t n = len / sizeof(float);
+    char err[256];
+    uint8_t *out = push_empty(L, dpy_quant_size(n, bits, (size_t)chunk), DPY_UINT8);
+    if (dpy_quant_encode(out, x, n, bits, (size_t)chunk, err, sizeof err) != 0)
+        return luaL_error(L, "%s", err);
+    return 1;
+}
+
+/* dequantize(u8) -> float32 tensor | nil, err */
+static int c_dequantize(lua_State *L) {
+    size_t len, n;
+    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len);
+    char err[256];
+    if (dpy_quant_count(in, len, &n, err, sizeof err) != 0)
+        return decode_fail(L, err);
+    float *out = push_empty(L, n, DPY_FLOAT32);
+    if (dpy_quant_decode(out, in, len, err, sizeof err) != 0)
+        return decode_fail(L, err);
+    return 1;
+}
+
+/* zstd(t [, level = 3]) -> uint8 tensor of t's bytes, compressed */
+static int c_zstd(lua_State *L) {
+    int es = (int)dpy_dtype_size(dpy_tensor_dtype(dpy_checktensor(L, 1)));
+    int level = (int)luaL_optinteger(L, 2, 3);
+    size_t len;
+    const void *in = contiguous(L, 1, 0, DPY_FLOAT32, &len);
+    size_t cap = dpy_zstd_bound(len);
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return luaL_error(L, "zstd: out of memory (%zu bytes)", cap);
+    char err[256];
+    long long n = dpy_zstd_encode(buf, cap, in, len, level, es, err, sizeof err);
+    if (n < 0) {
+        free(buf);
+        return luaL_error(L, "%s", err);
+    }
+    push_owned(L, buf, (size_t)n);
+    return 1;
+}
+
+/* unzstd(u8, dtype [, max_bytes = 2^31]) -> tensor | nil, err */
+static int c_unzstd(lua_State *L) {
+    dpy_dtype dtype = dpy_checkdtype(L, 2);
+    lua_Integer max = luaL_optinteger(L, 3, (lua_Integer)1 << 31);
+    size_t len, size;
+    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len);
+    int es;
+    char err[256];
+    if (dpy_zstd_size(in, len, (size_t)max, &size, &es, err, sizeof err) != 0)
+        return decode_fail(L, err);
+    if ((size_t)es != dpy_dtype_size(dtype)) {
+        snprintf(err, sizeof err, "zstd payload holds %d-byte elements, not %s", es,
+                 dpy_dtype_name(dtype));
+        return decode_fail(L, err);
+    }
+    void *out = push_empty(L, size / (size_t)es, dtype);
+    if (dpy_zstd_decode(out, size, in, len, err, sizeof err) != 0)
+        return decode_fail(L, err);
+    return 1;
+}
+
+/* fpzip(t [, precision = 0]) -> uint8 tensor (precision 0: lossless) */
+static int c_fpzip(lua_State *L) {
+    int precision = (int)luaL_optinteger(L, 2, 0);
+    size_t len;
+    const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len);
+    size_t n = len / sizeof(float), cap = dpy_fpzip_bound(n);
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return luaL_error(L, "fpzip: out of memory (%zu bytes)", cap);
+    char err[256];
+    long long r = dpy_fpzip_encode(buf, cap, x, n, precision, err, sizeof err);
+    if (r < 0) {
+        free(buf);
+        return luaL_error(L, "%s", err);
+    }
+    push_owned(L, buf, (size_t)r);
+    return 1;
+}
+
+/* unfpzip(u8) -> float32 tensor | nil, err */
+static int c_unfpzip(lua_State *L) {
+    size_t len, n;
+    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len);
+    char err[256];
+    if (dpy_fpzip_count(in, len, &n, err, sizeof err) != 0)
+        return decode_fail(L, err);
+    float *out = push_empty(L, n, DPY_FLOAT32);
+    if (dpy_fpzip_decode(out, in, len, err, sizeof err) != 0)
+        return decode_fail(L, err);
+    return 1;
+}
+
+static const luaL_Reg functions[] = {
+    {"quantize", c_quantize}, {"dequantize", c_dequantize}, {"zstd", c_zstd},
+    {"unzstd", c_unzstd},     {"fpzip", c_fpzip},           {"unfpzip", c_unfpzip},
+    {NULL, NULL}};
+
+int luaopen_dpy_codec_core(lua_State *L) {
+    luaL_newlib(L, functions);
+    return 1;
+}

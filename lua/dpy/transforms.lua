@@ -1,0 +1,121 @@
+--- dpy.transforms: state transforms that make shared vectors smaller, and the chain a config
+-- names (`transforms = { { "uniform_asymmetric_quantization", bits = 8 }, { "zstd", level = 3 } }`).
+-- A chain encodes in config order and decodes in reverse. Its id (a hash of the chain's
+-- description) travels in every packet header, so a receiver configured differently refuses the
+-- payload instead of decoding garbage.
+local codec = require "dpy.codec.core"
+local registry = require "dpy.registry"
+
+local M = {}
+
+local function integer_option(o, key, default, ok, what)
+  local v = o[key]
+  if v == nil then return default end
+  if math.type(v) ~= "integer" or not ok(v) then
+    error(string.format("%s must be %s, got %s", key, what, tostring(v)), 0)
+  end
+  return v
+end
+
+registry.register {
+  kind = "transform", name = "uniform_asymmetric_quantization", options = { bits = true, chunk = true },
+  doc = "b bits per value (1-8 or 16), a scale and zero point per tensor (chunk = 0) or per chunk "
+        .. "of k values; at most half a step of error; +-Inf saturate, a NaN chunk stays NaN",
+  new = function(o)
+    local bits = integer_option(o, "bits", 8, function(b) return (b >= 1 and b <= 8) or b == 16 end,
+                                "1..8 or 16")
+    local chunk = integer_option(o, "chunk", 0, function(k) return k >= 0 end, ">= 0 (0: per tensor)")
+    return { label = string.format("uniform_asymmetric_quantization(bits=%d,chunk=%d)", bits, chunk),
+             input = "float32",
+             encode = function(t) return codec.quantize(t, bits, chunk) end,
+             decode = function(b) return codec.dequantize(b) end }
+  end,
+}
+
+registry.register {
+  kind = "transform", name = "zstd", options = { level = true },
+  doc = "zstd compression of the payload bytes (level 1-19, default 3)",
+  new = function(o)
+    local level = integer_option(o, "level", 3, function(l) return l >= -7 and l <= 22 end, "-7..22")
+    return { label = string.format("zstd(level=%d)", level), input = "any",
+             encode = function(t) return codec.zstd(t, level) end,
+             decode = function(b, dtype) return codec.unzstd(b, dtype) end }
+  end,
+}
+
+registry.register {
+  kind = "transform", name = "fpzip", options = { precision = true },
+  doc = "fpzip compression of float32 values: lossless (precision 0) or keeping 2-32 bits of each",
+  new = function(o)
+    local precision = integer_option(o, "precision", 0,
+                                     function(p) return p == 0 or (p >= 2 and p <= 32) end,
+                                     "0 (lossless) or 2..32")
+    return { label = string.format("fpzip(precision=%d)", precision), input = "float32",
+             encode = function(t) return codec.fpzip(t, precision) end,
+             decode = function(b) return codec.unfpzip(b) end }
+  end,
+}
+
+-- FNV-1a, 32 bits: the chain's id on the wire (0 is kept for "no transform").
+local function fnv1a(s)
+  local h = 0x811c9dc5
+  for i = 1, #s do h = ((h ~ s:byte(i)) * 0x01000193) & 0xffffffff end
+  return h == 0 and 1 or h
+end
+
+local Chain = {}
+Chain.__index = Chain
+
+--- transforms.chain(list) -> chain; raises with the entry's index on a bad entry.
+function M.chain(list)
+  local steps, labels = {}, {}
+  for i, entry in ipairs(list or {}) do
+    local spec, err = registry.check("transform", entry)
+    if not spec then error(string.format("transforms[%d]: %s", i, err), 0) end
+    local ok, step = pcall(spec.new, type(entry) == "table" and entry or {})
+    if not ok then error(string.format("transforms[%d] (%s): %s", i, spec.name, step), 0) end
+    step.name = spec.name
+    step.dtype = i == 1 and "float32" or "uint8"   -- what this step receives
+    if step.input == "float32" and i > 1 then
+      error(string.format("transforms[%d]: %s encodes float32 values, but transforms[%d] (%s) "
+                          .. "outputs bytes; put it first", i, spec.name, i - 1, steps[i - 1].name), 0)
+    end
+    steps[i], labels[i] = step, step.label
+  end
+  local label = table.concat(labels, " | ")
+  return setmetatable({ steps = steps, label = label, id = #steps > 0 and fnv1a(label) or 0,
+                        wire_dtype = #steps > 0 and "uint8" or "float32" }, Chain)
+end
+
+--- chain:encode(flat [, sizes]) -> the payload tensor (flat itself when the chain is empty).
+-- sizes, when given, receives { {bytes_in, bytes_out}, ... } per step.
+function Chain:encode(flat, sizes)
+  local t = flat
+  for i, step in ipairs(self.steps) do
+    local out = step.encode(t)
+    if sizes then sizes[i] = { t:nbytes(), out:nbytes() } end
+    if t ~= flat then t:free() end
+    t = out
+  end
+  return t
+end
+
+--- chain:decode(payload) -> float32 tensor | nil, err (a malformed payload)
+function Chain:decode(payload)
+  local t = payload
+  for i = #self.steps, 1, -1 do
+    local step = self.steps[i]
+    local out, err = step.decode(t, step.dtype)
+    if t ~= payload then t:free() end
+    if not out then return nil, string.format("%s: %s", step.name, err) end
+    t = out
+  end
+  return t
+end
+
+--- A metric name for step i's byte counts ("transform_1_zstd_bytes_in").
+function Chain:metric(i, what)
+  return string.format("transform_%d_%s_bytes_%s", i, self.steps[i].name, what)
+end
+
+return M
