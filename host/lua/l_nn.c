@@ -175,14 +175,18 @@ static int m_get_flat(lua_State *L) { return flat(L, 0); }
 /* m:grad_flat() -> the same for the gradients (zeros where none) */
 static int m_grad_flat(lua_State *L) { return flat(L, 1); }
 
-/* m:set_flat(t); raises unless t is 1-d with m:numel() values */
-static int m_set_flat(lua_State *L) {
+static int set_flat(lua_State *L, int grads) {
     dpy_module *m = dpy_checkmodule(L, 1);
     dpy_tensor *t = dpy_checktensor(L, 2);
-    if (dpy_module_set_flat(m, t) != DPY_OK)
+    if (dpy_module_set_flat(m, t, grads) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
 }
+
+/* m:set_flat(t); raises unless t is 1-d with m:numel() values */
+static int m_set_flat(lua_State *L) { return set_flat(L, 0); }
+/* m:set_grad_flat(t): the parameters' gradients from one flat vector */
+static int m_set_grad_flat(lua_State *L) { return set_flat(L, 1); }
 
 /* m:mix(self_weight, {x1, ...}, {w1, ...}): each parameter p <- self_weight * p + sum w_j x_j
 ** (x_j flat vectors of m:numel() values), in place; raises on a size mismatch */
@@ -304,17 +308,34 @@ static int m_index(lua_State *L) {
     return 1;
 }
 
+static const char *const LOSSES[] = {"cross_entropy", "nll", "mse", "bce_with_logits", NULL};
+
+/* m:per_sample_grads(x, y [, loss = "cross_entropy"]) -> n x numel gradients, n losses: one
+** C call for the batch (DP-SGD) */
+static int m_per_sample_grads(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_tensor *x = dpy_checktensor(L, 2);
+    dpy_tensor *y = dpy_checktensor(L, 3);
+    int kind = luaL_checkoption(L, 4, "cross_entropy", LOSSES);
+    dpy_tensor_box *g = dpy_newtensor(L);
+    dpy_tensor_box *l = dpy_newtensor(L);
+    if (dpy_module_per_sample_grads(&g->h, &l->h, m, (dpy_loss_kind)kind, x, y) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, g);
+    dpy_tensor_filled(L, l);
+    return 2;
+}
+
 /* nn.core.loss(kind, input, target [, reduction]) -> dpy.Tensor */
 static int n_loss(lua_State *L) {
-    static const char *const kinds[] = {"cross_entropy", "nll", "mse", "bce_with_logits", NULL};
     static const char *const reductions[] = {"mean", "sum", "none", NULL};
-    int kind = luaL_checkoption(L, 1, NULL, kinds);
+    int kind = luaL_checkoption(L, 1, NULL, LOSSES);
     dpy_tensor *input = dpy_checktensor(L, 2);
     dpy_tensor *target = dpy_checktensor(L, 3);
     int red = luaL_checkoption(L, 4, "mean", reductions);
     dpy_tensor_box *b = dpy_newtensor(L);
     if (dpy_loss(&b->h, (dpy_loss_kind)kind, input, target, (dpy_reduction)red) != DPY_OK)
-        return luaL_error(L, "%s: %s", kinds[kind], dpy_torch_errmsg());
+        return luaL_error(L, "%s: %s", LOSSES[kind], dpy_torch_errmsg());
     dpy_tensor_filled(L, b);
     return 1;
 }
@@ -327,7 +348,8 @@ static int n_is_module(lua_State *L) {
 static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"numel", m_numel}, {"get_flat", m_get_flat},
-    {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
+    {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"set_grad_flat", m_set_grad_flat},
+    {"per_sample_grads", m_per_sample_grads}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},
     {"load", m_load}, {"free", m_free}, {NULL, NULL}};
 

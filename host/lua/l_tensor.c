@@ -693,8 +693,9 @@ static int t_norm(lua_State *L) {
     dpy_tensor *a = dpy_checktensor(L, 1);
     double p = luaL_optnumber(L, 2, 2.0);
     int64_t dim = optdim(L, 3);
+    int keepdim = lua_toboolean(L, 4);   /* before the box is pushed at index 4 */
     dpy_tensor_box *v = dpy_newtensor(L);
-    return done(L, v, dpy_tensor_reduce(&v->h, NULL, DPY_NORM, a, dim, lua_toboolean(L, 4), p));
+    return done(L, v, dpy_tensor_reduce(&v->h, NULL, DPY_NORM, a, dim, keepdim, p));
 }
 
 /* t:kthvalue(k [, dim]), t:topk(k [, dim [, largest]]), t:sort([dim [, descending]])

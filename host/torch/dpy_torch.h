@@ -225,7 +225,9 @@ DPY_API dpy_err dpy_module_param(dpy_tensor **out, const char **name, const dpy_
 ** float32 cpu tensor, in parameter order. */
 DPY_API dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m,
                                     int grads) DPY_NOEXCEPT;
-DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat) DPY_NOEXCEPT;
+/* The inverse: parameters (grads = 0) or their gradients (grads = 1) from one flat vector. */
+DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat,
+                                    int grads) DPY_NOEXCEPT;
 /* Averaging in place, without a copy of the model: every parameter p becomes
 ** self_weight * p + sum_j weights[j] * (its slice of xs[j]), each xs[j] a flat vector of
 ** dpy_module_numel values (parameter order, as dpy_module_get_flat). */
@@ -245,6 +247,12 @@ typedef enum { DPY_CROSS_ENTROPY, DPY_NLL, DPY_MSE, DPY_BCE_WITH_LOGITS, DPY_NLO
 typedef enum { DPY_REDUCE_MEAN, DPY_REDUCE_SUM, DPY_REDUCE_NONE } dpy_reduction;
 DPY_API dpy_err dpy_loss(dpy_tensor **out, dpy_loss_kind kind, const dpy_tensor *input,
                          const dpy_tensor *target, dpy_reduction reduction) DPY_NOEXCEPT;
+/* Per-sample gradients of the loss (DP-SGD): *grads is n x numel (float32, parameter order, as
+** dpy_module_get_flat), *losses n; the parameters' .grad are left untouched. */
+DPY_API dpy_err dpy_module_per_sample_grads(dpy_tensor **grads, dpy_tensor **losses,
+                                            dpy_module *m, dpy_loss_kind kind,
+                                            const dpy_tensor *x,
+                                            const dpy_tensor *y) DPY_NOEXCEPT;
 
 /* {==== optim ====} */
 

@@ -231,17 +231,72 @@ static void check_flat(const std::vector<torch::Tensor> &params, const torch::Te
                     " values, got shape " + c10::str(t.sizes()));
 }
 
-dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat) noexcept {
+dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat, int grads) noexcept {
     return dpy_guard([&] {
         torch::NoGradGuard no_grad;
         auto params = m->m->parameters();
         const auto &f = flat->v;
-        check_flat(params, f, "set_flat");
+        check_flat(params, f, grads ? "set_grad_flat" : "set_flat");
         int64_t off = 0;
         for (auto &p : params) {
-            p.copy_(f.narrow(0, off, p.numel()).view(p.sizes()));
+            auto part = f.narrow(0, off, p.numel()).view(p.sizes());
+            if (!grads)
+                p.copy_(part);
+            else if (p.grad().defined())
+                p.mutable_grad().copy_(part);
+            else
+                p.mutable_grad() = part.to(p.options()).clone();
             off += p.numel();
         }
+    });
+}
+
+static torch::Tensor loss_of(dpy_loss_kind kind, const torch::Tensor &x, const torch::Tensor &y,
+                             int64_t red) {
+    switch (kind) {
+    case DPY_CROSS_ENTROPY: return at::cross_entropy_loss(x, y, {}, red);
+    case DPY_NLL: return at::nll_loss(x, y, {}, red);
+    case DPY_MSE: return at::mse_loss(x, y, red);
+    case DPY_BCE_WITH_LOGITS: return at::binary_cross_entropy_with_logits(x, y, {}, {}, red);
+    default: dpy_invalid("unknown loss");
+    }
+}
+
+dpy_err dpy_module_per_sample_grads(dpy_tensor **grads, dpy_tensor **losses, dpy_module *m,
+                                    dpy_loss_kind kind, const dpy_tensor *x,
+                                    const dpy_tensor *y) noexcept {
+    *grads = *losses = nullptr;
+    return dpy_guard([&] {
+        if (!m->forward)
+            dpy_invalid("per-sample gradients need a module with a C forward (nn.sequential "
+                        "of built-in layers)");
+        auto params = m->m->parameters();
+        int64_t n = x->v.size(0), d = 0;
+        if (y->v.size(0) != n)
+            dpy_invalid("per_sample_grads: " + std::to_string(n) + " inputs but " +
+                        std::to_string(y->v.size(0)) + " targets");
+        for (const auto &p : params)
+            d += p.numel();
+        auto g = torch::empty({n, d});
+        auto l = torch::empty({n});
+        // One small forward and backward per sample, all in C++: no Lua call per sample.
+        for (int64_t i = 0; i < n; i++) {
+            auto loss = loss_of(kind, m->forward(x->v.narrow(0, i, 1)), y->v.narrow(0, i, 1),
+                                at::Reduction::Mean);
+            auto gi = torch::autograd::grad({loss}, params, {}, false, false, true);
+            int64_t off = 0;
+            for (size_t j = 0; j < params.size(); j++) {
+                auto row = g[i].narrow(0, off, params[j].numel());
+                if (gi[j].defined())
+                    row.copy_(gi[j].reshape(-1));
+                else
+                    row.zero_();
+                off += params[j].numel();
+            }
+            l[i] = loss.item<float>();
+        }
+        *grads = dpy_wrap(std::move(g));
+        *losses = dpy_wrap(std::move(l));
     });
 }
 
@@ -309,18 +364,6 @@ dpy_err dpy_loss(dpy_tensor **out, dpy_loss_kind kind, const dpy_tensor *input,
         int64_t red = reduction == DPY_REDUCE_SUM    ? at::Reduction::Sum
                       : reduction == DPY_REDUCE_NONE ? at::Reduction::None
                                                      : at::Reduction::Mean;
-        const auto &x = input->v;
-        const auto &y = target->v;
-        torch::Tensor r;
-        switch (kind) {
-        case DPY_CROSS_ENTROPY: r = at::cross_entropy_loss(x, y, {}, red); break;
-        case DPY_NLL: r = at::nll_loss(x, y, {}, red); break;
-        case DPY_MSE: r = at::mse_loss(x, y, red); break;
-        case DPY_BCE_WITH_LOGITS:
-            r = at::binary_cross_entropy_with_logits(x, y, {}, {}, red);
-            break;
-        default: dpy_invalid("unknown loss");
-        }
-        *out = dpy_wrap(std::move(r));
+        *out = dpy_wrap(loss_of(kind, input->v, target->v, red));
     });
 }

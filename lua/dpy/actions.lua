@@ -37,6 +37,20 @@ local function load_spec(ref)
   return spec
 end
 
+--- What the built-in actions of cfg record in the manifest: { [name] = table } for each action
+-- whose spec has manifest(opts, cfg) (action files are loaded by the nodes only).
+function M.manifest(cfg)
+  local out = {}
+  for _, entry in ipairs(cfg.actions or {}) do
+    local ref = type(entry) == "table" and entry[1] or entry
+    if type(ref) == "string" and not ref:match("%.lua$") then
+      local spec = load_spec(ref)
+      if spec.manifest then out[spec.name] = spec.manifest(type(entry) == "table" and entry or {}, cfg) end
+    end
+  end
+  return next(out) and out or nil
+end
+
 --- Loads the actions of a config for node; returns { [event] = { handler, ... } }.
 function M.load(list, node)
   local handlers = {}

@@ -27,7 +27,7 @@ end
 -- after dropping the f largest and the f smallest. Needs n >= 2f + 1.
 function M.trimmed_mean(vectors, f)
   local x, own = matrix(vectors)
-  local n = x:size(1)
+  local n = x:size(0)
   if n < 2 * f + 1 then
     if own then x:free() end
     error(string.format("trimmed_mean: %d vector(s) are too few to drop f = %d from each end "

@@ -99,6 +99,29 @@ end
 --- data.size(dataset) -> number of samples
 function M.size(ds) return ds.images:size(0) end
 
+--- data.relabel(ds, map) -> a dataset sharing ds's images whose labels are map[label]; map is a
+-- Lua list of ds.classes new labels, index 0-based ({[0] = 9, 8, ...}) or an int64 tensor.
+function M.relabel(ds, map)
+  local t = map
+  if not tensor.is_tensor(map) then
+    local values = {}
+    for c = 0, ds.classes - 1 do
+      local v = map[c]
+      if math.type(v) ~= "integer" or v < 0 or v >= ds.classes then
+        error(string.format("data.relabel: map[%d] must be a class in 0..%d, got %s", c,
+                            ds.classes - 1, tostring(v)), 2)
+      end
+      values[c + 1] = v
+    end
+    t = tensor.new(values, "int64")
+  end
+  local labels = ds.labels:to("int64")
+  local copy = setmetatable({ labels = t:index_select(0, labels) }, { __index = ds })
+  labels:free()
+  if t ~= map then t:free() end
+  return copy
+end
+
 -- {==== loader ====}
 
 local Loader = {}

@@ -68,6 +68,7 @@ function M.run(cfg, opts)
     seed = cfg.seed, command = opts.argv or {}, host = hostname(),
     git_commit = git_commit(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = cfg.nodes or 1,
     processes = cfg.processes, run_id = opts.run_id,
+    actions = cfg.nodes and require("dpy.actions").manifest(cfg) or nil,
   })
   if cfg.nodes then return M.run_decentralized(cfg, opts) end
   local node_log = assert(log.open(dir .. "/0.log", 0))

@@ -52,11 +52,11 @@ static void test_module_and_sgd(void) {
     int64_t s3[] = {3};
     dpy_tensor *flat;
     CHECK(dpy_tensor_from_data(&flat, w, sizeof w, DPY_FLOAT32, s3, 1) == DPY_OK);
-    CHECK(dpy_module_set_flat(lin, flat) == DPY_OK);
+    CHECK(dpy_module_set_flat(lin, flat, 0) == DPY_OK);
     int64_t s4[] = {4};
     dpy_tensor *bad;
     CHECK(dpy_tensor_full(&bad, s4, 1, 0, DPY_FLOAT32, NULL) == DPY_OK);
-    CHECK(dpy_module_set_flat(lin, bad) == DPY_EINVAL);
+    CHECK(dpy_module_set_flat(lin, bad, 0) == DPY_EINVAL);
     CHECK_CONTAINS(dpy_torch_errmsg(), "3 values");
 
     dpy_tensor *p;

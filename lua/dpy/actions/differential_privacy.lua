@@ -1,0 +1,91 @@
+--- Built-in action differential_privacy.
+-- mode = "sgd" (default): DP-SGD on the local optimizer: per-sample gradients (one C call per
+--   batch) clipped to L2 norm `clip`, N(0, (noise * clip)^2) added to their sum, then the
+--   optimizer's step. The Renyi-DP accountant (dpy.privacy) records the (epsilon, delta) spent so
+--   far every round (metric "epsilon"), with sampling rate batch_size / the node's sample count.
+-- mode = "local": the model is noised before it is shared: the round's update (model after
+--   training minus before) is clipped to norm `clip` and N(0, (noise * clip)^2) added to what is
+--   sent; the node keeps its own model. epsilon is then node-level: one Gaussian mechanism of
+--   sensitivity clip per round.
+-- Options: clip = 1.0, noise = 1.0 (the noise multiplier sigma), delta = 1e-5, mode.
+local registry = require "dpy.registry"
+local privacy = require "dpy.privacy"
+
+local function check(opts)
+  local function positive(k, default)
+    local v = opts[k] == nil and default or opts[k]
+    if type(v) ~= "number" or v <= 0 then
+      error(string.format("differential_privacy: %s must be a number > 0, got %s", k, tostring(v)), 0)
+    end
+    return v
+  end
+  local mode = opts.mode or "sgd"
+  if mode ~= "sgd" and mode ~= "local" then
+    error(string.format("differential_privacy: mode must be 'sgd' or 'local', got '%s'", tostring(mode)), 0)
+  end
+  local o = { clip = positive("clip", 1.0), noise = positive("noise", 1.0),
+              delta = positive("delta", 1e-5), mode = mode }
+  if o.delta >= 1 then error("differential_privacy: delta must be < 1", 0) end
+  return o
+end
+
+-- DP-SGD: the trainer's step, privatized.
+local function dp_step(self, o, loss_name)
+  local xb, yb, last = self.loader:next()
+  local x <close> = xb
+  local y <close> = yb
+  local grads, losses = self.model:per_sample_grads(x, y, loss_name)
+  local g <close> = privacy.privatize(grads, o.clip, o.noise)
+  self.opt:zero_grad()
+  self.model:set_grad_flat(g)
+  self.opt:step()
+  local n = y:size(0)
+  self.steps, self.samples = self.steps + 1, self.samples + n
+  local loss = losses:mean():item()
+  grads:free()
+  losses:free()
+  return loss, n, last
+end
+
+return registry.register {
+  kind = "action",
+  name = "differential_privacy",
+  options = { clip = true, noise = true, delta = true, mode = true },
+  doc = "DP-SGD (per-sample clipping + Gaussian noise, RDP accountant) or local DP on shared models",
+  new = function(opts, node)
+    local o = check(opts)
+    if node.cfg.algorithm == "ps" then
+      error("differential_privacy: runs with dpsgd or fedavg (ps workers share raw gradients)", 0)
+    end
+    if not node.trainer then return {} end   -- a server does not train
+    if o.mode == "sgd" then
+      if node.task then error("differential_privacy: DP-SGD supports multiclass tasks only", 0) end
+      local trainer, loss_name = node.trainer, node.cfg.loss
+      trainer.step = function(self) return dp_step(self, o, loss_name) end
+      local q = math.min(1, node.cfg.batch_size / node.indices:numel())
+      return {
+        startup = function(n)
+          n.log:write("differential_privacy: DP-SGD, clip %g, noise multiplier %g, sampling rate %.5f, "
+                      .. "delta %g", o.clip, o.noise, q, o.delta)
+        end,
+        post_train = function(n, r)
+          n.metrics:add("epsilon", r, (privacy.epsilon(q, o.noise, trainer.steps, o.delta)))
+        end,
+      }
+    end
+    local start
+    table.insert(node.outgoing, function(flat)
+      local update <close> = flat - start
+      local norm = update:norm():item()
+      if norm > o.clip then update:mul_(o.clip / norm) end
+      local noise <close> = require("dpy.tensor").randn(flat:numel())
+      return (start + update):add_(noise, o.noise * o.clip)
+    end)
+    return {
+      pre_train = function(n) if start then start:free() end; start = n.model:get_flat() end,
+      post_exchange = function(n, r)
+        n.metrics:add("epsilon", r, (privacy.epsilon(1, o.noise, r, o.delta)))
+      end,
+    }
+  end,
+}
