@@ -35,6 +35,9 @@ static const char USAGE[] =
     "  repl [CONFIG.lua --uid U [KEY=VALUE...]]\n"
     "                           interactive prompt with the dpy modules loaded; with a config,\n"
     "                           node U built and bound to the global 'node'\n"
+    "  report RUN_DIR... [--out DIR] [--format svg|png]\n"
+    "                           compare runs: accuracy, bytes, epsilon, seconds per round, and\n"
+    "                           plots of accuracy against rounds and bytes (gnuplot)\n"
     "  help                     this text\n"
     "\n"
     "options (as the lua interpreter):\n"
@@ -286,7 +289,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "repl") == 0) {
         create_arg_table(L, argv, argc, 1);   /* arg[1..] = what follows "repl" */
         code = dpy_repl(L);
-    } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0) {
+    } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0 ||
+               strcmp(cmd, "report") == 0) {
         code = run_cli(L, argv, argc, 1);
     } else {
         code = run_interpreter(L, argv, argc);

@@ -161,6 +161,38 @@ function M.repl_node(args)
   return 0
 end
 
+--- dpy-lua report RUN_DIR... [--out DIR] [--format svg|png]: compares runs (see dpy.report).
+function M.report(args)
+  local p = argparse("dpy-lua report", "Compare runs: a table, and accuracy plots (gnuplot).")
+  p:argument("runs", "Run directories (out/<timestamp>)."):args("+")
+  p:option("--out", "Where the plots go (default: the directory holding the first run).")
+  p:option("--format", "svg or png."):choices { "svg", "png" }:default("svg")
+  local ok, a = p:pparse(args)
+  if not ok then
+    io.stderr:write(p:get_usage(), "\ndpy-lua report: ", a, "\n")
+    return 2
+  end
+  local report = require "dpy.report"
+  local runs = {}
+  for _, dir in ipairs(a.runs) do
+    local run, err = report.load(dir)
+    if not run then
+      io.stderr:write("dpy-lua report: ", err, "\n")
+      return 1
+    end
+    runs[#runs + 1] = run
+  end
+  print(report.table(runs))
+  local out = a.out or (a.runs[1]:gsub("/+$", ""):match("^(.*)/[^/]+$") or ".")
+  local made, err = report.plot(runs, out, a.format)
+  if not made then
+    io.stderr:write("dpy-lua report: ", err, "\n")
+    return 1
+  end
+  print("plots: " .. table.concat(made, ", "))
+  return 0
+end
+
 --- main(command, args...) -> exit code
 function M.main(command, ...)
   local f = M[command]
