@@ -1,22 +1,7 @@
 -- Decentralized runs end to end, through the dpy-lua binary: every process layout gives the same
 -- numbers, byte counts, the algorithms, and peers that fail under both policies.
-local metrics = require "dpy.metrics"
-
 local BIN = shell_quote(DPY_BIN)
-local TINY = "seed = 2\nnodes = 4\ngraph = 'ring'\nrounds = 3\nlocal_steps = 3\nbatch_size = 16\n"
-          .. "train_samples = 2000\ntest_samples = 200\neval_every = 1\npeer_timeout = 20\n"
-
-local function run(config_text, extra)
-  local dir = tmpdir()
-  write_file(dir .. "/c.lua", config_text)
-  local code, out, err = sh(BIN .. " run " .. dir .. "/c.lua --out " .. dir .. "/out " .. (extra or ""))
-  return code, out, err, dir .. "/out"
-end
-
-local function node_metrics(out, uid)
-  local m = metrics.read(string.format("%s/%d.metrics.json", out, uid))
-  return m and m.metrics
-end
+local TINY, run = TINY_RUN, run_config
 
 describe("decentralized runs", function()
   it("give bit-identical results in every process layout", function()

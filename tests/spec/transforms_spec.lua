@@ -1,0 +1,95 @@
+-- State transforms and their chains, and the aggregators behind the robust sharing rules.
+local transforms = require "dpy.transforms"
+local aggregators = require "dpy.aggregators"
+local codec = require "dpy.codec.core"
+local tensor = require "dpy.tensor"
+local config = require "dpy.config"
+
+describe("transforms", function()
+  it("quantize within half a step, packing b < 8 bits tightly", function()
+    tensor.manual_seed(1)
+    local x = tensor.randn(10000)
+    for _, bits in ipairs { 1, 2, 4, 8, 16 } do
+      local q = codec.quantize(x, bits, 1000)
+      assert.are.equal(24 + 10 * 8 + math.ceil(10000 * bits / 8), q:numel())
+      local y = codec.dequantize(q)
+      for c = 0, 9 do
+        local xc, yc = x:narrow(0, c * 1000, 1000), y:narrow(0, c * 1000, 1000)
+        local step = (xc:max():item() - xc:min():item()) / (2 ^ bits - 1)
+        -- half a step, plus float32 rounding of values up to ~4
+        assert.is_true((yc - xc):abs():max():item() <= step / 2 * (1 + 1e-5) + 2e-6, bits .. " bits")
+      end
+    end
+  end)
+
+  it("chain in config order and undo in reverse, recording the bytes of each step", function()
+    tensor.manual_seed(2)
+    local x = tensor.randn(50000)
+    local chain = transforms.chain { { "uniform_asymmetric_quantization", bits = 8 }, { "zstd", level = 3 } }
+    assert.are.equal("uniform_asymmetric_quantization(bits=8,chunk=0) | zstd(level=3)", chain.label)
+    local sizes = {}
+    local payload = chain:encode(x, sizes)
+    assert.are.same({ 200000, 50032 }, sizes[1])
+    assert.are.equal(50032, sizes[2][1])
+    assert.are.equal(payload:numel(), sizes[2][2])
+    local y = chain:decode(payload)
+    assert.are.equal("float32", y:dtype())
+    assert.is_true((y - x):abs():max():item() < (x:max():item() - x:min():item()) / 255)
+    -- lossless fpzip, then zstd over its bytes
+    local lossless = transforms.chain { "fpzip", "zstd" }
+    assert.are.equal(0, (lossless:decode(lossless:encode(x)) - x):abs():max():item())
+  end)
+
+  it("give different chains different ids, and the empty chain id 0", function()
+    local a = transforms.chain { { "uniform_asymmetric_quantization", bits = 8 } }
+    local b = transforms.chain { { "uniform_asymmetric_quantization", bits = 4 } }
+    assert.are_not.equal(a.id, b.id)
+    assert.are.equal(0, transforms.chain({}).id)
+  end)
+
+  it("refuse a malformed payload with a message", function()
+    local chain = transforms.chain { { "uniform_asymmetric_quantization", bits = 8 } }
+    local v, err = chain:decode(tensor.zeros(100, { dtype = "uint8" }))
+    assert.is_nil(v)
+    assert.matches("uniform_asymmetric_quantization: not a quantized payload", err)
+  end)
+
+  it("report bad options and impossible orders with the config's file and line", function()
+    local dir = tmpdir()
+    local function fails_with(want)
+      local ok, err = pcall(config.load, dir .. "/c.lua")
+      assert.is_false(ok)
+      assert.are.equal(want, err)
+    end
+    write_file(dir .. "/c.lua", "nodes = 2\ntransforms = { { 'uniform_asymmetric_quantization', bits = 12 } }\n")
+    fails_with(dir .. "/c.lua:2: transforms[1] (uniform_asymmetric_quantization): bits must be 1..8 or 16, got 12")
+    write_file(dir .. "/c.lua", "transforms = { 'zstd', 'fpzip' }\n")
+    fails_with(dir .. "/c.lua:1: transforms[2]: fpzip encodes float32 values, but transforms[1] (zstd) "
+                     .. "outputs bytes; put it first")
+    write_file(dir .. "/c.lua", "transforms = { 'zstdd' }\n")
+    fails_with(dir .. "/c.lua:1: transforms[1]: no transform named 'zstdd' (did you mean 'zstd'?); "
+                     .. "valid: fpzip, uniform_asymmetric_quantization, zstd")
+    write_file(dir .. "/c.lua", "sharing = { 'trimmed_mean' }\n")
+    fails_with(dir .. "/c.lua:1: sharing: sharing 'trimmed_mean': give f or beta (one of them)")
+  end)
+end)
+
+describe("aggregators", function()
+  local rows = { tensor.new { 1., 10, -3 }, tensor.new { 2., 20, 100 }, tensor.new { 3., -5, 0 },
+                 tensor.new { 4., 0, 1 }, tensor.new { 100., 5, 2 } }
+
+  it("trimmed_mean drops the f largest and f smallest values of each coordinate", function()
+    -- by hand: column 1 keeps 2, 3, 4; column 2 keeps 0, 5, 10; column 3 keeps 0, 1, 2
+    assert.are.same({ 3, 5, 1 }, aggregators.trimmed_mean(rows, 1):totable())
+    assert.are.same({ 3, 5, 1 }, aggregators.trimmed_mean(tensor.stack(rows, 0), 1):totable())
+    assert.are.same(aggregators.mean(rows):totable(), aggregators.trimmed_mean(rows, 0):totable())
+    assert.are.same({ 3, 5, 1 }, aggregators.trimmed_mean(rows, 2):totable())   -- n = 2f + 1: the median
+    assert.has_error(function() aggregators.trimmed_mean(rows, 3) end,
+                     "trimmed_mean: 5 vector(s) are too few to drop f = 3 from each end (needs at least 2f + 1 = 7)")
+    assert.are.equal(1, aggregators.trim_count(5, nil, 0.2))
+  end)
+
+  it("median takes the coordinate-wise median", function()
+    assert.are.same({ 3, 5, 1 }, aggregators.median(rows):totable())
+  end)
+end)
