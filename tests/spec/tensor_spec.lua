@@ -172,6 +172,8 @@ describe("tensor math", function()
     assert.is_true(math.abs(m:var(nil, false, false):item() - 2.916667) < 1e-5)
     assert.is_true(math.abs(T { 3.0, 4.0 }:norm():item() - 5) < 1e-6)
     assert.are.equal(7, T { 3.0, -4.0 }:norm(1):item())
+    assert.are.same({ 5, 13 }, T { { 3.0, 4.0 }, { 5.0, 12.0 } }:norm(2, 1):totable())   -- the dim goes
+    assert.are.same({ 2, 1 }, T { { 3.0, 4.0 }, { 5.0, 12.0 } }:norm(2, 1, true):size())
     same({ 1, 3, 6 }, T { 1, 2, 3 }:cumsum(0))
     assert.is_true(T { true, true }:all():item())
     assert.is_false(T { false, false }:any():item())
