@@ -120,7 +120,8 @@ end
 -- Decodes a received payload; nil and a log line when it was encoded by another chain or is
 -- malformed (the message is dropped; the peer stays).
 local function decode(node, peer, r, x, encoding)
-  local chain, why = node.chain, nil
+  local chain = node.chain
+  local why
   if encoding ~= chain.id then
     why = string.format("encoded by transform chain %08x, but this node decodes %08x (%s)",
                         encoding, chain.id, chain.id == 0 and "no transforms" or chain.label)

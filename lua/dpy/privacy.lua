@@ -39,7 +39,7 @@ end
 --- privacy.epsilon(q, sigma, steps, delta [, orders]) -> eps, the order that gave it
 function M.epsilon(q, sigma, steps, delta, orders)
   if not (q >= 0 and q <= 1) then error("privacy.epsilon: sampling rate q must be in [0, 1]", 2) end
-  if not (sigma > 0) then error("privacy.epsilon: the noise multiplier must be > 0", 2) end
+  if sigma <= 0 or sigma ~= sigma then error("privacy.epsilon: the noise multiplier must be > 0", 2) end
   if not (delta > 0 and delta < 1) then error("privacy.epsilon: delta must be in (0, 1)", 2) end
   if steps == 0 or q == 0 then return 0, nil end
   local best, best_order = math.huge, nil

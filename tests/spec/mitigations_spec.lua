@@ -4,7 +4,8 @@
 
 describe("mitigations in decentralized runs", function()
   it("send 8-bit quantized models: 4x fewer payload bytes, the chain's bytes in the metrics", function()
-    local code, _, err, out = run_config(TINY_RUN .. "transforms = { { 'uniform_asymmetric_quantization', bits = 8 } }\n")
+    local cfg = TINY_RUN .. "transforms = { { 'uniform_asymmetric_quantization', bits = 8 } }\n"
+    local code, _, err, out = run_config(cfg)
     assert.are.equal(0, code, err)
     local m = node_metrics(out, 1)
     -- a ring: two neighbours; 215,370 codes + a 24-byte header + one scale and zero point
@@ -21,7 +22,8 @@ describe("mitigations in decentralized runs", function()
       return registry.register { kind = "action", name = "odd", new = function(_, node)
         if node.uid == 1 then node.chain = require("dpy.transforms").chain { "zstd" } end end }
     ]])
-    local code, _, err, out = run_config(TINY_RUN .. "transforms = { 'fpzip' }\nactions = { '" .. dir .. "/odd.lua' }\n")
+    local cfg = TINY_RUN .. "transforms = { 'fpzip' }\nactions = { '" .. dir .. "/odd.lua' }\n"
+    local code, _, err, out = run_config(cfg)
     assert.are.equal(0, code, err)
     local log = read_file(out .. "/0.log")
     assert.matches("round 1: rejected node 1's payload: encoded by transform chain %x+, but this node "
