@@ -254,6 +254,27 @@ DPY_API dpy_err dpy_module_per_sample_grads(dpy_tensor **grads, dpy_tensor **los
                                             const dpy_tensor *x,
                                             const dpy_tensor *y) DPY_NOEXCEPT;
 
+/* {==== robust aggregation (aggregate.cpp) ====} */
+
+typedef struct {
+    int f;                      /* Byzantine inputs to tolerate */
+    int m;                      /* multi_krum: rows averaged (0: n - f) */
+    int max_iter;               /* geometric_median: Weiszfeld iterations at most */
+    double tol, eps;            /* geometric_median: relative tolerance, smallest distance */
+    double radius;              /* centered_clipping: tau; static_clipping: the norm bound */
+    int iterations;             /* centered_clipping: L */
+    int bucket;                 /* bucketing: rows per bucket */
+    uint64_t seed;              /* bucketing: the shuffle */
+    const dpy_tensor *center;   /* centered_clipping: where to start (NULL: zeros) */
+} dpy_agg_opts;
+
+/* Aggregates the rows of x (n x d): rule "mean", "median", "trimmed_mean", "krum", "multi_krum",
+** "geometric_median", "centered_clipping", "bulyan", "meamed" or "mda" give a d vector; the
+** pre-aggregations "nnm", "bucketing" and "static_clipping" give rows again. DPY_EINVAL names an
+** (n, f) outside what the rule tolerates. */
+DPY_API dpy_err dpy_aggregate(dpy_tensor **out, const char *rule, const dpy_tensor *x,
+                              const dpy_agg_opts *o) DPY_NOEXCEPT;
+
 /* {==== optim ====} */
 
 typedef enum { DPY_SGD, DPY_ADAM, DPY_ADAMW } dpy_optim_kind;

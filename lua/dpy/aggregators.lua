@@ -1,53 +1,100 @@
---- dpy.aggregators: robust aggregation of n vectors of dimension d, given as a list of 1-d tensors
--- or an n x d tensor; vectorized over coordinates (one sort, no per-coordinate Lua).
+--- dpy.aggregators: robust aggregation of n vectors of dimension d, given as a list of 1-d
+-- tensors or an n x d tensor; vectorized over coordinates in C++ (host/torch/aggregate.cpp), on
+-- the inputs' device. Each rule refuses an (n, f) outside what it tolerates, with a message.
+--   aggregators.median(vectors, { f = 2 })               -> d tensor
+--   aggregators.aggregate({ "krum", f = 2 }, vectors, { { "nnm", f = 2 } })   -- pre-aggregations first
+local core = require "dpy.aggregate.core"
 local tensor = require "dpy.tensor"
+local registry = require "dpy.registry"
 
 local M = {}
 
+--- The rules: options, what they tolerate, and what they do. pre = true: a pre-aggregation
+-- (rows in, rows out), composed in front of an aggregator.
+M.RULES = {
+  mean = { options = {}, tolerates = "f = 0 (no robustness)", doc = "the coordinate-wise mean" },
+  median = { options = { f = true }, tolerates = "n > 2f",
+             doc = "the coordinate-wise median (the mean of the two middle values when n is even)" },
+  trimmed_mean = { options = { f = true }, tolerates = "n > 2f",
+                   doc = "per coordinate, the mean after dropping the f largest and f smallest values" },
+  krum = { options = { f = true }, tolerates = "n > 2f + 2",
+           doc = "the input whose n - f - 2 nearest others are closest (sum of squared distances)" },
+  multi_krum = { options = { f = true, m = true }, tolerates = "n > 2f + 2, 1 <= m <= n - f",
+                 doc = "the mean of the m inputs with the best Krum scores (m = n - f by default)" },
+  geometric_median = { options = { f = true, tol = true, max_iter = true, eps = true }, tolerates = "n > 2f",
+                       doc = "Weiszfeld's iterations from the mean (tol 1e-6 relative, max_iter 100, "
+                             .. "distances floored at eps 1e-8); non-finite inputs are left out" },
+  centered_clipping = { options = { f = true, radius = true, iterations = true, center = true },
+                        tolerates = "n > 2f",
+                        doc = "from center (zeros), L = iterations steps of v += mean of (x - v) "
+                              .. "clipped to norm radius" },
+  bulyan = { options = { f = true }, tolerates = "n >= 4f + 3",
+             doc = "n - 2f inputs chosen by Krum one at a time, then per coordinate the mean of the "
+                   .. "n - 4f values closest to their median" },
+  meamed = { options = { f = true }, tolerates = "n > 2f",
+             doc = "per coordinate, the mean of the n - f values closest to the median" },
+  mda = { options = { f = true }, tolerates = "n > 2f, C(n, f) <= 10^6",
+          doc = "minimum-diameter averaging: the mean of the n - f inputs of smallest diameter" },
+  nnm = { pre = true, options = { f = true }, tolerates = "n > 2f",
+          doc = "nearest-neighbour mixing: each input becomes the mean of its n - f nearest (itself included)" },
+  bucketing = { pre = true, options = { bucket = true, seed = true }, tolerates = "any n",
+                doc = "a seeded shuffle, then the mean of each bucket of `bucket` inputs" },
+  static_clipping = { pre = true, options = { radius = true }, tolerates = "any n",
+                      doc = "each input scaled down to norm at most radius" },
+}
+
 local function matrix(vectors)
   if tensor.is_tensor(vectors) then return vectors, false end
+  if #vectors == 0 then error("aggregators: no vectors to aggregate", 3) end
   return tensor.stack(vectors, 0), true
 end
 
---- aggregators.mean(vectors) -> d tensor
-function M.mean(vectors)
+local function call(rule, vectors, opts)
   local x, own = matrix(vectors)
-  local r = x:mean(0)
+  local ok, r = pcall(core.aggregate, rule, x, opts)
   if own then x:free() end
+  if not ok then error(r, 3) end
   return r
 end
 
---- The f a trimmed mean drops from each end: f itself, or floor(beta * n).
-function M.trim_count(n, f, beta)
-  if f then return f end
-  return math.floor((beta or 0) * n)
+for name in pairs(M.RULES) do
+  M[name] = function(vectors, opts) return call(name, vectors, opts or {}) end
 end
 
---- aggregators.trimmed_mean(vectors, f) -> d tensor: per coordinate, the mean of the values left
--- after dropping the f largest and the f smallest. Needs n >= 2f + 1.
-function M.trimmed_mean(vectors, f)
+local function entry_parts(entry)
+  if type(entry) == "string" then return entry, {} end
+  return entry[1], entry
+end
+
+--- aggregators.aggregate(rule, vectors [, pre]) -> d tensor: rule ("median" or { "krum", f = 2 })
+-- after the pre-aggregations in pre ({ { "nnm", f = 2 }, ... }), in order.
+function M.aggregate(rule, vectors, pre)
   local x, own = matrix(vectors)
-  local n = x:size(0)
-  if n < 2 * f + 1 then
+  for _, p in ipairs(pre or {}) do
+    local name, opts = entry_parts(p)
+    if not (M.RULES[name] and M.RULES[name].pre) then
+      error(string.format("aggregators: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping)",
+                          tostring(name)), 2)
+    end
+    local y = call(name, x, opts)
     if own then x:free() end
-    error(string.format("trimmed_mean: %d vector(s) are too few to drop f = %d from each end "
-                        .. "(needs at least 2f + 1 = %d)", n, f, 2 * f + 1), 0)
+    x, own = y, true
   end
-  local sorted, idx = x:sort(0)
-  idx:free()
+  local name, opts = entry_parts(rule)
+  if not M.RULES[name] or M.RULES[name].pre then
+    error(string.format("aggregators: no aggregator named '%s'", tostring(name)), 2)
+  end
+  local r = call(name, x, opts)
   if own then x:free() end
-  local r = sorted:narrow(0, f, n - 2 * f):mean(0)
-  sorted:free()
   return r
 end
 
---- aggregators.median(vectors) -> d tensor: the coordinate-wise median (the lower of the two
--- middle values when n is even, as torch.median).
-function M.median(vectors)
-  local x, own = matrix(vectors)
-  local r = x:median(0)
-  if own then x:free() end
-  return r
+for name, rule in pairs(M.RULES) do
+  registry.register {
+    kind = "aggregator", name = name, options = rule.options,
+    doc = rule.doc .. " (tolerates " .. rule.tolerates .. ")",
+    new = function(opts) return function(vectors) return call(name, vectors, opts) end end,
+  }
 end
 
 return M

@@ -29,6 +29,17 @@ local function check_nodes(nodes, n, what)
   if n < nodes then error(string.format("%s: %d samples cannot give each of %d nodes one", what, n, nodes), 3) end
 end
 
+-- Cuts list into `nodes` contiguous parts of near-equal size (the first get one more).
+local function cut(list, nodes)
+  local lists, base, extra, pos = {}, #list // nodes, #list % nodes, 1
+  for k = 1, nodes do
+    local size = base + (k <= extra and 1 or 0)
+    lists[k] = table.move(list, pos, pos + size - 1, 1, {})
+    pos = pos + size
+  end
+  return lists
+end
+
 --- partition.iid(labels, nodes [, {seed = 0}]): a seeded shuffle cut into equal parts (the
 -- first n % nodes parts get one more sample)
 function M.iid(labels, nodes, opts)
@@ -38,13 +49,7 @@ function M.iid(labels, nodes, opts)
   local order = {}
   for i = 1, #y do order[i] = i - 1 end
   random.new(opts.seed or 0):shuffle(order)
-  local lists, base, extra, pos = {}, #y // nodes, #y % nodes, 1
-  for k = 1, nodes do
-    local size = base + (k <= extra and 1 or 0)
-    lists[k] = table.move(order, pos, pos + size - 1, 1, {})
-    pos = pos + size
-  end
-  return to_tensors(lists)
+  return to_tensors(cut(order, nodes))
 end
 
 local function by_class(y)
@@ -125,9 +130,74 @@ function M.shards(labels, nodes, opts)
   return to_tensors(lists)
 end
 
+--- partition.gamma_similarity(labels, nodes, {gamma, seed = 0}): a fraction gamma of the samples
+-- (a seeded choice) split IID, the rest sorted by label and cut into contiguous parts: gamma = 1
+-- is IID, gamma = 0 gives each node a few classes (as in Karimireddy et al.'s Byzantine studies)
+function M.gamma_similarity(labels, nodes, opts)
+  opts = options.check(opts or {}, { gamma = true, seed = true }, "partition.gamma_similarity", 2)
+  local gamma = opts.gamma
+  if type(gamma) ~= "number" or gamma < 0 or gamma > 1 then
+    error("partition.gamma_similarity: gamma must be a number in [0, 1]", 2)
+  end
+  local y = label_list(labels)
+  check_nodes(nodes, #y, "partition.gamma_similarity")
+  local order = {}
+  for i = 1, #y do order[i] = i - 1 end
+  random.new(opts.seed or 0):shuffle(order)
+  local n_iid = math.floor(gamma * #y + 0.5)
+  local iid = cut(table.move(order, 1, n_iid, 1, {}), nodes)
+  local rest = table.move(order, n_iid + 1, #y, 1, {})
+  table.sort(rest, function(a, b)
+    if y[a + 1] ~= y[b + 1] then return y[a + 1] < y[b + 1] end
+    return a < b
+  end)
+  local sorted = cut(rest, nodes)
+  for k = 1, nodes do table.move(sorted[k], 1, #sorted[k], #iid[k] + 1, iid[k]) end
+  return to_tensors(iid)
+end
+
+--- partition.class_list(labels, nodes, {classes = { {0, 1}, {2, 3}, ... }, seed = 0}): node k gets
+-- an equal share of the samples of each class in classes[k] (a class listed by several nodes is
+-- split among them at random)
+function M.class_list(labels, nodes, opts)
+  opts = options.check(opts or {}, { classes = true, seed = true }, "partition.class_list", 2)
+  local lists_of = opts.classes
+  if type(lists_of) ~= "table" or #lists_of ~= nodes then
+    error(string.format("partition.class_list: classes must list one class list per node (%d)", nodes), 2)
+  end
+  local y = label_list(labels)
+  local by, ids = by_class(y)
+  local known = {}
+  for _, c in ipairs(ids) do known[c] = true end
+  local holders = {}
+  for k, list in ipairs(lists_of) do
+    for _, c in ipairs(list) do
+      if not known[c] then
+        error(string.format("partition.class_list: node %d lists class %s, which has no samples",
+                            k - 1, tostring(c)), 2)
+      end
+      holders[c] = holders[c] or {}
+      table.insert(holders[c], k)
+    end
+  end
+  local rng, lists = random.new(opts.seed or 0), {}
+  for k = 1, nodes do lists[k] = {} end
+  for _, c in ipairs(ids) do
+    if holders[c] then
+      local parts = cut(rng:shuffle(table.move(by[c], 1, #by[c], 1, {})), #holders[c])
+      for i, k in ipairs(holders[c]) do table.move(parts[i], 1, #parts[i], #lists[k] + 1, lists[k]) end
+    end
+  end
+  for k = 1, nodes do
+    if #lists[k] == 0 then error(string.format("partition.class_list: node %d gets no samples", k - 1), 2) end
+  end
+  return to_tensors(lists)
+end
+
 -- config components: partition = { "dirichlet", alpha = 0.5 }
 for name, opts in pairs { iid = {}, dirichlet = { alpha = true, min_size = true },
-                          shards = { shards_per_node = true } } do
+                          shards = { shards_per_node = true }, gamma_similarity = { gamma = true },
+                          class_list = { classes = true } } do
   registry.register {
     kind = "partitioner", name = name, options = opts, doc = "partition." .. name,
     new = function(cfg, ctx)

@@ -1,6 +1,9 @@
 --- dpy.sharing: how a D-PSGD node combines its model with the models its neighbours sent
 -- (config key `sharing`). A sharing is { combine = function(node, r, got, weights, own_weight) },
 -- where got lists the received flat models and weights their Metropolis-Hastings weights.
+-- Besides "average", every aggregator of dpy.aggregators is a sharing of the same name, over the
+-- node's own model and those received: { "trimmed_mean", f = 1 }, { "krum", f = 1 },
+-- { "median", beta = 0.2, pre = { { "nnm", f = 1 } } } (beta: f = floor(beta * n) per round).
 local registry = require "dpy.registry"
 local aggregators = require "dpy.aggregators"
 
@@ -14,35 +17,48 @@ registry.register {
   end,
 }
 
-registry.register {
-  kind = "sharing", name = "trimmed_mean", options = { f = true, beta = true },
-  doc = "coordinate-wise trimmed mean over the node's own model and those received, dropping the "
-        .. "f largest and f smallest values (or f = floor(beta * n))",
-  validate = function(o)
-    if o.f ~= nil and (math.type(o.f) ~= "integer" or o.f < 0) then
-      return "f must be an integer >= 0"
-    end
-    if o.beta ~= nil and (type(o.beta) ~= "number" or o.beta < 0 or o.beta >= 0.5) then
-      return "beta must be in [0, 0.5)"
-    end
-    if (o.f == nil) == (o.beta == nil) then return "give f or beta (one of them)" end
-  end,
-  new = function(o)
-    return { combine = function(node, r, got)
-      local own = node.model:get_flat()
-      local all = { own }
-      for i, x in ipairs(got) do all[i + 1] = x end
-      local f = aggregators.trim_count(#all, o.f, o.beta)
-      local ok, result = pcall(aggregators.trimmed_mean, all, f)
-      own:free()
-      if not ok then
-        error(string.format("round %d: node %d: %s (its own model and %d received)", r, node.uid,
-                            result, #got), 0)
+local function robust(name, rule)
+  local options = { pre = true, beta = true }
+  for k in pairs(rule.options) do options[k] = true end
+  registry.register {
+    kind = "sharing", name = name, options = options,
+    doc = "the node's own model and those received, aggregated by " .. name .. ": " .. rule.doc,
+    validate = function(o)
+      if o.f ~= nil and (math.type(o.f) ~= "integer" or o.f < 0) then
+        return "f must be an integer >= 0"
       end
-      node.model:set_flat(result)
-      result:free()
-    end }
-  end,
-}
+      if o.beta ~= nil and (type(o.beta) ~= "number" or o.beta < 0 or o.beta >= 0.5) then
+        return "beta must be in [0, 0.5)"
+      end
+      if o.f ~= nil and o.beta ~= nil then return "give f or beta, not both" end
+      if name == "trimmed_mean" and o.f == nil and o.beta == nil then return "give f or beta (one of them)" end
+      if o.pre ~= nil and type(o.pre) ~= "table" then return "pre must be a list of pre-aggregations" end
+    end,
+    new = function(o)
+      local opts = {}
+      for k, v in pairs(o) do if k ~= 1 and k ~= "pre" and k ~= "beta" then opts[k] = v end end
+      return { combine = function(node, r, got)
+        local own = node.model:get_flat()
+        local all = { own }
+        for i, x in ipairs(got) do all[i + 1] = x end
+        if o.beta then opts.f = math.floor(o.beta * #all) end
+        local entry = { name }
+        for k, v in pairs(opts) do entry[k] = v end
+        local ok, result = pcall(aggregators.aggregate, entry, all, o.pre)
+        own:free()
+        if not ok then
+          error(string.format("round %d: node %d: %s (its own model and %d received)", r, node.uid,
+                              tostring(result):gsub("^[^:]*:%d+: ", ""), #got), 0)
+        end
+        node.model:set_flat(result)
+        result:free()
+      end }
+    end,
+  }
+end
+
+for name, rule in pairs(aggregators.RULES) do
+  if not rule.pre then robust(name, rule) end
+end
 
 return {}

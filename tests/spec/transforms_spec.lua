@@ -1,6 +1,5 @@
--- State transforms and their chains, and the aggregators behind the robust sharing rules.
+-- State transforms and their chains.
 local transforms = require "dpy.transforms"
-local aggregators = require "dpy.aggregators"
 local codec = require "dpy.codec.core"
 local tensor = require "dpy.tensor"
 local config = require "dpy.config"
@@ -71,25 +70,5 @@ describe("transforms", function()
                      .. "valid: fpzip, uniform_asymmetric_quantization, zstd")
     write_file(dir .. "/c.lua", "sharing = { 'trimmed_mean' }\n")
     fails_with(dir .. "/c.lua:1: sharing: sharing 'trimmed_mean': give f or beta (one of them)")
-  end)
-end)
-
-describe("aggregators", function()
-  local rows = { tensor.new { 1., 10, -3 }, tensor.new { 2., 20, 100 }, tensor.new { 3., -5, 0 },
-                 tensor.new { 4., 0, 1 }, tensor.new { 100., 5, 2 } }
-
-  it("trimmed_mean drops the f largest and f smallest values of each coordinate", function()
-    -- by hand: column 1 keeps 2, 3, 4; column 2 keeps 0, 5, 10; column 3 keeps 0, 1, 2
-    assert.are.same({ 3, 5, 1 }, aggregators.trimmed_mean(rows, 1):totable())
-    assert.are.same({ 3, 5, 1 }, aggregators.trimmed_mean(tensor.stack(rows, 0), 1):totable())
-    assert.are.same(aggregators.mean(rows):totable(), aggregators.trimmed_mean(rows, 0):totable())
-    assert.are.same({ 3, 5, 1 }, aggregators.trimmed_mean(rows, 2):totable())   -- n = 2f + 1: the median
-    assert.has_error(function() aggregators.trimmed_mean(rows, 3) end,
-                     "trimmed_mean: 5 vector(s) are too few to drop f = 3 from each end (needs at least 2f + 1 = 7)")
-    assert.are.equal(1, aggregators.trim_count(5, nil, 0.2))
-  end)
-
-  it("median takes the coordinate-wise median", function()
-    assert.are.same({ 3, 5, 1 }, aggregators.median(rows):totable())
   end)
 end)

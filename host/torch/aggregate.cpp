@@ -1,0 +1,270 @@
+// aggregate.cpp: robust aggregation of n vectors (the rows of an n x d tensor), on any device,
+// vectorized over coordinates. Each rule refuses an (n, f) outside what it tolerates.
+// Non-finite inputs: sorting rules place NaN last (as the largest value); distance-based rules
+// treat a row holding a NaN or an infinity as infinitely far from every other.
+#include "guard.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace {
+
+const double INF = std::numeric_limits<double>::infinity();
+
+[[noreturn]] void refuse(const char *rule, const std::string &why) {
+    dpy_invalid(std::string(rule) + ": " + why);
+}
+
+void need(bool ok, const char *rule, int64_t n, int f, const char *what) {
+    if (!ok)
+        refuse(rule, "n = " + std::to_string(n) + ", f = " + std::to_string(f) +
+                         " is outside what it tolerates (" + what + ")");
+}
+
+// Squared distances between rows (n x n, float64 on the cpu), +inf where a row is not finite.
+torch::Tensor sqdist(const torch::Tensor &x) {
+    auto xd = x.to(torch::kFloat64);
+    auto sq = (xd * xd).sum(1);
+    auto d = (sq.unsqueeze(1) + sq.unsqueeze(0) - 2 * xd.mm(xd.t())).clamp_min(0);
+    auto finite = torch::isfinite(xd).all(1);
+    auto bad = finite.logical_not();
+    d.masked_fill_(bad.unsqueeze(1) | bad.unsqueeze(0), INF);
+    d.fill_diagonal_(0);
+    return d.cpu();
+}
+
+torch::Tensor sorted_rows(const torch::Tensor &x) { return std::get<0>(x.sort(0)); }
+
+// The coordinate-wise median: the middle value, or the mean of the two middle ones.
+torch::Tensor median_of(const torch::Tensor &x) {
+    int64_t n = x.size(0);
+    auto s = sorted_rows(x);
+    if (n % 2 == 1)
+        return s[n / 2].clone();
+    return (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+// Krum scores of the rows listed in idx (within d): the sum of each one's k smallest squared
+// distances to the others of idx.
+std::vector<double> krum_scores(const torch::Tensor &d, const std::vector<int64_t> &idx, int64_t k) {
+    auto acc = d.accessor<double, 2>();
+    std::vector<double> scores;
+    for (int64_t i : idx) {
+        std::vector<double> row;
+        for (int64_t j : idx)
+            if (j != i)
+                row.push_back(acc[i][j]);
+        std::sort(row.begin(), row.end());
+        double s = 0;
+        for (int64_t t = 0; t < k && t < (int64_t)row.size(); t++)
+            s += row[t];
+        scores.push_back(s);
+    }
+    return scores;
+}
+
+std::vector<int64_t> iota(int64_t n) {
+    std::vector<int64_t> v(n);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = i;
+    return v;
+}
+
+torch::Tensor rows(const torch::Tensor &x, const std::vector<int64_t> &idx) {
+    auto t = torch::tensor(idx, torch::kLong).to(x.device());
+    return x.index_select(0, t);
+}
+
+// Averages of rows by a cpu weight matrix (m x n): one matmul, n x d memory at most.
+torch::Tensor by_weights(const torch::Tensor &x, const torch::Tensor &w) {
+    return w.to(x.options()).mm(x);
+}
+
+torch::Tensor krum(const torch::Tensor &x, const dpy_agg_opts &o, int64_t m) {
+    int64_t n = x.size(0);
+    auto d = sqdist(x);
+    auto scores = krum_scores(d, iota(n), n - o.f - 2);
+    std::vector<int64_t> order = iota(n);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
+    order.resize(m);
+    return rows(x, order).mean(0);
+}
+
+torch::Tensor geometric_median(const torch::Tensor &x0, const dpy_agg_opts &o) {
+    auto finite = torch::isfinite(x0).all(1);
+    auto x = x0.index_select(0, finite.nonzero().squeeze(1)).to(torch::kFloat64);
+    if (x.size(0) == 0)
+        refuse("geometric_median", "no finite input");
+    auto z = x.mean(0);
+    for (int it = 0; it < o.max_iter; it++) {
+        auto w = 1.0 / (x - z).norm(2, {1}).clamp_min(o.eps);
+        auto next = (w.unsqueeze(1) * x).sum(0) / w.sum();
+        double moved = (next - z).norm().item<double>();
+        z = next;
+        if (moved <= o.tol * std::max(z.norm().item<double>(), o.eps))
+            break;
+    }
+    return z.to(x0.scalar_type());
+}
+
+torch::Tensor centered_clipping(const torch::Tensor &x, const dpy_agg_opts &o) {
+    auto v = o.center ? o.center->v.to(x.options()).clone() : torch::zeros({x.size(1)}, x.options());
+    auto finite = torch::isfinite(x).all(1).to(x.scalar_type());
+    auto xs = x.nan_to_num(0, 0, 0);
+    for (int l = 0; l < o.iterations; l++) {
+        auto diff = xs - v;
+        auto scale = (o.radius / diff.norm(2, {1})).clamp_max(1).nan_to_num(1, 1, 1) * finite;
+        v = v + (diff * scale.unsqueeze(1)).sum(0) / x.size(0);
+    }
+    return v;
+}
+
+torch::Tensor bulyan(const torch::Tensor &x, const dpy_agg_opts &o) {
+    int64_t n = x.size(0), theta = n - 2 * o.f, beta = theta - 2 * o.f;
+    auto d = sqdist(x);
+    std::vector<int64_t> remaining = iota(n), selected;
+    while ((int64_t)selected.size() < theta) {   // Krum, again and again, on what is left
+        auto s = krum_scores(d, remaining, (int64_t)remaining.size() - o.f - 2);
+        auto best = std::min_element(s.begin(), s.end()) - s.begin();
+        selected.push_back(remaining[best]);
+        remaining.erase(remaining.begin() + best);
+    }
+    auto sel = rows(x, selected);
+    auto med = median_of(sel);
+    auto closest = std::get<1>((sel - med).abs().topk(beta, 0, false));
+    return sel.gather(0, closest).mean(0);
+}
+
+torch::Tensor meamed(const torch::Tensor &x, const dpy_agg_opts &o) {
+    auto med = median_of(x);
+    auto closest = std::get<1>((x - med).abs().topk(x.size(0) - o.f, 0, false));
+    return x.gather(0, closest).mean(0);
+}
+
+// Minimum-diameter averaging: the n - f rows whose largest pairwise distance is smallest.
+torch::Tensor mda(const torch::Tensor &x, const dpy_agg_opts &o) {
+    int64_t n = x.size(0), k = n - o.f;
+    double subsets = 1;
+    for (int64_t i = 0; i < o.f; i++)
+        subsets = subsets * (double)(n - i) / (double)(i + 1);
+    if (subsets > 1e6)
+        refuse("mda", "C(" + std::to_string(n) + ", " + std::to_string(o.f) + ") = " +
+                          std::to_string((long long)subsets) + " subsets exceed its limit of 10^6");
+    auto d = sqdist(x);
+    auto acc = d.accessor<double, 2>();
+    std::vector<int64_t> pick = iota(k), best;
+    double best_diam = INF;
+    for (;;) {
+        double diam = 0;
+        for (int64_t a = 0; a < k && diam < best_diam; a++)
+            for (int64_t b = a + 1; b < k; b++)
+                diam = std::max(diam, acc[pick[a]][pick[b]]);
+        if (best.empty() || diam < best_diam)
+            best_diam = diam, best = pick;
+        int64_t i = k - 1;   // the next combination, in lexicographic order
+        while (i >= 0 && pick[i] == n - k + i)
+            i--;
+        if (i < 0)
+            break;
+        pick[i]++;
+        for (int64_t j = i + 1; j < k; j++)
+            pick[j] = pick[j - 1] + 1;
+    }
+    return rows(x, best).mean(0);
+}
+
+// Nearest-neighbour mixing: each row becomes the mean of its n - f nearest rows (itself included).
+torch::Tensor nnm(const torch::Tensor &x, const dpy_agg_opts &o) {
+    int64_t n = x.size(0), k = n - o.f;
+    auto nearest = std::get<1>(sqdist(x).topk(k, 1, false));
+    auto w = torch::zeros({n, n}, torch::kFloat64);
+    w.scatter_(1, nearest, 1.0 / (double)k);
+    return by_weights(x, w);
+}
+
+torch::Tensor bucketing(const torch::Tensor &x, const dpy_agg_opts &o) {
+    int64_t n = x.size(0), s = o.bucket, buckets = (n + s - 1) / s;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+    auto perm = torch::randperm(n, gen, torch::kLong);
+    auto w = torch::zeros({buckets, n}, torch::kFloat64);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = i / s, size = std::min(s, n - b * s);
+        w[b][perm[i].item<int64_t>()] = 1.0 / (double)size;
+    }
+    return by_weights(x, w);
+}
+
+torch::Tensor static_clipping(const torch::Tensor &x, const dpy_agg_opts &o) {
+    auto scale = (o.radius / x.norm(2, {1})).clamp_max(1).nan_to_num(1, 1, 1);
+    return x * scale.unsqueeze(1);
+}
+
+torch::Tensor aggregate(const std::string &rule, const torch::Tensor &x, const dpy_agg_opts &o) {
+    const char *r = rule.c_str();
+    int64_t n = x.size(0);
+    int f = o.f;
+    if (f < 0)
+        refuse(r, "f must be >= 0");
+    if (rule == "mean")
+        return x.mean(0);
+    if (rule == "median")
+        return need(n > 2 * f, r, n, f, "n > 2f"), median_of(x);
+    if (rule == "trimmed_mean") {
+        need(n > 2 * f, r, n, f, "n > 2f");
+        return sorted_rows(x).narrow(0, f, n - 2 * f).mean(0);
+    }
+    if (rule == "krum")
+        return need(n > 2 * f + 2, r, n, f, "n > 2f + 2"), krum(x, o, 1);
+    if (rule == "multi_krum") {
+        need(n > 2 * f + 2, r, n, f, "n > 2f + 2");
+        int64_t m = o.m > 0 ? o.m : n - f;
+        if (m > n - f)
+            refuse(r, "m = " + std::to_string(m) + " exceeds n - f = " + std::to_string(n - f));
+        return krum(x, o, m);
+    }
+    if (rule == "geometric_median")
+        return need(n > 2 * f, r, n, f, "n > 2f"), geometric_median(x, o);
+    if (rule == "centered_clipping") {
+        need(n > 2 * f, r, n, f, "n > 2f");
+        if (!(o.radius > 0))
+            refuse(r, "radius must be > 0");
+        return centered_clipping(x, o);
+    }
+    if (rule == "bulyan")
+        return need(n >= 4 * f + 3, r, n, f, "n >= 4f + 3"), bulyan(x, o);
+    if (rule == "meamed")
+        return need(n > 2 * f, r, n, f, "n > 2f"), meamed(x, o);
+    if (rule == "mda")
+        return need(n > 2 * f, r, n, f, "n > 2f"), mda(x, o);
+    if (rule == "nnm")
+        return need(n > 2 * f, r, n, f, "n > 2f"), nnm(x, o);
+    if (rule == "bucketing") {
+        if (o.bucket < 1)
+            refuse(r, "bucket size s must be >= 1");
+        return bucketing(x, o);
+    }
+    if (rule == "static_clipping") {
+        if (!(o.radius > 0))
+            refuse(r, "radius must be > 0");
+        return static_clipping(x, o);
+    }
+    dpy_invalid("no aggregation rule named '" + rule + "'");
+}
+
+}  // namespace
+
+dpy_err dpy_aggregate(dpy_tensor **out, const char *rule, const dpy_tensor *x,
+                      const dpy_agg_opts *o) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        if (x->v.dim() != 2 || x->v.size(0) < 1)
+            dpy_invalid(std::string(rule) + ": needs n x d inputs (n >= 1), got shape " +
+                        c10::str(x->v.sizes()));
+        if (!x->v.is_floating_point())
+            dpy_invalid(std::string(rule) + ": needs floating-point inputs");
+        torch::NoGradGuard no_grad;
+        *out = dpy_wrap(aggregate(rule, x->v, *o));
+    });
+}
