@@ -37,6 +37,33 @@ local function load_spec(ref)
   return spec
 end
 
+--- The nodes an attack action picks (sorted uids, the same in every process): opts.nodes, or a
+-- seeded fraction of the training nodes (opts.fraction, opts.seed or the run's seed).
+function M.choose_nodes(opts, cfg, what)
+  local first = (cfg.algorithm == "fedavg" or cfg.algorithm == "ps") and 1 or 0   -- not the server
+  if opts.nodes then
+    for _, u in ipairs(opts.nodes) do
+      if math.type(u) ~= "integer" or u < first or u >= cfg.nodes then
+        error(string.format("%s: nodes lists %s, not a training node (%d..%d)", what, tostring(u),
+                            first, cfg.nodes - 1), 0)
+      end
+    end
+    local list = { table.unpack(opts.nodes) }
+    table.sort(list)
+    return list
+  end
+  local fraction = opts.fraction or 0
+  if type(fraction) ~= "number" or fraction < 0 or fraction > 1 then
+    error(what .. ": fraction must be in [0, 1]", 0)
+  end
+  local candidates = {}
+  for u = first, cfg.nodes - 1 do candidates[#candidates + 1] = u end
+  require("dpy.random").new((opts.seed or cfg.seed) * 104729 + 17):shuffle(candidates)
+  local list = { table.unpack(candidates, 1, math.floor(fraction * #candidates + 0.5)) }
+  table.sort(list)
+  return list
+end
+
 --- What the built-in actions of cfg record in the manifest: { [name] = table } for each action
 -- whose spec has manifest(opts, cfg) (action files are loaded by the nodes only).
 function M.manifest(cfg)

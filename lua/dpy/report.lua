@@ -1,6 +1,6 @@
 --- dpy.report: comparing runs (dpy-lua report out/A out/B ...). One row per run: config, final
 -- test accuracy over the honest evaluated nodes (mean +- std; nodes poisoned by an action are left
--- out), bytes sent per node per round, epsilon, seconds per round. Plots, drawn by gnuplot:
+-- out, and so are Byzantine ones), bytes sent per node per round, epsilon, seconds per round. Plots, drawn by gnuplot:
 -- accuracy against round and accuracy against bytes sent per node.
 local metrics = require "dpy.metrics"
 
@@ -34,7 +34,9 @@ function M.load(dir)
   local manifest = read_json(dir .. "/manifest.json") or {}
   local poisoned = {}
   for _, entry in pairs(manifest.actions or {}) do
-    for _, u in ipairs(type(entry) == "table" and entry.poisoned or {}) do poisoned[u] = true end
+    for _, key in ipairs { "poisoned", "byzantine" } do
+      for _, u in ipairs(type(entry) == "table" and entry[key] or {}) do poisoned[u] = true end
+    end
   end
   local run = { dir = dir, label = dir:gsub("/+$", ""):match("([^/]+)$"), name = cfg.name,
                 nodes = cfg.nodes or 1, accuracy = {}, curve = {}, bytes_curve = {} }

@@ -1,0 +1,224 @@
+-- Byzantine robustness: every aggregator against hand-computed results, the (n, f) each refuses,
+-- NaN inputs, the attacks' formulas, the partitioners, and the simulation.
+local tensor = require "dpy.tensor"
+local agg = require "dpy.aggregators"
+local attacks = require "dpy.byzantine.attacks"
+local byzantine = require "dpy.byzantine"
+local partition = require "dpy.partition"
+local data = require "dpy.data"
+
+local T = tensor.new
+local function close(a, b, tol)
+  local x, y = a:totable(), b
+  assert.are.equal(#y, #x)
+  for i = 1, #y do
+    if type(y[i]) == "table" then
+      close(a[i - 1], y[i], tol)
+    else
+      assert.is_true(math.abs(x[i] - y[i]) <= (tol or 1e-5), string.format("[%d] %s vs %s", i, x[i], y[i]))
+    end
+  end
+end
+
+-- five inputs of dimension 3; by hand, the squared distances are
+--   a-b 10710  a-c 238  a-d 125  a-e 9851  b-c 10626  b-d 10205  b-e 19433  c-d 27  c-e 9513  d-e 9242
+local X = T { { 1., 10, -3 }, { 2., 20, 100 }, { 3., -5, 0 }, { 4., 0, 1 }, { 100., 5, 2 } }
+
+describe("aggregators", function()
+  it("mean, median and trimmed mean per coordinate", function()
+    close(agg.mean(X), { 22, 6, 20 })
+    close(agg.median(X, { f = 1 }), { 3, 5, 1 })
+    close(agg.median(X:narrow(0, 0, 4), { f = 1 }), { 2.5, 5, 0.5 })   -- even n: the two middle values
+    close(agg.trimmed_mean(X, { f = 1 }), { 3, 5, 1 })                   -- keeps 2,3,4 / 0,5,10 / 0,1,2
+    close(agg.trimmed_mean({ X[0], X[1], X[2] }, { f = 1 }), { 2, 10, 0 })   -- n = 2f + 1: the median
+  end)
+
+  it("Krum and Multi-Krum by their scores", function()
+    -- scores (2 nearest others): a 363, b 20831, c 265, d 152, e 18755
+    close(agg.krum(X, { f = 1 }), { 4, 0, 1 })                       -- d
+    close(agg.multi_krum(X, { f = 1 }), { 27, 2.5, 0 })               -- m = n - f = 4: d, c, a, e
+    close(agg.multi_krum(X, { f = 1, m = 2 }), { 3.5, -2.5, 0.5 })    -- d, c
+    local tie = T { { 1., 1 }, { 1., 1 }, { 0., 0 }, { 0., 0 }, { 9., 9 } }
+    close(agg.krum(tie, { f = 1 }), { 1, 1 })   -- rows 0-3 all score 2: the first one
+  end)
+
+  it("MeaMed, minimum-diameter averaging and the geometric median", function()
+    close(agg.meamed(X, { f = 1 }), { 2.5, 2.5, 0 })   -- the 4 values closest to the median (3, 5, 1)
+    close(agg.mda(X, { f = 1 }), { 27, 2.5, 0 })       -- {a, c, d, e}: diameter 9851 (a-e) < 10710
+    close(agg.geometric_median(T { { 0., 0 }, { 1., 0 }, { 10., 0 } }), { 1, 0 }, 1e-4)   -- collinear: the middle one
+    local square = T { { 1., 0 }, { -1., 0 }, { 0., 1 }, { 0., -1 }, { 0., 0 } }
+    close(agg.geometric_median(square), { 0, 0 }, 1e-4)
+  end)
+
+  it("centered clipping moves from the center by the mean of clipped differences", function()
+    local x = T { { 0., 0 }, { 3., 4 }, { -6., 8 } }   -- clipped to norm 1: (0,0), (0.6,0.8), (-0.6,0.8)
+    close(agg.centered_clipping(x, { radius = 1 }), { 0, 1.6 / 3 })
+    close(agg.centered_clipping(x, { radius = 100, iterations = 3 }), { -1, 4 })   -- no clipping: the mean
+    -- from (3, 4): differences (-3, -4), (0, 0), (-9, 4), clipped to norm 1
+    local r97 = math.sqrt(97)
+    close(agg.centered_clipping(x, { radius = 1, center = T { 3., 4 } }),
+          { 3 + (-0.6 - 9 / r97) / 3, 4 + (-0.8 + 4 / r97) / 3 })
+  end)
+
+  it("Bulyan keeps the honest cluster", function()
+    local rows = {}
+    for i = 1, 9 do rows[i] = T { i * 0.1, -i * 0.1 } end
+    rows[10], rows[11] = T { 1000., 1000 }, T { -1000., 500 }
+    local r = agg.bulyan(rows, { f = 2 }):totable()
+    assert.is_true(math.abs(r[1] - 0.5) < 0.25 and math.abs(r[2] + 0.5) < 0.25)
+    assert.has_error(function() agg.bulyan(rows, { f = 3 }) end,
+                     "bulyan: n = 11, f = 3 is outside what it tolerates (n >= 4f + 3)")
+  end)
+
+  it("pre-aggregations: NNM, bucketing and static clipping", function()
+    close(agg.nnm(X, { f = 1 }), { { 27, 2.5, 0 }, { 2.5, 6.25, 24.5 }, { 27, 2.5, 0 }, { 27, 2.5, 0 },
+                                   { 27, 2.5, 0 } })
+    local b = agg.bucketing(X, { bucket = 2, seed = 3 })
+    assert.are.same({ 3, 3 }, b:size())
+    -- every input in exactly one bucket: 2 + 2 + 1 rows
+    close(b[0] * 2 + b[1] * 2 + b[2], { 110, 30, 100 })
+    local c = agg.static_clipping(T { { 3., 4 }, { 0.3, 0.4 } }, { radius = 1 })
+    close(c, { { 0.6, 0.8 }, { 0.3, 0.4 } })
+    close(agg.aggregate({ "median", f = 1 }, X, { { "nnm", f = 1 } }), { 27, 2.5, 0 })
+    assert.has_error(function() agg.aggregate("median", X, { "krum" }) end,
+                     "aggregators: 'krum' is not a pre-aggregation (nnm, bucketing, static_clipping)")
+  end)
+
+  it("refuse an (n, f) outside what they tolerate", function()
+    assert.has_error(function() agg.krum(X:narrow(0, 0, 4), { f = 1 }) end,
+                     "krum: n = 4, f = 1 is outside what it tolerates (n > 2f + 2)")
+    assert.has_error(function() agg.median(X, { f = 3 }) end,
+                     "median: n = 5, f = 3 is outside what it tolerates (n > 2f)")
+    assert.has_error(function() agg.multi_krum(X, { f = 1, m = 5 }) end, "multi_krum: m = 5 exceeds n - f = 4")
+    assert.has_error(function() agg.median(T { 1., 2 }) end, "median: needs n x d inputs (n >= 1), got shape [2]")
+  end)
+
+  it("keep NaN and infinite inputs out where defined", function()
+    local y = T { { 1., 1 }, { 2., 2 }, { 0 / 0, 0 / 0 }, { 3., 3 }, { math.huge, 1 } }
+    close(agg.median(y, { f = 1 }), { 3, 2 })          -- NaN sorts last, as the largest
+    close(agg.trimmed_mean(y:narrow(0, 0, 4), { f = 1 }), { 2.5, 2.5 })
+    close(agg.krum(y, { f = 1 }), { 2, 2 })            -- a non-finite row is infinitely far
+    close(agg.geometric_median(y), { 2, 2 }, 1e-3)
+    assert.is_false(agg.mean(y)[0]:item() == agg.mean(y)[0]:item())   -- the mean is NaN
+  end)
+end)
+
+describe("attacks", function()
+  local honest = T { { 1., 2 }, { 3., 6 } }
+  it("follow their formulas", function()
+    close(attacks.craft({ "sign_flip", scale = 2 }, honest, 4, 2), { { -4, -8 }, { -4, -8 } })
+    close(attacks.craft("inner_product", honest, 4, 2), { { -0.2, -0.4 }, { -0.2, -0.4 } })
+    close(attacks.craft({ "mimic", worker = 1 }, honest, 4, 1), { { 3, 6 } })
+    -- ALIE: n = 4, f = 2: s = 1, z = Phi^-1(3/4) = 0.6744898; std (unbiased) = (1.4142, 2.8284)
+    local z = 0.6744898
+    local row = { 2 - z * math.sqrt(2), 4 - z * math.sqrt(8) }
+    close(attacks.craft("alie", honest, 4, 2), { row, row }, 1e-5)
+    assert.is_true(math.abs(attacks.alie_z(10, 2) - 0.2533471) < 1e-6)   -- Phi^-1(0.6)
+    assert.is_true(math.abs(attacks.normal_quantile(0.975) - 1.959964) < 1e-6)
+    assert.are.equal(math.huge, attacks.craft("infinity", honest, 4, 1)[0][1]:item())
+    local nan = attacks.craft("nan", honest, 4, 1)[0][0]:item()
+    assert.is_true(nan ~= nan)
+    local g = attacks.craft({ "gaussian", sigma = 2 }, T(tensor.zeros(1, 20000):totable()), 2, 1)
+    assert.is_true(math.abs(g:std():item() - 2) < 0.05)
+    assert.has_error(function() attacks.craft("flip", honest, 4, 1) end, "no attack named 'flip'; valid: "
+                     .. "alie, gaussian, infinity, inner_product, mimic, nan, sign_flip, label_flipping")
+  end)
+end)
+
+describe("partitioners for Byzantine studies", function()
+  local labels = {}
+  for i = 1, 1000 do labels[i] = (i * 7) % 10 end
+  local function classes_of(part)
+    local seen, n = {}, 0
+    for _, i in ipairs(part:totable()) do
+      if not seen[labels[i + 1]] then seen[labels[i + 1]], n = true, n + 1 end
+    end
+    return n
+  end
+
+  it("gamma_similarity: gamma 1 is IID, gamma 0 gives each node a few classes", function()
+    local iid = partition.gamma_similarity(labels, 5, { gamma = 1, seed = 1 })
+    local skew = partition.gamma_similarity(labels, 5, { gamma = 0, seed = 1 })
+    for k = 1, 5 do
+      assert.are.equal(200, iid[k]:numel())
+      assert.are.equal(200, skew[k]:numel())
+      assert.are.equal(10, classes_of(iid[k]))
+      assert.is_true(classes_of(skew[k]) <= 3)
+    end
+    local half = partition.gamma_similarity(labels, 5, { gamma = 0.5, seed = 1 })
+    assert.is_true(classes_of(half[1]) == 10)
+  end)
+
+  it("class_list: each node the classes it lists, shared classes split", function()
+    local parts = partition.class_list(labels, 3, { classes = { { 0, 1 }, { 1, 2 }, { 3 } } })
+    assert.are.same({ 150, 150, 100 }, { parts[1]:numel(), parts[2]:numel(), parts[3]:numel() })
+    assert.are.equal(2, classes_of(parts[1]))
+    assert.has_error(function() partition.class_list(labels, 2, { classes = { { 0 }, { 11 } } }) end,
+                     "partition.class_list: node 1 lists class 11, which has no samples")
+  end)
+end)
+
+describe("byzantine.simulation", function()
+  local train = data.fashion_mnist { train = true }
+  local test = data.fashion_mnist { train = false }
+  local function sim(o)
+    local base = { model = { "mlp", hidden = { 32 } }, train_set = train, n = 6, f = 1, batch_size = 32,
+                   learning_rate = 0.1, momentum = 0.9, weight_decay = 1e-4, seed = 42 }
+    for k, v in pairs(o or {}) do base[k] = v end
+    return byzantine.simulation(base)
+  end
+
+  it("returns snapshots of the documented shapes, the same numbers for the same seed", function()
+    local a = sim { aggregator = { "median" }, pre_aggregation = { "nnm" } }
+    local s = a:step()
+    local d = a.d
+    assert.are.equal(1, s.step)
+    assert.are.same({ 5, d }, s.parameters:size())
+    assert.are.same({ 5, d }, s.momentum:size())
+    assert.are.same({ 5, d }, s.honest_gradients:size())
+    assert.are.same({ 5, d }, s.local_parameters:size())
+    assert.are.same({ 1, d }, s.byzantine_parameters:size())
+    assert.are.same({ 5 }, s.losses:size())
+    local list = a:run(2)
+    assert.are.equal(3, list[2].step)
+    local again = sim { aggregator = { "median" }, pre_aggregation = { "nnm" } }:run(3)[3]
+    assert.are.same(list[2].losses:totable(), again.losses:totable())
+    assert.are.same(list[2].parameters:sum():item(), again.parameters:sum():item())
+    -- sign flip under "all": the Byzantine model is -1 x the honest local mean
+    local e = sim { byzantine_reach = "all" }:step()
+    local want = e.local_parameters:mean(0) * -1
+    assert.is_true(e.byzantine_parameters[0]:allclose(want, 1e-5, 1e-6))
+  end)
+
+  it("runs a parameter server with the same knobs, and evaluates", function()
+    local s = sim { mode = "server", aggregator = { "trimmed_mean" }, attack = "alie" }
+    local snap = s:step()
+    assert.are.same({ s.d }, snap.parameters:size())
+    assert.are.same({ 1, s.d }, snap.byzantine_gradients:size())
+    local e = s:evaluate(test, { samples = 200 })
+    assert.are.equal(1, #e.accuracies)
+    assert.is_true(e.accuracy >= 0 and e.accuracy <= 1)
+  end)
+
+  it("shows what the literature shows: sign flip breaks the mean, not the median", function()
+    local results = {}
+    for _, rule in ipairs { "mean", "median", "trimmed_mean" } do
+      local s = sim { n = 10, f = 2, aggregator = { rule }, attack = { "sign_flip", scale = 1.5 },
+                      byzantine_reach = "all", snapshots = false }
+      s:run(25)
+      results[rule] = s:evaluate(test, { samples = 1000 }).accuracy
+    end
+    assert.is_true(results.mean < 0.3, "mean: " .. results.mean)
+    assert.is_true(results.median > 0.6, "median: " .. results.median)
+    assert.is_true(results.trimmed_mean > 0.6, "trimmed_mean: " .. results.trimmed_mean)
+  end)
+
+  it("refuses bad options with a message", function()
+    assert.has_error(function() sim { f = 6 } end, "byzantine.simulation: f must be an integer in 0..n-1")
+    assert.has_error(function() sim { aggregatr = "mean" } end,
+                     "byzantine.simulation: unknown option 'aggregatr' (did you mean 'aggregator'?); valid: "
+                     .. "aggregator, attack, batch_size, byzantine_reach, classes, f, learning_rate, loss, mode, "
+                     .. "model, momentum, n, partition, pre_aggregation, seed, snapshots, test_set, "
+                     .. "train_datasets, train_set, weight_decay")
+  end)
+end)
