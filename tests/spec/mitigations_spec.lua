@@ -74,3 +74,22 @@ describe("mitigations in decentralized runs", function()
     assert.matches("not a run directory %(no readable config.json%)", stderr)
   end)
 end)
+
+describe("Byzantine nodes in decentralized runs", function()
+  it("send the attack's vector: plain averaging breaks, the median holds", function()
+    local cfg = TINY_RUN .. "actions = { { 'byzantine_attack', attack = { 'sign_flip', scale = 3 }, "
+                .. "nodes = { 1 } } }\n"
+    local acc = {}
+    for _, sharing in ipairs { "'average'", "{ 'median', f = 1 }" } do
+      local code, _, err, out = run_config(cfg .. "sharing = " .. sharing .. "\n")
+      assert.are.equal(0, code, err)
+      assert.matches('"byzantine":%[1%]', read_file(out .. "/manifest.json"))
+      assert.matches("byzantine_attack: this node sends sign_flip vectors", read_file(out .. "/1.log"))
+      local sum = 0
+      for _, uid in ipairs { 0, 2, 3 } do sum = sum + node_metrics(out, uid).test_accuracy[3][2] end
+      acc[sharing] = sum / 3
+    end
+    assert.is_true(acc["'average'"] < 0.15, "average: " .. acc["'average'"])
+    assert.is_true(acc["{ 'median', f = 1 }"] > 0.2, "median: " .. acc["{ 'median', f = 1 }"])
+  end)
+end)
