@@ -34,16 +34,86 @@ torch::Tensor sqdist(const torch::Tensor &x) {
     return d.cpu();
 }
 
-torch::Tensor sorted_rows(const torch::Tensor &x) { return std::get<0>(x.sort(0)); }
+// {==== coordinate-wise order statistics ====}
+
+enum class coord { median, trimmed, closest };
+
+// NaN last, as the largest value (a strict weak order, unlike plain <).
+template <class T> bool before(T a, T b) { return a < b || (b != b && a == a); }
+
+// One coordinate's n values in v (reordered): the median, the mean of the values left after
+// dropping the k smallest and k largest (trimmed), or the mean of the k values closest to the
+// median (closest).
+template <class T> T stat_of(T *v, int64_t n, coord kind, int64_t k) {
+    if (kind == coord::trimmed) {   // two partitions put the middle n - 2k values in place
+        std::nth_element(v, v + k, v + n, before<T>);
+        std::nth_element(v + k, v + n - k - 1, v + n, before<T>);
+        double sum = 0;
+        for (int64_t i = k; i < n - k; i++)
+            sum += v[i];
+        return (T)(sum / (double)(n - 2 * k));
+    }
+    if (kind == coord::median) {
+        std::nth_element(v, v + n / 2, v + n, before<T>);
+        return n % 2 ? v[n / 2] : (*std::max_element(v, v + n / 2, before<T>) + v[n / 2]) / 2;
+    }
+    std::sort(v, v + n, before<T>);   // closest: a window of the sorted values around the median
+    T med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    int64_t lo = (n - 1) / 2, hi = lo + 1;
+    while (hi - lo < k) {   // grow it on the nearer side
+        bool left = lo > 0 && (hi >= n || !(std::abs(v[hi] - med) < std::abs(v[lo - 1] - med)));
+        left ? lo-- : hi++;
+    }
+    double sum = 0;
+    for (int64_t i = lo; i < hi; i++)
+        sum += v[i];
+    return (T)(sum / (double)(hi - lo));
+}
+
+// The statistic of every column of a contiguous cpu n x d matrix, a block of columns at a time
+// (gathered row by row, so reads stay sequential).
+template <class T> torch::Tensor columns(const torch::Tensor &x, coord kind, int64_t k) {
+    int64_t n = x.size(0), d = x.size(1);
+    auto out = torch::empty({d}, x.options());
+    const T *src = x.data_ptr<T>();
+    T *dst = out.data_ptr<T>();
+    const int64_t B = 256;
+    at::parallel_for(0, (d + B - 1) / B, 1, [&](int64_t b0, int64_t b1) {
+        std::vector<T> block(n * B), v(n);
+        for (int64_t b = b0; b < b1; b++) {
+            int64_t j0 = b * B, w = std::min(B, d - j0);
+            for (int64_t i = 0; i < n; i++)
+                std::copy(src + i * d + j0, src + i * d + j0 + w, block.begin() + i * B);
+            for (int64_t c = 0; c < w; c++) {
+                for (int64_t i = 0; i < n; i++)
+                    v[i] = block[i * B + c];
+                dst[j0 + c] = stat_of(v.data(), n, kind, k);
+            }
+        }
+    });
+    return out;
+}
+
+// Per coordinate, on any device: a cpu kernel for float and double, sorting otherwise.
+torch::Tensor coordinate_stat(const torch::Tensor &x0, coord kind, int64_t k) {
+    if (x0.is_cpu() && (x0.scalar_type() == torch::kFloat || x0.scalar_type() == torch::kDouble)) {
+        auto x = x0.contiguous();
+        return x.scalar_type() == torch::kFloat ? columns<float>(x, kind, k)
+                                                : columns<double>(x, kind, k);
+    }
+    int64_t n = x0.size(0);
+    auto s = std::get<0>(x0.sort(0));
+    auto med = n % 2 ? s[n / 2].clone() : (s[n / 2 - 1] + s[n / 2]) / 2;
+    if (kind == coord::median)
+        return med;
+    if (kind == coord::trimmed)
+        return s.narrow(0, k, n - 2 * k).mean(0);
+    auto closest = std::get<1>((x0 - med).abs().topk(k, 0, false));
+    return x0.gather(0, closest).mean(0);
+}
 
 // The coordinate-wise median: the middle value, or the mean of the two middle ones.
-torch::Tensor median_of(const torch::Tensor &x) {
-    int64_t n = x.size(0);
-    auto s = sorted_rows(x);
-    if (n % 2 == 1)
-        return s[n / 2].clone();
-    return (s[n / 2 - 1] + s[n / 2]) / 2;
-}
+torch::Tensor median_of(const torch::Tensor &x) { return coordinate_stat(x, coord::median, 0); }
 
 // Krum scores of the rows listed in idx (within d): the sum of each one's k smallest squared
 // distances to the others of idx.
@@ -131,16 +201,7 @@ torch::Tensor bulyan(const torch::Tensor &x, const dpy_agg_opts &o) {
         selected.push_back(remaining[best]);
         remaining.erase(remaining.begin() + best);
     }
-    auto sel = rows(x, selected);
-    auto med = median_of(sel);
-    auto closest = std::get<1>((sel - med).abs().topk(beta, 0, false));
-    return sel.gather(0, closest).mean(0);
-}
-
-torch::Tensor meamed(const torch::Tensor &x, const dpy_agg_opts &o) {
-    auto med = median_of(x);
-    auto closest = std::get<1>((x - med).abs().topk(x.size(0) - o.f, 0, false));
-    return x.gather(0, closest).mean(0);
+    return coordinate_stat(rows(x, selected), coord::closest, beta);
 }
 
 // Minimum-diameter averaging: the n - f rows whose largest pairwise distance is smallest.
@@ -213,7 +274,7 @@ torch::Tensor aggregate(const std::string &rule, const torch::Tensor &x, const d
         return need(n > 2 * f, r, n, f, "n > 2f"), median_of(x);
     if (rule == "trimmed_mean") {
         need(n > 2 * f, r, n, f, "n > 2f");
-        return sorted_rows(x).narrow(0, f, n - 2 * f).mean(0);
+        return coordinate_stat(x, coord::trimmed, f);
     }
     if (rule == "krum")
         return need(n > 2 * f + 2, r, n, f, "n > 2f + 2"), krum(x, o, 1);
@@ -235,7 +296,7 @@ torch::Tensor aggregate(const std::string &rule, const torch::Tensor &x, const d
     if (rule == "bulyan")
         return need(n >= 4 * f + 3, r, n, f, "n >= 4f + 3"), bulyan(x, o);
     if (rule == "meamed")
-        return need(n > 2 * f, r, n, f, "n > 2f"), meamed(x, o);
+        return need(n > 2 * f, r, n, f, "n > 2f"), coordinate_stat(x, coord::closest, n - f);
     if (rule == "mda")
         return need(n > 2 * f, r, n, f, "n > 2f"), mda(x, o);
     if (rule == "nnm")
