@@ -99,12 +99,16 @@ function M.node(args)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
+  local rendezvous = require "dpy.rendezvous"
+  local rank, size, launched_by, job = rendezvous.detect()
+  if ok and not a.process and rank then a.process = rank end
   if not ok or not a.process or not a.dir then
     io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ",
-                    ok and "--process (or --uid) and --dir are required" or a, "\n")
+                    ok and "--process (or --uid, or a launcher's rank: mpirun, srun) and --dir are required"
+                    or a, "\n")
     return 2
   end
-  local cfg = load_config(a.config, a.overrides)
+  local cfg, source = load_config(a.config, a.overrides)
   if not cfg then return 1 end
   if a.seed then cfg.seed = a.seed end
   if not cfg.nodes then
@@ -113,13 +117,26 @@ function M.node(args)
   end
   if a.uid then cfg.processes = cfg.nodes end   -- one node per process
   local launcher = require "dpy.launcher"
-  local ran, code = pcall(launcher.node_main, cfg, { process = a.process, dir = a.dir,
-                                                     run_id = a.run_id or 1, config = a.config,
-                                                     overrides = a.overrides, t0 = a.t0 })
+  local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
+                 overrides = a.overrides, t0 = a.t0 }
+  local ran, code = pcall(function()
+    if rank and not a.uid and a.process == rank then   -- started by mpirun / srun: join the others
+      cfg.processes = size
+      if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
+      opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
+      opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function()
+        require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, argv = arg,
+                                                         run_id = opts.run_id, launcher = launched_by })
+        require("dpy.layout").prepare(cfg, a.dir)
+      end)
+    end
+    return launcher.node_main(cfg, opts)
+  end)
   if not ran then
     io.stderr:write("dpy-lua node: ", tostring(code), "\n")
     return 1
   end
+  if rank == 0 and launched_by then print("results in " .. a.dir) end
   return code
 end
 

@@ -49,15 +49,11 @@ local function first_n(ds, n)
   return tensor.arange(math.min(n, data.size(ds)))
 end
 
---- experiment.run(cfg, {dir, source, argv, quiet}) -> summary table; raises on failure, after
--- logging the error in the node's log (results already written stay as they are).
-function M.run(cfg, opts)
-  opts.t0 = opts.t0 or host.clock()
+--- Writes the run directory's own files: config.lua (as given), config.json, manifest.json.
+function M.write_run_files(cfg, opts)
   local dir = opts.dir
-  opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
   local ok, err = host.mkdir_p(dir)
   if not ok then error(err, 0) end
-  if cfg.threads then host.set_threads(cfg.threads) end
   if opts.source then
     assert(host.write_atomic(dir .. "/config.lua", opts.source))
   end
@@ -67,9 +63,19 @@ function M.run(cfg, opts)
     dpy_lua = dpy.version, lua = versions.lua, torch = versions.torch, threads = versions.threads,
     seed = cfg.seed, command = opts.argv or {}, host = hostname(),
     git_commit = git_commit(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = cfg.nodes or 1,
-    processes = cfg.processes, run_id = opts.run_id,
+    processes = cfg.processes, run_id = opts.run_id, launcher = opts.launcher,
     actions = cfg.nodes and require("dpy.actions").manifest(cfg) or nil,
   })
+end
+
+--- experiment.run(cfg, {dir, source, argv, quiet}) -> summary table; raises on failure, after
+-- logging the error in the node's log (results already written stay as they are).
+function M.run(cfg, opts)
+  opts.t0 = opts.t0 or host.clock()
+  local dir = opts.dir
+  opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
+  if cfg.threads then host.set_threads(cfg.threads) end
+  M.write_run_files(cfg, opts)
   if cfg.nodes then return M.run_decentralized(cfg, opts) end
   local node_log = assert(log.open(dir .. "/0.log", 0))
   local tracker = metrics.new(0, dir .. "/0.metrics.json")

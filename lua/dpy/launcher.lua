@@ -25,7 +25,7 @@ function M.host_process(cfg, p, opts, tick)
   local group, err = nodes_core.start {
     nodes = cfg.nodes, process = p, processes = cfg.processes,
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
-    addresses = cfg.processes > 1 and layout.addresses(cfg, opts.run_id) or nil,
+    addresses = cfg.processes > 1 and (opts.addresses or layout.addresses(cfg, opts.run_id)) or nil,
     run_id = opts.run_id, max_payload = opts.max_payload or (1 << 30),
     slots = cfg.slots or cores, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
