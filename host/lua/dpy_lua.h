@@ -80,5 +80,6 @@ int luaopen_dpy_host_core(lua_State *L);
 int luaopen_dpy_nodes_core(lua_State *L);
 int luaopen_dpy_codec_core(lua_State *L);
 int luaopen_dpy_aggregate_core(lua_State *L);
+int luaopen_dpy_ssh_core(lua_State *L);
 
 #endif

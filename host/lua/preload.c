@@ -11,6 +11,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.nodes.core", luaopen_dpy_nodes_core},
     {"dpy.codec.core", luaopen_dpy_codec_core},
     {"dpy.aggregate.core", luaopen_dpy_aggregate_core},
+    {"dpy.ssh.core", luaopen_dpy_ssh_core},
     {NULL, NULL}};
 
 void dpy_preload_bindings(lua_State *L) {

@@ -1,0 +1,436 @@
+/*
+** l_ssh.c: SSH sessions (libssh) for dispatch: dpy.ssh.core.
+**   connect{host, port = 22, user, identity, known_hosts, accept_new = false, timeout = 10}
+**     -> dpy.SSHSession | nil, message (an unknown or changed host key is refused with its
+**        fingerprint unless accept_new, which adds an unknown one — never a changed one)
+**   s:exec(cmd [, timeout]) -> exit code, stdout, stderr        (runs to the end)
+**   s:start(cmd) -> dpy.SSHChannel                              (runs in the background)
+**   ch:poll() -> nil while it runs, else its exit code (-1: the connection dropped); output is
+**     drained and its last 64 KiB kept: ch:output()
+**   s:put(local, remote) / s:get(remote, local) -> true | nil, message   (SFTP)
+**   s:close(), ch:close()
+** One Lua state drives its sessions; libssh sessions are not shared between threads.
+*/
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dpy_lua.h"
+
+#define SESSION_MT "dpy.SSHSession"
+#define CHANNEL_MT "dpy.SSHChannel"
+#define TAIL 65536
+
+typedef struct { ssh_session s; sftp_session sftp; char name[300]; } session_box;
+typedef struct {
+    ssh_channel ch;
+    int code;                       /* exit code once finished; INT32_MIN while running */
+    char tail[TAIL];                /* the last output bytes (stdout and stderr) */
+    size_t len;
+    int session_ref;                /* keeps the session alive while the channel is */
+} channel_box;
+
+static session_box *checksession(lua_State *L, int arg) {
+    session_box *b = luaL_checkudata(L, arg, SESSION_MT);
+    if (!b->s)
+        luaL_error(L, "use of a closed dpy.SSHSession");
+    return b;
+}
+
+static int fail(lua_State *L, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    luaL_pushfail(L);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+static const char *opt_string(lua_State *L, int t, const char *k, const char *dflt) {
+    lua_getfield(L, t, k);
+    const char *v = lua_isnil(L, -1) ? dflt : luaL_checkstring(L, -1);
+    lua_pop(L, 1);   /* the string stays alive in the options table */
+    return v;
+}
+
+static lua_Integer opt_int(lua_State *L, int t, const char *k, lua_Integer dflt) {
+    lua_getfield(L, t, k);
+    lua_Integer v = lua_isnil(L, -1) ? dflt : luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static void session_free(session_box *b) {
+    if (b->sftp)
+        sftp_free(b->sftp);
+    if (b->s) {
+        ssh_disconnect(b->s);
+        ssh_free(b->s);
+    }
+    b->sftp = NULL;
+    b->s = NULL;
+}
+
+/* The server key's SHA256 fingerprint, in OpenSSH's notation. */
+static void fingerprint(ssh_session s, char *out, size_t len) {
+    ssh_key key = NULL;
+    unsigned char *hash = NULL;
+    size_t hlen = 0;
+    snprintf(out, len, "(unknown)");
+    if (ssh_get_server_publickey(s, &key) == SSH_OK &&
+        ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen) == 0) {
+        char *fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
+        if (fp) {
+            snprintf(out, len, "%s", fp);
+            ssh_string_free_char(fp);
+        }
+    }
+    ssh_clean_pubkey_hash(&hash);
+    ssh_key_free(key);
+}
+
+static int verify_host(lua_State *L, session_box *b, const char *known_hosts, int accept_new) {
+    char fp[128];
+    fingerprint(b->s, fp, sizeof fp);
+    enum ssh_known_hosts_e k = ssh_session_is_known_server(b->s);
+    switch (k) {
+    case SSH_KNOWN_HOSTS_OK:
+        return 0;
+    case SSH_KNOWN_HOSTS_CHANGED:
+    case SSH_KNOWN_HOSTS_OTHER:
+        fail(L, "%s: the host key CHANGED (now %s) from the one in %s: refusing to connect (someone "
+                "may be intercepting; if the key was replaced on purpose, remove the old line)",
+             b->name, fp, known_hosts);
+        return -1;
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+        if (accept_new) {
+            if (ssh_session_update_known_hosts(b->s) == SSH_OK)
+                return 0;
+            fail(L, "%s: cannot add its host key to %s: %s", b->name, known_hosts,
+                 ssh_get_error(b->s));
+            return -1;
+        }
+        fail(L, "%s: its host key %s is not in %s: refusing to connect (check the fingerprint, "
+                "then add it with ssh-keyscan, or pass --accept-new-host-keys)",
+             b->name, fp, known_hosts);
+        return -1;
+    default:
+        fail(L, "%s: cannot check its host key against %s: %s", b->name, known_hosts,
+             ssh_get_error(b->s));
+        return -1;
+    }
+}
+
+static int authenticate(lua_State *L, session_box *b, const char *identity) {
+    int rc;
+    if (identity) {
+        ssh_key key = NULL;
+        if (ssh_pki_import_privkey_file(identity, NULL, NULL, NULL, &key) != SSH_OK)
+            return fail(L, "%s: cannot read the identity file %s", b->name, identity), -1;
+        rc = ssh_userauth_publickey(b->s, NULL, key);
+        ssh_key_free(key);
+    } else {
+        rc = ssh_userauth_publickey_auto(b->s, NULL, NULL);   /* the agent, then ~/.ssh/id_* */
+    }
+    if (rc == SSH_AUTH_SUCCESS)
+        return 0;
+    fail(L, "%s: authentication failed (%s%s)", b->name,
+         identity ? "key " : "the agent and the default keys", identity ? identity : "");
+    return -1;
+}
+
+static int s_connect(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *hostname = opt_string(L, 1, "host", NULL);
+    luaL_argcheck(L, hostname != NULL, 1, "host is required");
+    int port = (int)opt_int(L, 1, "port", 22);
+    const char *user = opt_string(L, 1, "user", NULL);
+    const char *identity = opt_string(L, 1, "identity", NULL);
+    const char *known_hosts = opt_string(L, 1, "known_hosts", NULL);
+    long timeout = (long)opt_int(L, 1, "timeout", 10);
+    lua_getfield(L, 1, "accept_new");
+    int accept_new = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    session_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    memset(b, 0, sizeof *b);
+    luaL_setmetatable(L, SESSION_MT);
+    snprintf(b->name, sizeof b->name, "%s%s%s:%d", user ? user : "", user ? "@" : "", hostname,
+             port);
+    b->s = ssh_new();
+    if (!b->s)
+        return fail(L, "%s: out of memory", b->name);
+    int verbosity = SSH_LOG_NOLOG;
+    ssh_options_set(b->s, SSH_OPTIONS_HOST, hostname);
+    ssh_options_set(b->s, SSH_OPTIONS_PORT, &port);
+    ssh_options_set(b->s, SSH_OPTIONS_LOG_VERBOSITY, &verbosity);
+    ssh_options_set(b->s, SSH_OPTIONS_TIMEOUT, &timeout);
+    if (user)
+        ssh_options_set(b->s, SSH_OPTIONS_USER, user);
+    if (known_hosts)
+        ssh_options_set(b->s, SSH_OPTIONS_KNOWNHOSTS, known_hosts);
+    else
+        known_hosts = "~/.ssh/known_hosts";
+    if (ssh_connect(b->s) != SSH_OK) {
+        int r = fail(L, "%s: cannot connect: %s", b->name, ssh_get_error(b->s));
+        session_free(b);
+        return r;
+    }
+    if (verify_host(L, b, known_hosts, accept_new) != 0 || authenticate(L, b, identity) != 0) {
+        session_free(b);
+        return 2;
+    }
+    return 1;
+}
+
+/* Appends n (< TAIL: one read) bytes to the channel's tail, keeping the last TAIL. */
+static void keep(channel_box *c, const char *buf, size_t n) {
+    if (c->len + n > TAIL) {
+        size_t drop = c->len + n - TAIL;
+        memmove(c->tail, c->tail + drop, c->len - drop);
+        c->len -= drop;
+    }
+    memcpy(c->tail + c->len, buf, n);
+    c->len += n;
+}
+
+/* A growing byte buffer for exec's outputs (capped: a runaway command cannot exhaust memory). */
+typedef struct { char *p; size_t len, cap; } growbuf;
+
+static void grow_add(growbuf *g, const char *buf, size_t n) {
+    if (g->len + n > (16u << 20))
+        return;
+    if (g->len + n > g->cap) {
+        size_t cap = (g->len + n) * 2;
+        char *q = realloc(g->p, cap);
+        if (!q)
+            return;
+        g->p = q, g->cap = cap;
+    }
+    memcpy(g->p + g->len, buf, n);
+    g->len += n;
+}
+
+/* Reads what is available (waiting up to timeout_ms for stdout); returns 1 when the command has
+** finished (c->code set). */
+static int drain(channel_box *c, growbuf *out, growbuf *err, int timeout_ms) {
+    char buf[16384];
+    for (int stream = 0; stream < 2; stream++) {
+        int n;
+        while ((n = ssh_channel_read_timeout(c->ch, buf, sizeof buf, stream,
+                                             stream ? 0 : timeout_ms)) > 0) {
+            keep(c, buf, (size_t)n);
+            growbuf *g = stream ? err : out;
+            if (g)
+                grow_add(g, buf, (size_t)n);
+            timeout_ms = 0;
+        }
+        if (n == SSH_ERROR) {
+            c->code = -1;
+            return 1;
+        }
+    }
+    if (ssh_channel_is_eof(c->ch) || ssh_channel_is_closed(c->ch)) {
+        c->code = ssh_channel_get_exit_status(c->ch);
+        return 1;
+    }
+    return 0;
+}
+
+static void chan_release(channel_box *c) {
+    if (c->ch) {
+        ssh_channel_close(c->ch);
+        ssh_channel_free(c->ch);
+        c->ch = NULL;
+    }
+}
+
+/* Pushes a channel running cmd on the session at index 1. */
+static channel_box *open_channel(lua_State *L, session_box *b, const char *cmd) {
+    channel_box *c = lua_newuserdatauv(L, sizeof *c, 1);
+    c->ch = NULL;
+    c->code = INT32_MIN;
+    c->len = 0;
+    luaL_setmetatable(L, CHANNEL_MT);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);   /* the session outlives its channels */
+    c->ch = ssh_channel_new(b->s);
+    if (!c->ch || ssh_channel_open_session(c->ch) != SSH_OK ||
+        ssh_channel_request_exec(c->ch, cmd) != SSH_OK) {
+        chan_release(c);
+        luaL_error(L, "%s: cannot run a command: %s", b->name, ssh_get_error(b->s));
+    }
+    return c;
+}
+
+static int s_exec(lua_State *L) {
+    session_box *b = checksession(L, 1);
+    const char *cmd = luaL_checkstring(L, 2);
+    double timeout = luaL_optnumber(L, 3, 60);
+    channel_box *c = open_channel(L, b, cmd);
+    growbuf out = {0}, err = {0};
+    double waited = 0;
+    int done;
+    while (!(done = drain(c, &out, &err, 100)) && waited < timeout)
+        waited += 0.1;
+    int code = c->code;
+    chan_release(c);
+    if (!done) {
+        free(out.p), free(err.p);
+        return fail(L, "%s: '%s' did not finish within %g s", b->name, cmd, timeout);
+    }
+    lua_pushinteger(L, code);
+    lua_pushlstring(L, out.p ? out.p : "", out.len);
+    lua_pushlstring(L, err.p ? err.p : "", err.len);
+    free(out.p), free(err.p);
+    return 3;
+}
+
+static int s_start(lua_State *L) {
+    session_box *b = checksession(L, 1);
+    open_channel(L, b, luaL_checkstring(L, 2));
+    return 1;
+}
+
+static int c_poll(lua_State *L) {
+    channel_box *c = luaL_checkudata(L, 1, CHANNEL_MT);
+    if (c->code == INT32_MIN && c->ch)
+        drain(c, NULL, NULL, 0);
+    if (c->code == INT32_MIN && !c->ch)
+        c->code = -1;
+    if (c->code == INT32_MIN)
+        return 0;
+    lua_pushinteger(L, c->code);
+    return 1;
+}
+
+static int c_output(lua_State *L) {
+    channel_box *c = luaL_checkudata(L, 1, CHANNEL_MT);
+    lua_pushlstring(L, c->tail, c->len);
+    return 1;
+}
+
+static int c_close(lua_State *L) {
+    chan_release(luaL_checkudata(L, 1, CHANNEL_MT));
+    return 0;
+}
+
+static sftp_session sftp_of(lua_State *L, session_box *b) {
+    if (!b->sftp) {
+        b->sftp = sftp_new(b->s);
+        if (!b->sftp || sftp_init(b->sftp) != SSH_OK) {
+            if (b->sftp)
+                sftp_free(b->sftp);
+            b->sftp = NULL;
+        }
+    }
+    (void)L;
+    return b->sftp;
+}
+
+/* s:put(local, remote [, mode = 0644]) -> true | nil, message */
+static int s_put(lua_State *L) {
+    session_box *b = checksession(L, 1);
+    const char *from = luaL_checkstring(L, 2), *to = luaL_checkstring(L, 3);
+    int mode = (int)luaL_optinteger(L, 4, 0644);
+    sftp_session sf = sftp_of(L, b);
+    if (!sf)
+        return fail(L, "%s: SFTP is not available: %s", b->name, ssh_get_error(b->s));
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return fail(L, "cannot read %s", from);
+    sftp_file out = sftp_open(sf, to, O_WRONLY | O_CREAT | O_TRUNC, (mode_t)mode);
+    if (!out) {
+        fclose(in);
+        return fail(L, "%s: cannot write %s: %s", b->name, to, ssh_get_error(b->s));
+    }
+    char buf[32768];
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        ok = sftp_write(out, buf, n) == (ssize_t)n;
+    ok = ok && !ferror(in);
+    fclose(in);
+    if (sftp_close(out) != SSH_OK)
+        ok = 0;
+    if (!ok)
+        return fail(L, "%s: writing %s failed: %s", b->name, to, ssh_get_error(b->s));
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* s:get(remote, local) -> true | nil, message (written to local.part, then renamed) */
+static int s_get(lua_State *L) {
+    session_box *b = checksession(L, 1);
+    const char *from = luaL_checkstring(L, 2), *to = luaL_checkstring(L, 3);
+    sftp_session sf = sftp_of(L, b);
+    if (!sf)
+        return fail(L, "%s: SFTP is not available: %s", b->name, ssh_get_error(b->s));
+    sftp_file in = sftp_open(sf, from, O_RDONLY, 0);
+    if (!in)
+        return fail(L, "%s: cannot read %s: %s", b->name, from, ssh_get_error(b->s));
+    char part[4200];
+    snprintf(part, sizeof part, "%s.part", to);
+    FILE *out = fopen(part, "wb");
+    if (!out) {
+        sftp_close(in);
+        return fail(L, "cannot write %s", part);
+    }
+    char buf[32768];
+    ssize_t n;
+    int ok = 1;
+    while ((n = sftp_read(in, buf, sizeof buf)) > 0)
+        ok = ok && fwrite(buf, 1, (size_t)n, out) == (size_t)n;
+    ok = ok && n == 0;
+    sftp_close(in);
+    if (fclose(out) != 0)
+        ok = 0;
+    if (!ok || rename(part, to) != 0) {
+        remove(part);
+        return fail(L, "%s: copying %s to %s failed", b->name, from, to);
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int s_close(lua_State *L) {
+    session_free(luaL_checkudata(L, 1, SESSION_MT));
+    return 0;
+}
+
+static int s_name(lua_State *L) {
+    lua_pushstring(L, checksession(L, 1)->name);
+    return 1;
+}
+
+static const luaL_Reg session_methods[] = {
+    {"exec", s_exec}, {"start", s_start}, {"put", s_put}, {"get", s_get},
+    {"close", s_close}, {"name", s_name}, {NULL, NULL}};
+static const luaL_Reg channel_methods[] = {
+    {"poll", c_poll}, {"output", c_output}, {"close", c_close}, {NULL, NULL}};
+static const luaL_Reg functions[] = {{"connect", s_connect}, {NULL, NULL}};
+
+static void new_type(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
+    luaL_newmetatable(L, name);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
+}
+
+int luaopen_dpy_ssh_core(lua_State *L) {
+    new_type(L, SESSION_MT, session_methods, s_close);
+    new_type(L, CHANNEL_MT, channel_methods, c_close);
+    luaL_newlib(L, functions);
+    return 1;
+}
