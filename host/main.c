@@ -35,6 +35,9 @@ static const char USAGE[] =
     "  repl [CONFIG.lua --uid U [KEY=VALUE...]]\n"
     "                           interactive prompt with the dpy modules loaded; with a config,\n"
     "                           node U built and bound to the global 'node'\n"
+    "  dispatch CONFIG.lua [--remotes remotes.lua] [--jobs N] [--out DIR] [--seed N]\n"
+    "           [--accept-new-host-keys] [-q] [KEY=VALUE...]\n"
+    "                           run an experiment's processes on remote machines over SSH\n"
     "  report RUN_DIR... [--out DIR] [--format svg|png]\n"
     "                           compare runs: accuracy, bytes, epsilon, seconds per round, and\n"
     "                           plots of accuracy against rounds and bytes (gnuplot)\n"
@@ -290,7 +293,7 @@ int main(int argc, char **argv) {
         create_arg_table(L, argv, argc, 1);   /* arg[1..] = what follows "repl" */
         code = dpy_repl(L);
     } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0 ||
-               strcmp(cmd, "report") == 0) {
+               strcmp(cmd, "report") == 0 || strcmp(cmd, "dispatch") == 0) {
         code = run_cli(L, argv, argc, 1);
     } else {
         code = run_interpreter(L, argv, argc);

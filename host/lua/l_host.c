@@ -176,6 +176,31 @@ static int h_exe(lua_State *L) {
     return 1;
 }
 
+static volatile sig_atomic_t g_interrupted;
+
+static void on_interrupt(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+/* host.catch_interrupt(): from now on SIGINT and SIGTERM set a flag instead of ending the
+** process; host.interrupted() -> whether one came (a long loop polls it to stop cleanly). */
+static int h_catch_interrupt(lua_State *L) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    (void)L;
+    return 0;
+}
+
+static int h_interrupted(lua_State *L) {
+    lua_pushboolean(L, g_interrupted);
+    return 1;
+}
+
 /* host.pid() -> this process's id */
 static int h_pid(lua_State *L) {
     lua_pushinteger(L, getpid());
@@ -184,7 +209,7 @@ static int h_pid(lua_State *L) {
 
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
-    {"pid", h_pid},
+    {"pid", h_pid}, {"catch_interrupt", h_catch_interrupt}, {"interrupted", h_interrupted},
     {"write_atomic", h_write_atomic}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {NULL, NULL}};

@@ -300,6 +300,10 @@ static int s_start(lua_State *L) {
 
 static int c_poll(lua_State *L) {
     channel_box *c = luaL_checkudata(L, 1, CHANNEL_MT);
+    lua_getiuservalue(L, 1, 1);
+    session_box *b = luaL_testudata(L, -1, SESSION_MT);
+    if (!b || !b->s)
+        c->ch = NULL;   /* its session was closed */
     if (c->code == INT32_MIN && c->ch)
         drain(c, NULL, NULL, 0);
     if (c->code == INT32_MIN && !c->ch)
@@ -316,8 +320,14 @@ static int c_output(lua_State *L) {
     return 1;
 }
 
+/* A closed session has freed its channels with it (ssh_free): then only forget the pointer. */
 static int c_close(lua_State *L) {
-    chan_release(luaL_checkudata(L, 1, CHANNEL_MT));
+    channel_box *c = luaL_checkudata(L, 1, CHANNEL_MT);
+    lua_getiuservalue(L, 1, 1);
+    session_box *b = luaL_testudata(L, -1, SESSION_MT);
+    if (b && b->s)
+        chan_release(c);
+    c->ch = NULL;
     return 0;
 }
 

@@ -118,7 +118,7 @@ function M.node(args)
   if a.uid then cfg.processes = cfg.nodes end   -- one node per process
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
-                 overrides = a.overrides, t0 = a.t0 }
+                 overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir) }
   local ran, code = pcall(function()
     if rank and not a.uid and a.process == rank then   -- started by mpirun / srun: join the others
       cfg.processes = size
@@ -208,6 +208,65 @@ function M.report(args)
   end
   print("plots: " .. table.concat(made, ", "))
   return 0
+end
+
+--- dpy-lua dispatch CONFIG [--remotes FILE] [--jobs N] [--out DIR] [KEY=VALUE...]: the run's
+-- processes on remote machines over SSH (see dpy.dispatch).
+function M.dispatch(args)
+  local p = argparse("dpy-lua dispatch", "Run an experiment on remote machines over SSH.")
+  p:argument("config", "The experiment config (a Lua file).")
+  p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
+  p:option("--remotes", "The remotes file."):default("remotes.lua")
+  p:option("--jobs", "Repeat the experiment N times with random seeds."):convert(math.tointeger):default("1")
+  p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
+  p:option("--seed", "Seed of the first job."):convert(math.tointeger)
+  p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")
+  p:flag("-q --quiet", "Print only the summaries.")
+  local ok, a = p:pparse(args)
+  if not ok then
+    io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")
+    return 2
+  end
+  local cfg, source = load_config(a.config, a.overrides)
+  if not cfg then return 1 end
+  if not cfg.nodes then
+    io.stderr:write("dpy-lua dispatch: the config sets no 'nodes'\n")
+    return 2
+  end
+  local dispatch = require "dpy.dispatch"
+  local host = require "dpy.host.core"
+  local experiment = require "dpy.experiment"
+  local out = a.out or experiment.run_dir("out")
+  local ran, err = pcall(function()
+    local remotes = dispatch.load_remotes(a.remotes)
+    local sessions = dispatch.connect(remotes, { accept_new_host_keys = a.accept_new_host_keys })
+    local code = 0
+    for j = 1, math.max(1, a.jobs) do
+      local job = {}
+      for k, v in pairs(cfg) do job[k] = v end
+      job.seed = j == 1 and (a.seed or cfg.seed) or ((os.time() * 7919 + host.pid() * 31 + j) % 1000000007)
+      local dir = a.jobs > 1 and string.format("%s/job-%d", out, j) or out
+      local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source,
+                                              overrides = a.overrides, remotes = remotes, sessions = sessions,
+                                              run_id = (os.time() * 1000 + host.pid() + j) % (1 << 40) + 1 })
+      print(decentralized_text(job, dir, summary))
+      for _, f in ipairs(summary.failed) do
+        io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
+        code = 1
+      end
+      if summary.interrupted then
+        io.stderr:write("dpy-lua dispatch: interrupted; the results so far are in ", dir, "\n")
+        return 130
+      end
+    end
+    for _, s in ipairs(sessions) do s:close() end
+    return code
+  end)
+  if not ran then
+    io.stderr:write("dpy-lua dispatch: ", tostring(err), "\n")
+    return 1
+  end
+  return err
 end
 
 --- main(command, args...) -> exit code

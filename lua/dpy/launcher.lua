@@ -52,7 +52,7 @@ local function failures(results)
 end
 
 -- Reads every node's metrics; returns the summary table's numbers.
-local function summarize(cfg, dir, seconds)
+function M.summarize(cfg, dir, seconds)
   local accs, sent, recv, rounds = {}, 0, 0, 0
   for u = 0, cfg.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, u))
@@ -73,7 +73,7 @@ local function summarize(cfg, dir, seconds)
            seconds_per_round = rounds > 0 and seconds / rounds or 0 / 0 }
 end
 
-local function progress_line(cfg, p, start)
+function M.progress_line(cfg, p, start)
   local done = math.max(p.round, 0)
   local elapsed = host.clock() - start
   local eta = done > 0 and (cfg.rounds - done) * elapsed / done or 0 / 0
@@ -129,7 +129,7 @@ function M.run(cfg, opts)
   local failed = {}
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
-      bar:update(progress_line(cfg, group:progress(), start))
+      bar:update(M.progress_line(cfg, group:progress(), start))
     end)
     failed = failures(results)
   else
@@ -155,7 +155,7 @@ function M.run(cfg, opts)
         end
         deadline = math.huge
       end
-      bar:update(progress_line(cfg, read_progress(cfg, opts.dir), start))
+      bar:update(M.progress_line(cfg, read_progress(cfg, opts.dir), start))
       if left > 0 then host.sleep(0.2) end
     end
     for i, code in ipairs(codes) do
@@ -177,7 +177,7 @@ function M.run(cfg, opts)
   end
   bar:done()
   local seconds = host.clock() - start
-  local summary = summarize(cfg, opts.dir, seconds)
+  local summary = M.summarize(cfg, opts.dir, seconds)
   summary.failed = failed
   summary.seconds = seconds
   return summary

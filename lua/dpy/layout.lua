@@ -38,6 +38,11 @@ function M.addresses(cfg, run_id)
   return list
 end
 
+--- The "host:port" per process that dispatch wrote into dir (nil when there is none).
+function M.read_addresses(dir)
+  return (metrics.read(dir .. "/addresses.json"))
+end
+
 --- Nodes that train: all for dpsgd; all but the server (node 0) for fedavg and ps.
 function M.has_server(cfg) return cfg.algorithm ~= "dpsgd" end
 

@@ -1,0 +1,250 @@
+--- dpy.dispatch: runs an experiment's processes on remote machines over SSH (libssh).
+-- remotes.lua returns { defaults = {...}, remotes = { { host = "a" }, ... } }; every remote gets
+-- `processes` processes (contiguous blocks of node uids, as on one machine), listening on
+-- address:port, port + 1, ... Dispatch checks each remote's dpy-lua version, prepares the run
+-- locally (config, manifest, graph, partition, the address of every process), uploads it with the
+-- config's action files over SFTP, starts the processes, shows the progress of the whole run,
+-- and copies every <uid>.log and <uid>.metrics.json back. Ctrl-C or a failed process stops the
+-- run everywhere (each process's pid is kept beside it); what finished is still collected.
+local ssh = require "dpy.ssh.core"
+local host = require "dpy.host.core"
+local layout = require "dpy.layout"
+local metrics = require "dpy.metrics"
+local progress = require "dpy.progress"
+local options = require "dpy.options"
+local dpy = require "dpy"
+
+local M = {}
+
+local DEFAULTS = { processes = 1, work_dir = "dpy-runs", port = 22, backend = "cpu", dpy_lua = "dpy-lua",
+                   base_port = nil, user = nil, identity = nil, address = nil, known_hosts = nil }
+local KEYS = { host = true, processes = true, work_dir = true, user = true, port = true, identity = true,
+               backend = true, dpy_lua = true, address = true, base_port = true, known_hosts = true }
+
+--- Single-quotes s for a POSIX shell.
+function M.quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+--- Reads remotes.lua: the list of remotes, each with the defaults filled in. Raises with the file.
+function M.load_remotes(path)
+  local chunk, err = loadfile(path, "t", { os = { getenv = os.getenv }, tostring = tostring,
+                                           string = string, math = math, ipairs = ipairs })
+  if not chunk then error("remotes: " .. err, 0) end
+  local ok, t = pcall(chunk)
+  if not ok then error("remotes: " .. tostring(t), 0) end
+  if type(t) ~= "table" or type(t.remotes) ~= "table" or #t.remotes == 0 then
+    error(path .. ": must return { defaults = {...}, remotes = { { host = ... }, ... } }", 0)
+  end
+  local defaults = t.defaults or {}
+  options.check(defaults, KEYS, path .. ": defaults", 0)
+  local list = {}
+  for i, r in ipairs(t.remotes) do
+    if type(r) ~= "table" or type(r.host) ~= "string" then
+      error(string.format("%s: remotes[%d] needs a host", path, i), 0)
+    end
+    options.check(r, KEYS, string.format("%s: remotes[%d]", path, i), 0)
+    local merged = {}
+    for k, v in pairs(DEFAULTS) do merged[k] = v end
+    for k, v in pairs(defaults) do merged[k] = v end
+    for k, v in pairs(r) do merged[k] = v end
+    if math.type(merged.processes) ~= "integer" or merged.processes < 1 then
+      error(string.format("%s: remotes[%d] (%s): processes must be an integer >= 1", path, i, r.host), 0)
+    end
+    merged.address = merged.address or merged.host
+    merged.name = string.format("%s (%s)", r.name or r.host, r.host)
+    list[i] = merged
+  end
+  return list
+end
+
+-- The .lua files a config's actions name by path (relative paths: they go to the same place).
+local function action_files(cfg)
+  local files = {}
+  for _, entry in ipairs(cfg.actions or {}) do
+    local ref = type(entry) == "table" and entry[1] or entry
+    if type(ref) == "string" and ref:match("%.lua$") then
+      if ref:sub(1, 1) == "/" then
+        error("action " .. ref .. ": dispatch needs action paths relative to the current directory", 0)
+      end
+      files[#files + 1] = ref
+    end
+  end
+  return files
+end
+
+--- Connects to every remote and checks its dpy-lua; returns the sessions (raises naming the remote).
+function M.connect(remotes, opts)
+  local sessions = {}
+  for i, r in ipairs(remotes) do
+    local s, err = ssh.connect { host = r.host, port = r.port, user = r.user, identity = r.identity,
+                                 known_hosts = r.known_hosts, accept_new = opts.accept_new_host_keys }
+    if not s then
+      for _, o in ipairs(sessions) do o:close() end
+      error("remote " .. r.name .. ": " .. err, 0)
+    end
+    sessions[i] = s
+    local code, out, errout = s:exec(M.quote(r.dpy_lua) .. " --version")
+    local version = code == 0 and out:match("^dpy%-lua (%S+)")
+    if version ~= dpy.version then
+      for _, o in ipairs(sessions) do o:close() end
+      if code == 127 or (errout or ""):match("not found") then
+        error(string.format("remote %s: dpy-lua not found (ran '%s'; install it there or set dpy_lua "
+                            .. "in remotes.lua)", r.name, r.dpy_lua), 0)
+      end
+      error(string.format("remote %s: dpy-lua %s expected, found %s", r.name, dpy.version,
+                          version or ("none (" .. (out .. errout):match("[^\n]*") .. ")")), 0)
+    end
+  end
+  return sessions
+end
+
+local function must(ok, err)
+  if not ok then error(err, 0) end
+  return ok
+end
+
+--- Runs one job: cfg as loaded, opts = { dir, config (path), source, overrides, remotes, sessions,
+-- run_id, quiet }. Returns the launcher's summary (with failed).
+function M.run_job(cfg, opts)
+  local remotes, sessions = opts.remotes, opts.sessions
+  local experiment = require "dpy.experiment"
+  local launcher = require "dpy.launcher"
+  local start = host.clock()
+  -- the mapping: process p -> remote, address
+  local owner, addresses = {}, {}
+  local base = cfg.port or (30000 + opts.run_id % 25000)
+  for i, r in ipairs(remotes) do
+    for k = 1, r.processes do
+      local p = #owner
+      owner[p + 1] = i
+      addresses[p + 1] = string.format("%s:%d", r.address, r.base_port and r.base_port + k - 1 or base + p)
+    end
+  end
+  cfg.processes = #owner
+  if cfg.nodes < cfg.processes then
+    error(string.format("%d processes on the remotes for %d nodes", cfg.processes, cfg.nodes), 0)
+  end
+  experiment.write_run_files(cfg, { dir = opts.dir, source = opts.source, argv = arg, run_id = opts.run_id,
+                                    launcher = "dispatch" })
+  local info = layout.prepare(cfg, opts.dir)
+  must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
+  local bar = progress.new()
+  if info.spectral_gap then
+    bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
+  end
+  -- upload and start
+  local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
+  local rdirs, channels = {}, {}
+  for i, r in ipairs(remotes) do
+    local s = sessions[i]
+    local rdir = r.work_dir .. "/" .. run_name
+    rdirs[i] = rdir
+    local files = { { opts.config, "config.lua" }, { opts.dir .. "/graph.json", "graph.json" },
+                    { opts.dir .. "/partition.pt", "partition.pt" },
+                    { opts.dir .. "/addresses.json", "addresses.json" } }
+    if not io.open(opts.dir .. "/graph.json") then table.remove(files, 2) end
+    for _, f in ipairs(action_files(cfg)) do files[#files + 1] = { f, f } end
+    local dirs = { M.quote(rdir) }
+    for _, f in ipairs(files) do
+      local d = f[2]:match("^(.*)/[^/]+$")
+      if d then dirs[#dirs + 1] = M.quote(rdir .. "/" .. d) end
+    end
+    local code, _, err = s:exec("mkdir -p " .. table.concat(dirs, " "))
+    if code ~= 0 then error(string.format("remote %s: cannot create %s: %s", r.name, rdir, err), 0) end
+    for _, f in ipairs(files) do must(s:put(f[1], rdir .. "/" .. f[2])) end
+  end
+  for p = 0, cfg.processes - 1 do
+    local i = owner[p + 1]
+    local r, rdir = remotes[i], rdirs[i]
+    local args = { M.quote(r.dpy_lua), "node", "config.lua", "--process", p, "--dir", ".", "--run-id",
+                   opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
+    for _, o in ipairs(opts.overrides or {}) do args[#args + 1] = M.quote(o) end
+    channels[p + 1] = sessions[i]:start(string.format("cd %s && echo $$ > pid-%d && exec %s > process-%d.out 2>&1",
+                                                      M.quote(rdir), p, table.concat(args, " "), p))
+  end
+  -- watch: progress from each process's progress file, stop everything on a failure or Ctrl-C
+  host.catch_interrupt()
+  local codes, left, deadline, stopped = {}, cfg.processes, nil, false
+  local function stop_all()
+    if stopped then return end
+    stopped = true
+    for i, s in ipairs(sessions) do
+      pcall(s.exec, s, string.format("cd %s && for f in pid-*; do kill -TERM $(cat $f) 2>/dev/null; done; true",
+                                     M.quote(rdirs[i])), 10)
+    end
+  end
+  local last_progress = 0
+  while left > 0 do
+    for p = 0, cfg.processes - 1 do
+      if not codes[p + 1] then
+        local code = channels[p + 1]:poll()
+        if code then
+          codes[p + 1], left = code, left - 1
+          if code ~= 0 and not deadline then deadline = host.clock() + (cfg.on_peer_failure == "abort" and 15 or 60) end
+        end
+      end
+    end
+    if host.interrupted() then
+      bar:line("interrupted: stopping every remote process")
+      stop_all()
+    end
+    if deadline and host.clock() > deadline then stop_all() end
+    if host.clock() - last_progress > 1 then
+      last_progress = host.clock()
+      local total = { round = math.huge, sent = 0, accuracy = 0 / 0 }
+      for p = 0, cfg.processes - 1 do
+        local i = owner[p + 1]
+        local local_copy = string.format("%s/progress-%d.json", opts.dir, p)
+        if sessions[i]:get(rdirs[i] .. string.format("/progress-%d.json", p), local_copy) then
+          local t = metrics.read(local_copy)
+          if t then
+            total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
+            if t.accuracy then total.accuracy = t.accuracy end
+          end
+        else
+          total.round = 0
+        end
+      end
+      if total.round == math.huge then total.round = 0 end
+      bar:update(launcher.progress_line(cfg, total, start))
+    end
+    if left > 0 then host.sleep(0.1) end
+  end
+  bar:done()
+  -- collect every node's results and each process's output
+  for i, s in ipairs(sessions) do
+    local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls")
+    if code == 0 then
+      for name in listing:gmatch("[^\n]+") do
+        if name:match("^%d+%.log$") or name:match("^%d+%.metrics%.json$") or name:match("^process%-%d+%.out$") then
+          local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
+          if not ok then bar:line("warning: " .. err) end
+        end
+      end
+    end
+  end
+  local failed = {}
+  for p = 0, cfg.processes - 1 do
+    if codes[p + 1] ~= 0 then
+      local f = io.open(string.format("%s/process-%d.out", opts.dir, p))
+      local text = f and f:read("a") or channels[p + 1]:output()
+      if f then f:close() end
+      local any = false
+      for uid, err in text:gmatch("node (%d+) failed: ([^\n]*)") do
+        failed[#failed + 1] = { uid = tonumber(uid), err = err }
+        any = true
+      end
+      if not any then
+        failed[#failed + 1] = { uid = -1, err = string.format("process %d on %s %s", p, remotes[owner[p + 1]].name,
+          codes[p + 1] == -1 and "lost its connection" or ("exited with " .. codes[p + 1])) }
+      end
+    end
+  end
+  local seconds = host.clock() - start
+  local summary = launcher.summarize(cfg, opts.dir, seconds)
+  summary.failed, summary.seconds, summary.interrupted = failed, seconds, host.interrupted()
+  return summary
+end
+
+return M
