@@ -283,14 +283,17 @@ static int send_remote(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16
         hdr[32] ^= 0x5a;   /* a wrong checksum: the receiving process rejects the packet */
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
-    int rc = 0;
-    for (int c = 0; c < d.copies && rc == 0; c++)
+    int rc = 0, why = 0;
+    for (int c = 0; c < d.copies && rc == 0; c++) {
+        errno = 0;
         rc = pe->fd >= 0 ? send_all(pe->fd, hdr, data, len) : -1;
+        why = pe->fd >= 0 ? errno : 0;
+    }
     pthread_mutex_unlock(&pe->write_mu);
     if (rc != 0) {
         mark_dead(f, p);
         return dpy_fail(err, errlen, "node %u's process %d is unreachable: %s", receiver, p,
-                    errno ? strerror(errno) : "not connected");
+                        why ? strerror(why) : "its connection is closed");
     }
     return 0;
 }

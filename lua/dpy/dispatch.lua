@@ -160,8 +160,11 @@ function M.run_job(cfg, opts)
     local args = { M.quote(r.dpy_lua), "node", "config.lua", "--process", p, "--dir", ".", "--run-id",
                    opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
     for _, o in ipairs(opts.overrides or {}) do args[#args + 1] = M.quote(o) end
-    channels[p + 1] = sessions[i]:start(string.format("cd %s && echo $$ > pid-%d && exec %s > process-%d.out 2>&1",
-                                                      M.quote(rdir), p, table.concat(args, " "), p))
+    -- in the background of a shell that waits for it: its pid for stopping it, and its exit status
+    -- (128 + the signal when killed) as the channel's
+    channels[p + 1] = sessions[i]:start(string.format(
+      "cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }", M.quote(rdir),
+      table.concat(args, " "), p, p))
   end
   -- watch: progress from each process's progress file, stop everything on a failure or Ctrl-C
   host.catch_interrupt()

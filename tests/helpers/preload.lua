@@ -3,6 +3,7 @@ local host = require "dpy.host.core"
 
 -- The dpy-lua binary under test (set by ctest), for specs that run it as a process.
 DPY_BIN = os.getenv("DPY_BIN") or "build/dpy-lua"
+if DPY_BIN:sub(1, 1) ~= "/" then DPY_BIN = (os.getenv("PWD") or ".") .. "/" .. DPY_BIN end
 
 local counter = 0
 --- A fresh empty directory under /tmp.
