@@ -48,6 +48,9 @@ function M.load_remotes(path)
     for k, v in pairs(DEFAULTS) do merged[k] = v end
     for k, v in pairs(defaults) do merged[k] = v end
     for k, v in pairs(r) do merged[k] = v end
+    if merged.backend ~= "cpu" and merged.backend ~= "cuda" and merged.backend ~= "rocm" then
+      error(string.format("%s: remotes[%d] (%s): backend must be cpu, cuda or rocm", path, i, r.host), 0)
+    end
     if math.type(merged.processes) ~= "integer" or merged.processes < 1 then
       error(string.format("%s: remotes[%d] (%s): processes must be an integer >= 1", path, i, r.host), 0)
     end
@@ -86,6 +89,11 @@ function M.connect(remotes, opts)
     sessions[i] = s
     local code, out, errout = s:exec(M.quote(r.dpy_lua) .. " --version")
     local version = code == 0 and out:match("^dpy%-lua (%S+)")
+    if version == dpy.version and r.backend ~= "cpu" and not out:match("devices:[^\n]*cuda") then
+      for _, o in ipairs(sessions) do o:close() end
+      error(string.format("remote %s: backend %s asked, but its dpy-lua sees no GPU (%s)", r.name,
+                          r.backend, out:match("devices:[^\n]*") or "no device line"), 0)
+    end
     if version ~= dpy.version then
       for _, o in ipairs(sessions) do o:close() end
       if code == 127 or (errout or ""):match("not found") then

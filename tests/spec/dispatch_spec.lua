@@ -81,6 +81,11 @@ return {
     assert.are.equal(1, code)
     assert.matches("authentication failed %(key .*other_key%)", err)
 
+    remotes("backend = 'cuda'")
+    code, _, err = dispatch("--out " .. dir .. "/x")
+    assert.are.equal(1, code)
+    assert.matches("backend cuda asked, but its dpy%-lua sees no GPU %(devices: cpu", err)
+
     remotes("dpy_lua = '/nonexistent/dpy-lua'")
     code, _, err = dispatch("--out " .. dir .. "/x")
     assert.are.equal(1, code)

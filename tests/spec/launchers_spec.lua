@@ -32,8 +32,8 @@ describe("launchers", function()
   it("reads srun's task variables, and names the ranks that never arrive", function()
     local procs = {}
     for r = 0, 3 do
-      procs[#procs + 1] = string.format("SLURM_PROCID=%d SLURM_NTASKS=4 SLURM_JOB_ID=77 %s node %s/c.lua --dir %s/slurm",
-                                        r, BIN, dir, dir)
+      procs[#procs + 1] = string.format("SLURM_PROCID=%d SLURM_NTASKS=4 SLURM_JOB_ID=77 %s node %s/c.lua "
+                                        .. "--dir %s/slurm", r, BIN, dir, dir)
     end
     local code, _, err = sh("(" .. table.concat(procs, " & ") .. " & wait) 2>&1")
     assert.are.equal(0, code, err)
