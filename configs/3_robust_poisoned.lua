@@ -9,5 +9,5 @@ batch_size = 32
 local_steps = 10
 rounds = 100
 eval_every = 25
-sharing = { "trimmed_mean", f = 1 }
+sharing = { "trimmed_mean", f = 2 }
 actions = { { "label_flipping", fraction = 3 / 16 } }

@@ -9,7 +9,7 @@ batch_size = 32
 local_steps = 10
 rounds = 100
 eval_every = 25
-sharing = { "trimmed_mean", f = 1 }
+sharing = { "trimmed_mean", f = 2 }
 transforms = { { "uniform_asymmetric_quantization", bits = 8, chunk = 4096 }, { "zstd", level = 3 } }
 actions = {
   { "differential_privacy", clip = 1.0, noise = 1.0, delta = 1e-5 },
