@@ -3,12 +3,5 @@
 -- values of every coordinate (f = 2: with 5 models, the median). f = 2 because on a random
 -- 4-regular graph some nodes have two attackers among their neighbours (3_robust_poisoned).
 --   scripts/dpy run configs/2_robust.lua [KEY=VALUE ...]
-seed = 1
-nodes = 16
-graph = { "regular", degree = 4 }
-optimizer = { "sgd", lr = 0.05, momentum = 0.9 }
-batch_size = 32
-local_steps = 10
-rounds = 100
-eval_every = 25
+include "0_baseline.lua"
 sharing = { "trimmed_mean", f = 2 }

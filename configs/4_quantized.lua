@@ -2,12 +2,5 @@
 -- per chunk of 4096 values, then zstd over the codes. Each node's metrics record the bytes before
 -- and after each transform.
 --   scripts/dpy run configs/4_quantized.lua [KEY=VALUE ...]
-seed = 1
-nodes = 16
-graph = { "regular", degree = 4 }
-optimizer = { "sgd", lr = 0.05, momentum = 0.9 }
-batch_size = 32
-local_steps = 10
-rounds = 100
-eval_every = 25
+include "0_baseline.lua"
 transforms = { { "uniform_asymmetric_quantization", bits = 8, chunk = 4096 }, { "zstd", level = 3 } }

@@ -1,14 +1,7 @@
 -- Everything at once: DP-SGD, trimmed-mean aggregation, 8-bit quantization with zstd, while 3 of
 -- the 16 nodes flip their labels.
 --   scripts/dpy run configs/5_combined.lua [KEY=VALUE ...]
-seed = 1
-nodes = 16
-graph = { "regular", degree = 4 }
-optimizer = { "sgd", lr = 0.05, momentum = 0.9 }
-batch_size = 32
-local_steps = 10
-rounds = 100
-eval_every = 25
+include "0_baseline.lua"
 sharing = { "trimmed_mean", f = 2 }
 transforms = { { "uniform_asymmetric_quantization", bits = 8, chunk = 4096 }, { "zstd", level = 3 } }
 actions = {

@@ -64,6 +64,14 @@ function M.choose_nodes(opts, cfg, what)
   return list
 end
 
+--- Whether node is among the nodes an attack action picks.
+function M.is_chosen(opts, node, what)
+  for _, u in ipairs(M.choose_nodes(opts, node.cfg, what)) do
+    if u == node.uid then return true end
+  end
+  return false
+end
+
 --- What the built-in actions of cfg record in the manifest: { [name] = table } for each action
 -- whose spec has manifest(opts, cfg) (action files are loaded by the nodes only).
 function M.manifest(cfg)

@@ -43,12 +43,12 @@ end
 
 local function load_config(path, overrides)
   local config = require "dpy.config"
-  local ok, cfg, source = pcall(config.load, path, overrides)
+  local ok, cfg, source, included = pcall(config.load, path, overrides)
   if not ok then
     io.stderr:write("dpy-lua: ", tostring(cfg), "\n")
     return nil
   end
-  return cfg, source
+  return cfg, source, included
 end
 
 function M.run(args)
@@ -59,12 +59,12 @@ function M.run(args)
     return 2
   end
   local experiment = require "dpy.experiment"
-  local cfg, source = load_config(a.config, a.overrides)
+  local cfg, source, included = load_config(a.config, a.overrides)
   if not cfg then return 1 end
   if a.seed then cfg.seed = a.seed end
   local dir = a.out or experiment.run_dir("out")
-  local opts = { dir = dir, source = source, argv = arg, quiet = a.quiet, config = a.config,
-                 overrides = a.overrides }
+  local opts = { dir = dir, source = source, included = included, argv = arg, quiet = a.quiet,
+                 config = a.config, overrides = a.overrides }
   local ran, summary = pcall(experiment.run, cfg, opts)
   if not ran then
     io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n",
@@ -108,7 +108,7 @@ function M.node(args)
                     or a, "\n")
     return 2
   end
-  local cfg, source = load_config(a.config, a.overrides)
+  local cfg, source, included = load_config(a.config, a.overrides)
   if not cfg then return 1 end
   if a.seed then cfg.seed = a.seed end
   if not cfg.nodes then
@@ -125,8 +125,9 @@ function M.node(args)
       if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
       opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function()
-        require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, argv = arg,
-                                                         run_id = opts.run_id, launcher = launched_by })
+        require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, included = included,
+                                                         argv = arg, run_id = opts.run_id,
+                                                         launcher = launched_by })
         require("dpy.layout").prepare(cfg, a.dir)
       end)
     end
@@ -227,7 +228,7 @@ function M.dispatch(args)
     io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")
     return 2
   end
-  local cfg, source = load_config(a.config, a.overrides)
+  local cfg, source, included = load_config(a.config, a.overrides)
   if not cfg then return 1 end
   if not cfg.nodes then
     io.stderr:write("dpy-lua dispatch: the config sets no 'nodes'\n")
@@ -246,7 +247,7 @@ function M.dispatch(args)
       for k, v in pairs(cfg) do job[k] = v end
       job.seed = j == 1 and (a.seed or cfg.seed) or ((os.time() * 7919 + host.pid() * 31 + j) % 1000000007)
       local dir = a.jobs > 1 and string.format("%s/job-%d", out, j) or out
-      local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source,
+      local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source, included = included,
                                               overrides = a.overrides, remotes = remotes, sessions = sessions,
                                               run_id = (os.time() * 1000 + host.pid() + j) % (1 << 40) + 1 })
       print(decentralized_text(job, dir, summary))

@@ -1,7 +1,9 @@
 --- dpy.config: loading an experiment config. A config is a Lua file of assignments
 -- (`epochs = 2`, `optimizer = { "sgd", lr = 0.05 }`) run in a strict sandbox: each assignment
 -- is checked as it happens, so an unknown key, a wrong type or a misspelt component name is
--- reported with the config's file and line, and the nearest valid name.
+-- reported with the config's file and line, and the nearest valid name. include("other.lua")
+-- runs another config first (a path relative to the including file), so a variant states only
+-- what it changes.
 local registry = require "dpy.registry"
 local options = require "dpy.options"
 require "dpy.components"
@@ -97,12 +99,22 @@ function M.check(key, value)
   end
 end
 
--- The sandbox: reads see config values set so far, then SAFE; writes are checked.
-local function sandbox(values)
+local load_into
+
+-- The sandbox: reads see config values set so far, then SAFE (and include); writes are checked.
+local function sandbox(values, dir, depth, included)
+  local function include(path)
+    if type(path) ~= "string" then error("include: a path expected", 2) end
+    if depth >= 8 then error("include: nested too deep (a cycle?)", 2) end
+    local full = path:sub(1, 1) == "/" and path or dir .. "/" .. path
+    included[#included + 1] = { path = path, full = full }
+    load_into(full, values, depth + 1, included)
+  end
   return setmetatable({}, {
     __index = function(_, k)
       if values[k] ~= nil then return values[k] end
       if SAFE[k] ~= nil then return SAFE[k] end
+      if k == "include" then return include end
       error(string.format("undefined variable '%s'", tostring(k)), 2)
     end,
     __newindex = function(_, k, v)
@@ -124,15 +136,14 @@ function M.parse_override(arg)
   return key, value
 end
 
---- Loads path and applies the overrides (a list of "KEY=VALUE"); returns the config with every
--- default filled in, or raises with file and line.
-function M.load(path, overrides)
+-- Runs the config file at path into values (include() runs another one, relative to it).
+function load_into(path, values, depth, included)
   local f, err = io.open(path, "rb")
   if not f then error(string.format("cannot read config: %s", err), 0) end
   local source = f:read("a")
   f:close()
-  local values = {}
-  local chunk, lerr = load(source, "@" .. path, "t", sandbox(values))
+  local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, path:match("^(.*)/[^/]*$") or ".", depth,
+                                                       included))
   if not chunk then error(lerr, 0) end
   local ok, result = pcall(chunk)
   if not ok then error(result, 0) end
@@ -143,6 +154,15 @@ function M.load(path, overrides)
       values[k] = v
     end
   end
+  return source
+end
+
+--- Loads path and applies the overrides (a list of "KEY=VALUE"); returns the config with every
+-- default filled in, its source, and the files it included ({ {path = as written, full}, ... });
+-- raises with file and line.
+function M.load(path, overrides)
+  local values, included = {}, {}
+  local source = load_into(path, values, 0, included)
   for _, o in ipairs(overrides or {}) do
     local key, value = M.parse_override(o)
     if not key then error("command line: " .. value, 0) end
@@ -154,7 +174,7 @@ function M.load(path, overrides)
     if values[k] == nil then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
-  return values, source
+  return values, source, included
 end
 
 return M

@@ -112,8 +112,8 @@ local function must(ok, err)
   return ok
 end
 
---- Runs one job: cfg as loaded, opts = { dir, config (path), source, overrides, remotes, sessions,
--- run_id, quiet }. Returns the launcher's summary (with failed).
+--- Runs one job: cfg as loaded, opts = { dir, config (path), source, included (config.load's),
+-- overrides, remotes, sessions, run_id }. Returns the launcher's summary (with failed).
 function M.run_job(cfg, opts)
   local remotes, sessions = opts.remotes, opts.sessions
   local experiment = require "dpy.experiment"
@@ -153,6 +153,9 @@ function M.run_job(cfg, opts)
                     { opts.dir .. "/addresses.json", "addresses.json" } }
     if not io.open(opts.dir .. "/graph.json") then table.remove(files, 2) end
     for _, f in ipairs(action_files(cfg)) do files[#files + 1] = { f, f } end
+    for _, inc in ipairs(opts.included or {}) do   -- include()d configs, where config.lua finds them
+      if inc.path:sub(1, 1) ~= "/" then files[#files + 1] = { inc.full, inc.path } end
+    end
     local dirs = { M.quote(rdir) }
     for _, f in ipairs(files) do
       local d = f[2]:match("^(.*)/[^/]+$")

@@ -49,13 +49,24 @@ local function first_n(ds, n)
   return tensor.arange(math.min(n, data.size(ds)))
 end
 
---- Writes the run directory's own files: config.lua (as given), config.json, manifest.json.
+--- Writes the run directory's own files: config.lua (as given, and the files it includes),
+-- config.json, manifest.json.
 function M.write_run_files(cfg, opts)
   local dir = opts.dir
   local ok, err = host.mkdir_p(dir)
   if not ok then error(err, 0) end
   if opts.source then
     assert(host.write_atomic(dir .. "/config.lua", opts.source))
+  end
+  for _, inc in ipairs(opts.included or {}) do   -- what config.lua include()s, beside it
+    if inc.path:sub(1, 1) ~= "/" and not inc.path:match("%.%.") then
+      local f = assert(io.open(inc.full, "rb"))
+      local text = f:read("a")
+      f:close()
+      local sub = inc.path:match("^(.*)/[^/]+$")
+      if sub then assert(host.mkdir_p(dir .. "/" .. sub)) end
+      assert(host.write_atomic(dir .. "/" .. inc.path, text))
+    end
   end
   write_json(dir .. "/config.json", cfg)
   local versions = host.versions()

@@ -30,7 +30,8 @@ return {
     port = 45000 + math.random(0, 9999)
     local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port)
     assert.are.equal(0, code, err)
-    write_file(dir .. "/c.lua", TINY_RUN)
+    write_file(dir .. "/tiny.lua", TINY_RUN)
+    write_file(dir .. "/c.lua", "include 'tiny.lua'\n")   -- dispatch uploads what a config includes
   end)
 
   teardown(function() sh(SSHD .. " stop " .. keys) end)
@@ -47,6 +48,7 @@ return {
       assert.are.same(node_metrics(dir .. "/local", uid).test_accuracy, node_metrics(dir .. "/d1", uid).test_accuracy)
     end
     assert.matches('"launcher":"dispatch"', read_file(dir .. "/d1/manifest.json"))
+    assert.are.equal(TINY_RUN, read_file(dir .. "/d1/tiny.lua"), "the run keeps what its config includes")
     assert.matches('%["127.0.0.1:%d+","127.0.0.1:%d+","127.0.0.1:%d+"%]', read_file(dir .. "/d1/addresses.json"))
   end)
 
@@ -101,9 +103,9 @@ return {
         new = function() return { pre_train = function(node, r)
           if node.uid == 3 and r == 2 then host.kill(host.pid(), 9) end end } end }
     ]])
-    write_file(dir .. "/c.lua", TINY_RUN .. "actions = { 'crash.lua' }\n")
+    write_file(dir .. "/c.lua", "include 'tiny.lua'\nactions = { 'crash.lua' }\n")
     local code, _, err = dispatch("-q --out " .. dir .. "/crash")
-    write_file(dir .. "/c.lua", TINY_RUN)
+    write_file(dir .. "/c.lua", "include 'tiny.lua'\n")
     assert.are.equal(1, code)
     assert.matches("process 2 on localhost %(localhost%) exited with 137", err)
     assert.is_true(#node_metrics(dir .. "/crash", 0).train_loss >= 1, "node 0's results came back")

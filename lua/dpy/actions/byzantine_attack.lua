@@ -22,10 +22,8 @@ return registry.register {
       error(string.format("byzantine_attack: no attack named '%s'", tostring(name)), 0)
     end
     if node.cfg.algorithm ~= "dpsgd" then error("byzantine_attack: runs with algorithm = 'dpsgd'", 0) end
-    local chosen = actions.choose_nodes(opts, node.cfg, "byzantine_attack")
-    local mine = false
-    for _, u in ipairs(chosen) do mine = mine or u == node.uid end
-    if not mine then return {} end
+    if not actions.is_chosen(opts, node, "byzantine_attack") then return {} end
+    local f = #actions.choose_nodes(opts, node.cfg, "byzantine_attack")
     local seen = {}   -- copies of what the neighbours sent last round
     local combine = node.sharing.combine
     node.sharing = { combine = function(n, r, got, ...)
@@ -37,7 +35,7 @@ return registry.register {
     local gen = tensor.generator(node.cfg.seed * 31 + node.uid)
     table.insert(node.outgoing, function(flat)
       local honest = tensor.stack({ flat, table.unpack(seen) }, 0)
-      local byz = attacks.craft(entry, honest, node.cfg.nodes, #chosen, gen)
+      local byz = attacks.craft(entry, honest, node.cfg.nodes, f, gen)
       honest:free()
       local v = byz[0]:clone()
       byz:free()

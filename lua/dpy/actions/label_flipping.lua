@@ -13,11 +13,7 @@ return registry.register {
   doc = "chosen nodes train on flipped labels (y -> classes - 1 - y, or map)",
   manifest = function(opts, cfg) return { poisoned = actions.choose_nodes(opts, cfg, "label_flipping") } end,
   new = function(opts, node)
-    local mine = false
-    for _, u in ipairs(actions.choose_nodes(opts, node.cfg, "label_flipping")) do
-      mine = mine or u == node.uid
-    end
-    if not mine or not node.loader then return {} end
+    if not actions.is_chosen(opts, node, "label_flipping") or not node.loader then return {} end
     local classes = node.train_set.classes
     local map = opts.map
     if not map then
