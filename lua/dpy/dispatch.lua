@@ -133,8 +133,8 @@ function M.run_job(cfg, opts)
   if cfg.nodes < cfg.processes then
     error(string.format("%d processes on the remotes for %d nodes", cfg.processes, cfg.nodes), 0)
   end
-  experiment.write_run_files(cfg, { dir = opts.dir, source = opts.source, argv = arg, run_id = opts.run_id,
-                                    launcher = "dispatch" })
+  experiment.write_run_files(cfg, { dir = opts.dir, source = opts.source, included = opts.included, argv = arg,
+                                    run_id = opts.run_id, launcher = "dispatch" })
   local info = layout.prepare(cfg, opts.dir)
   must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
   local bar = progress.new()
