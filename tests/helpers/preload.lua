@@ -1,9 +1,17 @@
 -- Loaded by busted before the specs (--helper): small shared utilities, as globals the specs use.
 local host = require "dpy.host.core"
 
+--- The repository's root, absolute (from this file's own path).
+REPO = (function()
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/tests/helpers/preload%.lua$") or "."
+  local p = io.popen("cd '" .. here:gsub("'", "'\\''") .. "' && pwd")
+  local abs = p:read("l")
+  p:close()
+  return abs
+end)()
+
 -- The dpy-lua binary under test (set by ctest), for specs that run it as a process.
-DPY_BIN = os.getenv("DPY_BIN") or "build/dpy-lua"
-if DPY_BIN:sub(1, 1) ~= "/" then DPY_BIN = (os.getenv("PWD") or ".") .. "/" .. DPY_BIN end
+DPY_BIN = os.getenv("DPY_BIN") or REPO .. "/build/dpy-lua"
 
 local counter = 0
 --- A fresh empty directory under /tmp.

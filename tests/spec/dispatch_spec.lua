@@ -2,7 +2,7 @@
 -- keys made for the test, its host key in a test known_hosts), reached as two "remotes": the
 -- same server under the names 127.0.0.1 and localhost.
 local BIN = shell_quote(DPY_BIN)
-local SSHD = shell_quote((os.getenv("PWD") or ".") .. "/tests/ssh/sshd")
+local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
 
 describe("dpy-lua dispatch", function()
   local dir, keys, port
