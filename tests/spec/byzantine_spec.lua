@@ -222,3 +222,18 @@ describe("byzantine.simulation", function()
                      .. "train_datasets, train_set, weight_decay")
   end)
 end)
+
+describe("aggregators on a GPU", function()
+  it("give the cpu's results on cuda tensors #gpu", function()
+    tensor.manual_seed(5)
+    local x = tensor.randn(11, 1000)
+    local g = x:to("cuda")
+    for _, c in ipairs { { "median", { f = 2 } }, { "trimmed_mean", { f = 2 } }, { "krum", { f = 2 } },
+                         { "geometric_median", {} }, { "bulyan", { f = 2 } }, { "meamed", { f = 2 } },
+                         { "nnm", { f = 2 } }, { "centered_clipping", { radius = 1 } } } do
+      local want, got = agg[c[1]](x, c[2]), agg[c[1]](g, c[2])
+      assert.are.equal("cuda:0", got:device())
+      assert.is_true(got:to("cpu"):allclose(want, 1e-4, 1e-5), c[1])
+    end
+  end)
+end)
