@@ -202,7 +202,8 @@ function M.report(args)
   end
   print(report.table(runs))
   local out = a.out or (a.runs[1]:gsub("/+$", ""):match("^(.*)/[^/]+$") or ".")
-  local made, err = report.plot(runs, out, a.format)
+  local made, err = require("dpy.host.core").mkdir_p(out)
+  if made then made, err = report.plot(runs, out, a.format) end
   if not made then
     io.stderr:write("dpy-lua report: ", err, "\n")
     return 1
