@@ -252,6 +252,9 @@ function M.dispatch(args)
                                               overrides = a.overrides, remotes = remotes, sessions = sessions,
                                               run_id = (os.time() * 1000 + host.pid() + j) % (1 << 40) + 1 })
       print(decentralized_text(job, dir, summary))
+      print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
+                          .. "the last process ended", summary.first_round_seconds and
+                          string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))
       for _, f in ipairs(summary.failed) do
         io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
         code = 1

@@ -188,7 +188,7 @@ function M.run_job(cfg, opts)
                                      M.quote(rdirs[i])), 10)
     end
   end
-  local last_progress = 0
+  local last_progress, first_round, ended = 0, nil, nil
   while left > 0 do
     for p = 0, cfg.processes - 1 do
       if not codes[p + 1] then
@@ -204,7 +204,7 @@ function M.run_job(cfg, opts)
       stop_all()
     end
     if deadline and host.clock() > deadline then stop_all() end
-    if host.clock() - last_progress > 1 then
+    if host.clock() - last_progress > 0.5 then
       last_progress = host.clock()
       local total = { round = math.huge, sent = 0, accuracy = 0 / 0 }
       for p = 0, cfg.processes - 1 do
@@ -221,10 +221,12 @@ function M.run_job(cfg, opts)
         end
       end
       if total.round == math.huge then total.round = 0 end
+      if total.round >= 1 and not first_round then first_round = host.clock() - start end
       bar:update(launcher.progress_line(cfg, total, start))
     end
     if left > 0 then host.sleep(0.1) end
   end
+  ended = host.clock()
   bar:done()
   -- collect every node's results and each process's output
   for i, s in ipairs(sessions) do
@@ -258,6 +260,8 @@ function M.run_job(cfg, opts)
   local seconds = host.clock() - start
   local summary = launcher.summarize(cfg, opts.dir, seconds)
   summary.failed, summary.seconds, summary.interrupted = failed, seconds, host.interrupted()
+  summary.first_round_seconds = first_round          -- from the command (seen at 0.5 s polls)
+  summary.collect_seconds = host.clock() - ended     -- from the last process's end
   return summary
 end
 
