@@ -66,6 +66,19 @@ local function entry_parts(entry)
   return entry[1], entry
 end
 
+--- A copy of a rule entry ("median" or { "krum", ... }) with f set to f where the rule takes one
+-- and the entry gives none; keys that are not the rule's options (pre, beta) are left out.
+function M.with_f(entry, f)
+  local name = type(entry) == "table" and entry[1] or entry
+  local rule = M.RULES[name]
+  local out = { name }
+  for k, v in pairs(type(entry) == "table" and entry or {}) do
+    if k ~= 1 and (not rule or rule.options[k]) then out[k] = v end
+  end
+  if rule and rule.options.f and out.f == nil then out.f = f end
+  return out
+end
+
 --- aggregators.aggregate(rule, vectors [, pre]) -> d tensor: rule ("median" or { "krum", f = 2 })
 -- after the pre-aggregations in pre ({ { "nnm", f = 2 }, ... }), in order.
 function M.aggregate(rule, vectors, pre)

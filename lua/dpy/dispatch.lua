@@ -188,7 +188,7 @@ function M.run_job(cfg, opts)
                                      M.quote(rdirs[i])), 10)
     end
   end
-  local last_progress, first_round, ended = 0, nil, nil
+  local last_progress, first_round = 0, nil
   while left > 0 do
     for p = 0, cfg.processes - 1 do
       if not codes[p + 1] then
@@ -226,7 +226,7 @@ function M.run_job(cfg, opts)
     end
     if left > 0 then host.sleep(0.1) end
   end
-  ended = host.clock()
+  local ended = host.clock()
   bar:done()
   -- collect every node's results and each process's output
   for i, s in ipairs(sessions) do

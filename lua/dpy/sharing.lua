@@ -3,7 +3,8 @@
 -- where got lists the received flat models and weights their Metropolis-Hastings weights.
 -- Besides "average", every aggregator of dpy.aggregators is a sharing of the same name, over the
 -- node's own model and those received: { "trimmed_mean", f = 1 }, { "krum", f = 1 },
--- { "median", beta = 0.2, pre = { { "nnm", f = 1 } } } (beta: f = floor(beta * n) per round).
+-- { "median", beta = 0.2, pre = { "nnm" } } (beta: f = floor(beta * n) per round; the
+-- pre-aggregations take the sharing's f unless they set one).
 local registry = require "dpy.registry"
 local aggregators = require "dpy.aggregators"
 
@@ -35,16 +36,14 @@ local function robust(name, rule)
       if o.pre ~= nil and type(o.pre) ~= "table" then return "pre must be a list of pre-aggregations" end
     end,
     new = function(o)
-      local opts = {}
-      for k, v in pairs(o) do if k ~= 1 and k ~= "pre" and k ~= "beta" then opts[k] = v end end
       return { combine = function(node, r, got)
         local own = node.model:get_flat()
         local all = { own }
         for i, x in ipairs(got) do all[i + 1] = x end
-        if o.beta then opts.f = math.floor(o.beta * #all) end
-        local entry = { name }
-        for k, v in pairs(opts) do entry[k] = v end
-        local ok, result = pcall(aggregators.aggregate, entry, all, o.pre)
+        local f = o.f or math.floor((o.beta or 0) * #all)
+        local entry, pre = aggregators.with_f(o, f), {}
+        for i, p in ipairs(o.pre or {}) do pre[i] = aggregators.with_f(p, f) end
+        local ok, result = pcall(aggregators.aggregate, entry, all, pre)
         own:free()
         if not ok then
           error(string.format("round %d: node %d: %s (its own model and %d received)", r, node.uid,

@@ -46,16 +46,6 @@ local function entry_list(e)   -- one entry ("nnm", { "nnm", f = 2 }) or a list 
   return e
 end
 
--- The aggregator and pre-aggregation entries with the simulation's f filled in.
-local function with_f(e, f)
-  local name = type(e) == "table" and e[1] or e
-  local out = { name }
-  if type(e) == "table" then for k, v in pairs(e) do if k ~= 1 then out[k] = v end end end
-  local rule = aggregators.RULES[name]
-  if rule and rule.options.f and out.f == nil then out.f = f end
-  return out
-end
-
 local function build_model(spec, classes)
   if type(spec) == "function" then return spec() end
   if type(spec) == "userdata" then return spec end
@@ -92,9 +82,9 @@ function M.simulation(o)
   if not self.loss_fn then error("byzantine.simulation: unknown loss '" .. tostring(o.loss) .. "'", 2) end
   self.attack = o.attack or "sign_flip"
   self.flips = (type(self.attack) == "table" and self.attack[1] or self.attack) == "label_flipping"
-  self.aggregator = with_f(o.aggregator or "mean", f)
+  self.aggregator = aggregators.with_f(o.aggregator or "mean", f)
   self.pre = {}
-  for i, p in ipairs(entry_list(o.pre_aggregation)) do self.pre[i] = with_f(p, f) end
+  for i, p in ipairs(entry_list(o.pre_aggregation)) do self.pre[i] = aggregators.with_f(p, f) end
   -- data: one loader per honest worker, each with its own shuffling stream
   local sets = o.train_datasets
   if not sets then
