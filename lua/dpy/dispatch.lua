@@ -112,16 +112,15 @@ local function must(ok, err)
   return ok
 end
 
---- Runs one job: cfg as loaded, opts = { dir, config (path), source, included (config.load's),
--- overrides, remotes, sessions, run_id }. Returns the launcher's summary (with failed).
-function M.run_job(cfg, opts)
-  local remotes, sessions = opts.remotes, opts.sessions
-  local experiment = require "dpy.experiment"
-  local launcher = require "dpy.launcher"
-  local start = host.clock()
-  -- the mapping: process p -> remote, address
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- Process p (0-based) -> the index of the remote hosting it, and its "address:port".
+local function mapping(remotes, base)
   local owner, addresses = {}, {}
-  local base = cfg.port or (30000 + opts.run_id % 25000)
   for i, r in ipairs(remotes) do
     for k = 1, r.processes do
       local p = #owner
@@ -129,33 +128,24 @@ function M.run_job(cfg, opts)
       addresses[p + 1] = string.format("%s:%d", r.address, r.base_port and r.base_port + k - 1 or base + p)
     end
   end
-  cfg.processes = #owner
-  if cfg.nodes < cfg.processes then
-    error(string.format("%d processes on the remotes for %d nodes", cfg.processes, cfg.nodes), 0)
-  end
-  experiment.write_run_files(cfg, { dir = opts.dir, source = opts.source, included = opts.included, argv = arg,
-                                    run_id = opts.run_id, launcher = "dispatch" })
-  local info = layout.prepare(cfg, opts.dir)
-  must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
-  local bar = progress.new()
-  if info.spectral_gap then
-    bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
-  end
-  -- upload and start
+  return owner, addresses
+end
+
+-- Uploads the run (config, graph, partition, addresses, action files, included configs) into
+-- work_dir/<run name> on every remote; returns those directories.
+local function upload(cfg, opts)
   local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
-  local rdirs, channels = {}, {}
-  for i, r in ipairs(remotes) do
-    local s = sessions[i]
-    local rdir = r.work_dir .. "/" .. run_name
+  local files = { { opts.config, "config.lua" }, { opts.dir .. "/partition.pt", "partition.pt" },
+                  { opts.dir .. "/addresses.json", "addresses.json" } }
+  if exists(opts.dir .. "/graph.json") then files[#files + 1] = { opts.dir .. "/graph.json", "graph.json" } end
+  for _, f in ipairs(action_files(cfg)) do files[#files + 1] = { f, f } end
+  for _, inc in ipairs(opts.included or {}) do   -- include()d configs, where config.lua finds them
+    if inc.path:sub(1, 1) ~= "/" then files[#files + 1] = { inc.full, inc.path } end
+  end
+  local rdirs = {}
+  for i, r in ipairs(opts.remotes) do
+    local s, rdir = opts.sessions[i], r.work_dir .. "/" .. run_name
     rdirs[i] = rdir
-    local files = { { opts.config, "config.lua" }, { opts.dir .. "/graph.json", "graph.json" },
-                    { opts.dir .. "/partition.pt", "partition.pt" },
-                    { opts.dir .. "/addresses.json", "addresses.json" } }
-    if not io.open(opts.dir .. "/graph.json") then table.remove(files, 2) end
-    for _, f in ipairs(action_files(cfg)) do files[#files + 1] = { f, f } end
-    for _, inc in ipairs(opts.included or {}) do   -- include()d configs, where config.lua finds them
-      if inc.path:sub(1, 1) ~= "/" then files[#files + 1] = { inc.full, inc.path } end
-    end
     local dirs = { M.quote(rdir) }
     for _, f in ipairs(files) do
       local d = f[2]:match("^(.*)/[^/]+$")
@@ -165,81 +155,49 @@ function M.run_job(cfg, opts)
     if code ~= 0 then error(string.format("remote %s: cannot create %s: %s", r.name, rdir, err), 0) end
     for _, f in ipairs(files) do must(s:put(f[1], rdir .. "/" .. f[2])) end
   end
+  return rdirs
+end
+
+-- Starts process p on its remote, in the background of a shell that waits for it: its pid is kept
+-- for stopping it, and its exit status (128 + the signal when killed) becomes the channel's.
+local function start_process(cfg, opts, p, remote, session, rdir)
+  local args = { M.quote(remote.dpy_lua), "node", "config.lua", "--process", p, "--dir", ".", "--run-id",
+                 opts.run_id, "--seed", cfg.seed }
+  for _, o in ipairs(opts.overrides or {}) do args[#args + 1] = M.quote(o) end
+  args[#args + 1] = "processes=" .. cfg.processes   -- last: the mapping decides
+  return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }",
+                                     M.quote(rdir), table.concat(args, " "), p, p))
+end
+
+-- The whole run's progress from each process's progress file (copied here), or nil.
+local function read_progress(cfg, opts, owner, rdirs)
+  local total = { round = math.huge, sent = 0, accuracy = 0 / 0 }
   for p = 0, cfg.processes - 1 do
     local i = owner[p + 1]
-    local r, rdir = remotes[i], rdirs[i]
-    local args = { M.quote(r.dpy_lua), "node", "config.lua", "--process", p, "--dir", ".", "--run-id",
-                   opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
-    for _, o in ipairs(opts.overrides or {}) do args[#args + 1] = M.quote(o) end
-    -- in the background of a shell that waits for it: its pid for stopping it, and its exit status
-    -- (128 + the signal when killed) as the channel's
-    channels[p + 1] = sessions[i]:start(string.format(
-      "cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }", M.quote(rdir),
-      table.concat(args, " "), p, p))
+    local here = string.format("%s/progress-%d.json", opts.dir, p)
+    local t = opts.sessions[i]:get(string.format("%s/progress-%d.json", rdirs[i], p), here) and metrics.read(here)
+    if not t then return nil end
+    total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
+    if t.accuracy then total.accuracy = t.accuracy end
   end
-  -- watch: progress from each process's progress file, stop everything on a failure or Ctrl-C
-  host.catch_interrupt()
-  local codes, left, deadline, stopped = {}, cfg.processes, nil, false
-  local function stop_all()
-    if stopped then return end
-    stopped = true
-    for i, s in ipairs(sessions) do
-      pcall(s.exec, s, string.format("cd %s && for f in pid-*; do kill -TERM $(cat $f) 2>/dev/null; done; true",
-                                     M.quote(rdirs[i])), 10)
-    end
-  end
-  local last_progress, first_round = 0, nil
-  while left > 0 do
-    for p = 0, cfg.processes - 1 do
-      if not codes[p + 1] then
-        local code = channels[p + 1]:poll()
-        if code then
-          codes[p + 1], left = code, left - 1
-          if code ~= 0 and not deadline then deadline = host.clock() + (cfg.on_peer_failure == "abort" and 15 or 60) end
-        end
-      end
-    end
-    if host.interrupted() then
-      bar:line("interrupted: stopping every remote process")
-      stop_all()
-    end
-    if deadline and host.clock() > deadline then stop_all() end
-    if host.clock() - last_progress > 0.5 then
-      last_progress = host.clock()
-      local total = { round = math.huge, sent = 0, accuracy = 0 / 0 }
-      for p = 0, cfg.processes - 1 do
-        local i = owner[p + 1]
-        local local_copy = string.format("%s/progress-%d.json", opts.dir, p)
-        if sessions[i]:get(rdirs[i] .. string.format("/progress-%d.json", p), local_copy) then
-          local t = metrics.read(local_copy)
-          if t then
-            total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
-            if t.accuracy then total.accuracy = t.accuracy end
-          end
-        else
-          total.round = 0
-        end
-      end
-      if total.round == math.huge then total.round = 0 end
-      if total.round >= 1 and not first_round then first_round = host.clock() - start end
-      bar:update(launcher.progress_line(cfg, total, start))
-    end
-    if left > 0 then host.sleep(0.1) end
-  end
-  local ended = host.clock()
-  bar:done()
-  -- collect every node's results and each process's output
-  for i, s in ipairs(sessions) do
+  return total
+end
+
+-- Copies every node's log and metrics and each process's output back into opts.dir.
+local function collect(opts, rdirs, bar)
+  for i, s in ipairs(opts.sessions) do
     local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls")
-    if code == 0 then
-      for name in listing:gmatch("[^\n]+") do
-        if name:match("^%d+%.log$") or name:match("^%d+%.metrics%.json$") or name:match("^process%-%d+%.out$") then
-          local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
-          if not ok then bar:line("warning: " .. err) end
-        end
+    for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
+      if name:match("^%d+%.log$") or name:match("^%d+%.metrics%.json$") or name:match("^process%-%d+%.out$") then
+        local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
+        if not ok then bar:line("warning: " .. err) end
       end
     end
   end
+end
+
+-- The failed nodes, from the processes' outputs (or how a process ended when it names none).
+local function failures(cfg, opts, codes, channels, owner)
   local failed = {}
   for p = 0, cfg.processes - 1 do
     if codes[p + 1] ~= 0 then
@@ -252,14 +210,77 @@ function M.run_job(cfg, opts)
         any = true
       end
       if not any then
-        failed[#failed + 1] = { uid = -1, err = string.format("process %d on %s %s", p, remotes[owner[p + 1]].name,
+        failed[#failed + 1] = { uid = -1, err = string.format("process %d on %s %s", p, opts.remotes[owner[p + 1]].name,
           codes[p + 1] == -1 and "lost its connection" or ("exited with " .. codes[p + 1])) }
       end
     end
   end
+  return failed
+end
+
+--- Runs one job: cfg as loaded, opts = { dir, config (path), source, included (config.load's),
+-- overrides, remotes, sessions, run_id }. Returns the launcher's summary (with failed).
+function M.run_job(cfg, opts)
+  local launcher = require "dpy.launcher"
+  local start = host.clock()
+  local owner, addresses = mapping(opts.remotes, cfg.port or (30000 + opts.run_id % 25000))
+  cfg.processes = #owner
+  if cfg.nodes < cfg.processes then
+    error(string.format("%d processes on the remotes for %d nodes", cfg.processes, cfg.nodes), 0)
+  end
+  require("dpy.experiment").write_run_files(cfg, { dir = opts.dir, source = opts.source, included = opts.included,
+                                                   argv = arg, run_id = opts.run_id, launcher = "dispatch" })
+  local info = layout.prepare(cfg, opts.dir)
+  must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
+  local bar = progress.new()
+  if info.spectral_gap then
+    bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
+  end
+  local rdirs, channels = upload(cfg, opts), {}
+  for p = 0, cfg.processes - 1 do
+    local i = owner[p + 1]
+    channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], rdirs[i])
+  end
+  -- watch: stop everything on a failure (after a grace period) or on Ctrl-C
+  host.catch_interrupt()
+  local codes, left, deadline, stopped = {}, cfg.processes, nil, false
+  local function stop_all()
+    if stopped then return end
+    stopped = true
+    for i, s in ipairs(opts.sessions) do
+      pcall(s.exec, s, string.format("cd %s && for f in pid-*; do kill -TERM $(cat $f) 2>/dev/null; done; true",
+                                     M.quote(rdirs[i])), 10)
+    end
+  end
+  local last_progress, first_round = 0, nil
+  while left > 0 do
+    for p = 0, cfg.processes - 1 do
+      local code = not codes[p + 1] and channels[p + 1]:poll()
+      if code then
+        codes[p + 1], left = code, left - 1
+        if code ~= 0 and not deadline then deadline = host.clock() + (cfg.on_peer_failure == "abort" and 15 or 60) end
+      end
+    end
+    if host.interrupted() and not stopped then
+      bar:line("interrupted: stopping every remote process")
+      stop_all()
+    end
+    if deadline and host.clock() > deadline then stop_all() end
+    if host.clock() - last_progress > 0.5 then
+      last_progress = host.clock()
+      local total = read_progress(cfg, opts, owner, rdirs) or { round = 0, sent = 0, accuracy = 0 / 0 }
+      if total.round >= 1 and not first_round then first_round = host.clock() - start end
+      bar:update(launcher.progress_line(cfg, total, start))
+    end
+    if left > 0 then host.sleep(0.1) end
+  end
+  local ended = host.clock()
+  bar:done()
+  collect(opts, rdirs, bar)
   local seconds = host.clock() - start
   local summary = launcher.summarize(cfg, opts.dir, seconds)
-  summary.failed, summary.seconds, summary.interrupted = failed, seconds, host.interrupted()
+  summary.failed, summary.seconds, summary.interrupted = failures(cfg, opts, codes, channels, owner), seconds,
+                                                         host.interrupted()
   summary.first_round_seconds = first_round          -- from the command (seen at 0.5 s polls)
   summary.collect_seconds = host.clock() - ended     -- from the last process's end
   return summary
