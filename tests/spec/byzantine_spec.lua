@@ -200,7 +200,7 @@ describe("byzantine.simulation", function()
     assert.is_true(e.accuracy >= 0 and e.accuracy <= 1)
   end)
 
-  it("shows what the literature shows: sign flip breaks the mean, not the median", function()
+  it("shows what the literature shows: sign flip breaks the mean, not the median #e2e", function()
     local results = {}
     for _, rule in ipairs { "mean", "median", "trimmed_mean" } do
       local s = sim { n = 10, f = 2, aggregator = { rule }, attack = { "sign_flip", scale = 1.5 },

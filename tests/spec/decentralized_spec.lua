@@ -4,7 +4,7 @@ local BIN = shell_quote(DPY_BIN)
 local TINY, run = TINY_RUN, run_config
 
 describe("decentralized runs", function()
-  it("give bit-identical results in every process layout", function()
+  it("give bit-identical results in every process layout #e2e", function()
     local results = {}
     for _, p in ipairs { 1, 2, 4 } do
       local code, stdout, err, out = run(TINY, "processes=" .. p)

@@ -52,7 +52,7 @@ return {
     assert.matches('%["127.0.0.1:%d+","127.0.0.1:%d+","127.0.0.1:%d+"%]', read_file(dir .. "/d1/addresses.json"))
   end)
 
-  it("repeats the experiment with --jobs, each job its own seed", function()
+  it("repeats the experiment with --jobs, each job its own seed #e2e", function()
     remotes()
     local code, _, err = dispatch("-q --jobs 2 --out " .. dir .. "/jobs")
     assert.are.equal(0, code, err)
@@ -114,7 +114,7 @@ return {
     assert.are_not.equal(0, rc, "no process of the run is left")
   end)
 
-  it("stops everywhere on Ctrl-C and keeps what was written", function()
+  it("stops everywhere on Ctrl-C and keeps what was written #e2e", function()
     remotes()
     local long = dir .. "/long"
     sh("cd " .. dir .. " && (" .. BIN .. " dispatch c.lua --remotes remotes.lua -q --out " .. long

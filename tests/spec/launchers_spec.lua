@@ -8,7 +8,7 @@ local function same_numbers(a, b)
   end
 end
 
-describe("launchers", function()
+describe("launchers #e2e", function()
   local dir, reference
   setup(function()
     dir = tmpdir()

@@ -76,7 +76,7 @@ describe("mitigations in decentralized runs", function()
 end)
 
 describe("Byzantine nodes in decentralized runs", function()
-  it("send the attack's vector: plain averaging breaks, the median holds", function()
+  it("send the attack's vector: plain averaging breaks, the median holds #e2e", function()
     local cfg = TINY_RUN .. "actions = { { 'byzantine_attack', attack = { 'sign_flip', scale = 3 }, "
                 .. "nodes = { 1 } } }\n"
     local acc = {}
