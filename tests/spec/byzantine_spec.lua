@@ -185,6 +185,14 @@ describe("byzantine.simulation", function()
     assert.are.same(list[2].losses:totable(), again.losses:totable())
     assert.are.same(list[2].parameters:sum():item(), again.parameters:sum():item())
     -- sign flip under "all": the Byzantine model is -1 x the honest local mean
+    local light = sim { snapshots = false }:step()
+    assert.are.same({ "losses", "step" }, (function()
+      local keys = {}
+      for k in pairs(light) do keys[#keys + 1] = k end
+      table.sort(keys)
+      return keys
+    end)())
+    assert.are.same({ 5 }, light.losses:size())
     local e = sim { byzantine_reach = "all" }:step()
     local want = e.local_parameters:mean(0) * -1
     assert.is_true(e.byzantine_parameters[0]:allclose(want, 1e-5, 1e-6))

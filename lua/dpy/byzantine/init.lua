@@ -196,7 +196,7 @@ end
 local function snapshot(self, t)
   if not self.snapshots then
     for k, v in pairs(t) do
-      if tensor.is_tensor(v) then v:free(); t[k] = nil end
+      if k ~= "losses" and tensor.is_tensor(v) then v:free(); t[k] = nil end
     end
   end
   t.step = self.t
