@@ -310,16 +310,17 @@ static int m_index(lua_State *L) {
 
 static const char *const LOSSES[] = {"cross_entropy", "nll", "mse", "bce_with_logits", NULL};
 
-/* m:per_sample_grads(x, y [, loss = "cross_entropy"]) -> n x numel gradients, n losses: one
-** C call for the batch (DP-SGD) */
+/* m:per_sample_grads(x, y [, loss = "cross_entropy" [, batched = true]]) -> n x numel
+** gradients, n losses: one C call for the batch (DP-SGD) */
 static int m_per_sample_grads(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
     dpy_tensor *x = dpy_checktensor(L, 2);
     dpy_tensor *y = dpy_checktensor(L, 3);
     int kind = luaL_checkoption(L, 4, "cross_entropy", LOSSES);
+    int batched = lua_isnoneornil(L, 5) ? 1 : lua_toboolean(L, 5);
     dpy_tensor_box *g = dpy_newtensor(L);
     dpy_tensor_box *l = dpy_newtensor(L);
-    if (dpy_module_per_sample_grads(&g->h, &l->h, m, (dpy_loss_kind)kind, x, y) != DPY_OK)
+    if (dpy_module_per_sample_grads(&g->h, &l->h, m, (dpy_loss_kind)kind, x, y, batched) != DPY_OK)
         return dpy_torch_error(L);
     dpy_tensor_filled(L, g);
     dpy_tensor_filled(L, l);

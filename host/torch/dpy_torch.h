@@ -248,11 +248,13 @@ typedef enum { DPY_REDUCE_MEAN, DPY_REDUCE_SUM, DPY_REDUCE_NONE } dpy_reduction;
 DPY_API dpy_err dpy_loss(dpy_tensor **out, dpy_loss_kind kind, const dpy_tensor *input,
                          const dpy_tensor *target, dpy_reduction reduction) DPY_NOEXCEPT;
 /* Per-sample gradients of the loss (DP-SGD): *grads is n x numel (float32, parameter order, as
-** dpy_module_get_flat), *losses n; the parameters' .grad are left untouched. */
+** dpy_module_get_flat), *losses n; the parameters' .grad are left untouched. batched: from one
+** forward and backward when the module is a native sequential of linear/conv2d layers (and
+** parameter-free ones), else (or with batched = 0) one small pass per sample. */
 DPY_API dpy_err dpy_module_per_sample_grads(dpy_tensor **grads, dpy_tensor **losses,
                                             dpy_module *m, dpy_loss_kind kind,
-                                            const dpy_tensor *x,
-                                            const dpy_tensor *y) DPY_NOEXCEPT;
+                                            const dpy_tensor *x, const dpy_tensor *y,
+                                            int batched) DPY_NOEXCEPT;
 
 /* {==== robust aggregation (aggregate.cpp) ====} */
 

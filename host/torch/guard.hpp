@@ -24,7 +24,13 @@ struct dpy_module {
     std::shared_ptr<torch::nn::Module> m;
     // Empty for a container whose forward lives in Lua.
     std::function<torch::Tensor(const torch::Tensor &)> forward;
+    std::string kind = {};            // a layer's kind ("linear", ...); empty for containers
+    std::vector<dpy_module> layers = {};   // a native sequential's children, in order
 };
+
+// The loss of dpy_loss (reduction as at::Reduction).
+torch::Tensor dpy_loss_of(dpy_loss_kind kind, const torch::Tensor &x, const torch::Tensor &y,
+                          int64_t reduction);
 
 // Records the message for dpy_torch_errmsg() and returns code. Never throws.
 dpy_err dpy_set_error(dpy_err code, const char *msg) noexcept;

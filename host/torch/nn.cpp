@@ -131,6 +131,7 @@ dpy_err dpy_module_new(dpy_module **out, const char *kind, const double *args, i
         if (gen)
             torch::manual_seed(dpy_generator_draw(gen));
         *out = make_layer(kind, a, g);
+        (*out)->kind = kind;
     });
 }
 
@@ -154,7 +155,10 @@ dpy_err dpy_module_container(dpy_module **out, const char *const *names,
                     h = fw(h);
                 return h;
             };
-        *out = new dpy_module{m, f};
+        *out = new dpy_module{m, f, "", {}};
+        if (sequential)
+            for (size_t i = 0; i < n; i++)
+                (*out)->layers.push_back(*children[i]);
     });
 }
 
@@ -251,54 +255,6 @@ dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat, int grads) no
     });
 }
 
-static torch::Tensor loss_of(dpy_loss_kind kind, const torch::Tensor &x, const torch::Tensor &y,
-                             int64_t red) {
-    switch (kind) {
-    case DPY_CROSS_ENTROPY: return at::cross_entropy_loss(x, y, {}, red);
-    case DPY_NLL: return at::nll_loss(x, y, {}, red);
-    case DPY_MSE: return at::mse_loss(x, y, red);
-    case DPY_BCE_WITH_LOGITS: return at::binary_cross_entropy_with_logits(x, y, {}, {}, red);
-    default: dpy_invalid("unknown loss");
-    }
-}
-
-dpy_err dpy_module_per_sample_grads(dpy_tensor **grads, dpy_tensor **losses, dpy_module *m,
-                                    dpy_loss_kind kind, const dpy_tensor *x,
-                                    const dpy_tensor *y) noexcept {
-    *grads = *losses = nullptr;
-    return dpy_guard([&] {
-        if (!m->forward)
-            dpy_invalid("per-sample gradients need a module with a C forward (nn.sequential "
-                        "of built-in layers)");
-        auto params = m->m->parameters();
-        int64_t n = x->v.size(0), d = 0;
-        if (y->v.size(0) != n)
-            dpy_invalid("per_sample_grads: " + std::to_string(n) + " inputs but " +
-                        std::to_string(y->v.size(0)) + " targets");
-        for (const auto &p : params)
-            d += p.numel();
-        auto g = torch::empty({n, d});
-        auto l = torch::empty({n});
-        // One small forward and backward per sample, all in C++: no Lua call per sample.
-        for (int64_t i = 0; i < n; i++) {
-            auto loss = loss_of(kind, m->forward(x->v.narrow(0, i, 1)), y->v.narrow(0, i, 1),
-                                at::Reduction::Mean);
-            auto gi = torch::autograd::grad({loss}, params, {}, false, false, true);
-            int64_t off = 0;
-            for (size_t j = 0; j < params.size(); j++) {
-                auto row = g[i].narrow(0, off, params[j].numel());
-                if (gi[j].defined())
-                    row.copy_(gi[j].reshape(-1));
-                else
-                    row.zero_();
-                off += params[j].numel();
-            }
-            l[i] = loss.item<float>();
-        }
-        *grads = dpy_wrap(std::move(g));
-        *losses = dpy_wrap(std::move(l));
-    });
-}
 
 dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
                        const double *weights, size_t n) noexcept {
@@ -364,6 +320,17 @@ dpy_err dpy_loss(dpy_tensor **out, dpy_loss_kind kind, const dpy_tensor *input,
         int64_t red = reduction == DPY_REDUCE_SUM    ? at::Reduction::Sum
                       : reduction == DPY_REDUCE_NONE ? at::Reduction::None
                                                      : at::Reduction::Mean;
-        *out = dpy_wrap(loss_of(kind, input->v, target->v, red));
+        *out = dpy_wrap(dpy_loss_of(kind, input->v, target->v, red));
     });
+}
+
+torch::Tensor dpy_loss_of(dpy_loss_kind kind, const torch::Tensor &x, const torch::Tensor &y,
+                          int64_t red) {
+    switch (kind) {
+    case DPY_CROSS_ENTROPY: return at::cross_entropy_loss(x, y, {}, red);
+    case DPY_NLL: return at::nll_loss(x, y, {}, red);
+    case DPY_MSE: return at::mse_loss(x, y, red);
+    case DPY_BCE_WITH_LOGITS: return at::binary_cross_entropy_with_logits(x, y, {}, {}, red);
+    default: dpy_invalid("unknown loss");
+    }
 }

@@ -92,6 +92,12 @@ describe("DP-SGD", function()
     loss:backward()
     assert.is_true(grads:mean(0):allclose(m:grad_flat(), 1e-5, 1e-6))
     assert.is_true(math.abs(losses:mean():item() - loss:item()) < 1e-5)
+    -- the batched path (a sequential of linear layers) and per-sample passes agree
+    local passes = m:per_sample_grads(x, y, "cross_entropy", false)
+    assert.is_true(grads:allclose(passes, 1e-5, 1e-6))
+    local target = tensor.randn(7, 3)
+    assert.is_true(m:per_sample_grads(x, target, "mse"):allclose(m:per_sample_grads(x, target, "mse", false),
+                                                                 1e-5, 1e-6))
     assert.has_error(function() m:per_sample_grads(x, tensor.new({ 0 }, "int64")) end,
                      "torch: per_sample_grads: 7 inputs but 1 targets")
   end)
