@@ -88,7 +88,7 @@ static int c_zstd(lua_State *L) {
     size_t cap = dpy_zstd_bound(len);
     uint8_t *buf = malloc(cap);
     if (!buf)
-        return luaL_error(L, "zstd: out of memory (%zu bytes)", cap);
+        return luaL_error(L, "zstd: out of memory (%I bytes)", (lua_Integer)cap);
     char err[256];
     long long n = dpy_zstd_encode(buf, cap, in, len, level, es, err, sizeof err);
     if (n < 0) {
@@ -128,7 +128,7 @@ static int c_fpzip(lua_State *L) {
     size_t n = len / sizeof(float), cap = dpy_fpzip_bound(n);
     uint8_t *buf = malloc(cap);
     if (!buf)
-        return luaL_error(L, "fpzip: out of memory (%zu bytes)", cap);
+        return luaL_error(L, "fpzip: out of memory (%I bytes)", (lua_Integer)cap);
     char err[256];
     long long r = dpy_fpzip_encode(buf, cap, x, n, precision, err, sizeof err);
     if (r < 0) {

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "dpy_lua.h"
 
@@ -43,12 +44,15 @@ static session_box *checksession(lua_State *L, int arg) {
     return b;
 }
 
+static int fail(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(lua_State *L, const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    luaL_pushfail(L);
-    lua_pushvfstring(L, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    luaL_pushfail(L);
+    lua_pushstring(L, msg);
     return 2;
 }
 
@@ -269,16 +273,22 @@ static channel_box *open_channel(lua_State *L, session_box *b, const char *cmd) 
     return c;
 }
 
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int s_exec(lua_State *L) {
     session_box *b = checksession(L, 1);
     const char *cmd = luaL_checkstring(L, 2);
     double timeout = luaL_optnumber(L, 3, 60);
     channel_box *c = open_channel(L, b, cmd);
     growbuf out = {0}, err = {0};
-    double waited = 0;
+    double deadline = now() + timeout;
     int done;
-    while (!(done = drain(c, &out, &err, 100)) && waited < timeout)
-        waited += 0.1;
+    while (!(done = drain(c, &out, &err, 100)) && now() < deadline) {
+    }
     int code = c->code;
     chan_release(c);
     if (!done) {
