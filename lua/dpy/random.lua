@@ -9,6 +9,13 @@ function M.new(seed)
   return setmetatable({ state = seed }, M)
 end
 
+--- random.hash32(s) -> the 32-bit FNV-1a hash of a string (ids every process derives alike)
+function M.hash32(s)
+  local h = 0x811c9dc5
+  for i = 1, #s do h = ((h ~ s:byte(i)) * 0x01000193) & 0xffffffff end
+  return h
+end
+
 --- rng:next64() -> a 64-bit integer
 function M:next64()
   self.state = self.state + 0x9E3779B97F4A7C15

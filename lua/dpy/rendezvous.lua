@@ -25,14 +25,8 @@ function M.detect(env)
   end
 end
 
-local function fnv(s)
-  local h = 0x811c9dc5
-  for i = 1, #s do h = ((h ~ s:byte(i)) * 0x01000193) & 0xffffffff end
-  return h
-end
-
 --- The run id every rank derives alike: from the directory and the launcher's job id.
-function M.run_id(dir, job) return fnv(dir .. "\0" .. job) + 1 end
+function M.run_id(dir, job) return require("dpy.random").hash32(dir .. "\0" .. job) + 1 end
 
 local function read(path)
   local f = io.open(path, "r")

@@ -6,14 +6,7 @@ local metrics = require "dpy.metrics"
 
 local M = {}
 
-local function read_json(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  local ok, t = pcall(metrics.json.decode, text)
-  return ok and t or nil
-end
+local function read_json(path) return (metrics.read(path)) end
 
 local function mean_std(xs)
   if #xs == 0 then return nil end

@@ -56,10 +56,9 @@ registry.register {
   end,
 }
 
--- FNV-1a, 32 bits: the chain's id on the wire (0 is kept for "no transform").
-local function fnv1a(s)
-  local h = 0x811c9dc5
-  for i = 1, #s do h = ((h ~ s:byte(i)) * 0x01000193) & 0xffffffff end
+-- The chain's id on the wire: a hash of its description (0 is kept for "no transform").
+local function chain_id(label)
+  local h = require("dpy.random").hash32(label)
   return h == 0 and 1 or h
 end
 
@@ -83,7 +82,7 @@ function M.chain(list)
     steps[i], labels[i] = step, step.label
   end
   local label = table.concat(labels, " | ")
-  return setmetatable({ steps = steps, label = label, id = #steps > 0 and fnv1a(label) or 0,
+  return setmetatable({ steps = steps, label = label, id = #steps > 0 and chain_id(label) or 0,
                         wire_dtype = #steps > 0 and "uint8" or "float32" }, Chain)
 end
 
