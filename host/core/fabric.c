@@ -43,6 +43,11 @@ typedef struct {
     pthread_cond_t cv;
     msg *head;
     dpy_traffic traffic[DPY_MAX_CHANNELS];
+    /* what the node waits for, if it waits: a delivery wakes it only for that message (a woken
+    ** thread takes a core from a training one, so wake-ups for other messages are waste) */
+    int waiting;
+    uint32_t want_sender, want_round;
+    uint16_t want_channel;
 } inbox;
 
 typedef struct {
@@ -133,8 +138,11 @@ static void deliver(dpy_fabric *f, uint32_t receiver, msg *m) {
     while (*p)
         p = &(*p)->next;
     *p = m;
-    pthread_cond_broadcast(&in->cv);
+    int wanted = in->waiting && m->sender == in->want_sender && m->channel == in->want_channel &&
+                 m->round == in->want_round;
     pthread_mutex_unlock(&in->mu);
+    if (wanted)
+        pthread_cond_signal(&in->cv);   /* after the unlock: the woken node needs the lock */
 }
 
 static void wake_all(dpy_fabric *f) {
@@ -408,12 +416,17 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
             pthread_mutex_unlock(&in->mu);
             return DPY_RECV_TIMEOUT;
         }
+        in->waiting = 1;
+        in->want_sender = sender;
+        in->want_channel = channel;
+        in->want_round = round;
         if (wake >= 0) {
             struct timespec ts = at(wake);
             pthread_cond_timedwait(&in->cv, &in->mu, &ts);
         } else {
             pthread_cond_wait(&in->cv, &in->mu);
         }
+        in->waiting = 0;
     }
 }
 

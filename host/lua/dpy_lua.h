@@ -17,7 +17,7 @@
 typedef struct dpy_state {
     int uid;                        /* node uid, -1 for the command's own state */
     size_t lua_bytes, lua_cap;      /* Lua heap in use and its cap (0: none) */
-    size_t tensor_bytes;            /* bytes of tensors created since the last GC nudge */
+    size_t tensor_floor;            /* tensor_live after the last GC nudge (or lower since) */
     size_t tensor_peak;             /* largest tensor_live seen */
     size_t tensor_live;             /* bytes held by live tensor boxes */
 } dpy_state;
@@ -52,6 +52,10 @@ dpy_tensor *dpy_testtensor(lua_State *L, int arg);
 dpy_tensor_box *dpy_newtensor(lua_State *L);
 /* Accounts a filled box (GC nudge, peak bytes); call right after the shim succeeded. */
 void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b);
+/* Frees the tensor of a temporary box (one a C function made for its own use, never accounted)
+** as soon as it is done with it: left to the GC, it would keep its memory, and whatever storage
+** it views, alive until a collection. */
+void dpy_tensor_drop(dpy_tensor_box *b);
 /* Raises "torch: <message>"; call only after the shim returned (no C++ frame, nothing held). */
 int dpy_torch_error(lua_State *L);
 /* For expected I/O failures: pushes true, or nil and the shim's message. Returns 1 or 2. */

@@ -10,15 +10,22 @@
 #include "codec.h"
 #include "dpy_lua.h"
 
-/* A contiguous cpu view (or copy, kept alive in a box pushed on the stack: read every argument
-** before calling this) of the tensor at arg. */
-static const void *contiguous(lua_State *L, int arg, int convert, dpy_dtype dtype, size_t *len) {
+/* A contiguous cpu view (or copy) of the tensor at arg, in a temporary box pushed on the stack
+** (read every argument before calling this); give the box to done() once the data is used. */
+static const void *contiguous(lua_State *L, int arg, int convert, dpy_dtype dtype, size_t *len,
+                              dpy_tensor_box **box) {
     dpy_tensor *t = dpy_checktensor(L, arg);
-    dpy_tensor_box *c = dpy_newtensor(L);
+    dpy_tensor_box *c = *box = dpy_newtensor(L);
     if (dpy_tensor_cpu_contiguous(&c->h, t, convert, dtype) != DPY_OK)
         dpy_torch_error(L);
     *len = dpy_tensor_nbytes(c->h);
     return dpy_tensor_data(c->h);
+}
+
+/* Frees the input's temporary box at once (it may be a model's size) and returns nres. */
+static int done(dpy_tensor_box *in, int nres) {
+    dpy_tensor_drop(in);
+    return nres;
 }
 
 /* Pushes a new 1-d cpu tensor of n elements and returns its data. */
@@ -57,26 +64,28 @@ static int c_quantize(lua_State *L) {
     luaL_argcheck(L, (bits >= 1 && bits <= 8) || bits == 16, 2, "bits must be 1..8 or 16");
     luaL_argcheck(L, chunk >= 0, 3, "chunk must be >= 0 (0: one chunk)");
     size_t len;
-    const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len);
+    dpy_tensor_box *input;
+    const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len, &input);
     size_t n = len / sizeof(float);
     char err[256];
     uint8_t *out = push_empty(L, dpy_quant_size(n, bits, (size_t)chunk), DPY_UINT8);
     if (dpy_quant_encode(out, x, n, bits, (size_t)chunk, err, sizeof err) != 0)
         return luaL_error(L, "%s", err);
-    return 1;
+    return done(input, 1);
 }
 
 /* dequantize(u8) -> float32 tensor | nil, err */
 static int c_dequantize(lua_State *L) {
     size_t len, n;
-    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len);
+    dpy_tensor_box *input;
+    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len, &input);
     char err[256];
     if (dpy_quant_count(in, len, &n, err, sizeof err) != 0)
-        return decode_fail(L, err);
+        return done(input, decode_fail(L, err));
     float *out = push_empty(L, n, DPY_FLOAT32);
     if (dpy_quant_decode(out, in, len, err, sizeof err) != 0)
-        return decode_fail(L, err);
-    return 1;
+        return done(input, decode_fail(L, err));
+    return done(input, 1);
 }
 
 /* zstd(t [, level = 3]) -> uint8 tensor of t's bytes, compressed */
@@ -84,7 +93,8 @@ static int c_zstd(lua_State *L) {
     int es = (int)dpy_dtype_size(dpy_tensor_dtype(dpy_checktensor(L, 1)));
     int level = (int)luaL_optinteger(L, 2, 3);
     size_t len;
-    const void *in = contiguous(L, 1, 0, DPY_FLOAT32, &len);
+    dpy_tensor_box *input;
+    const void *in = contiguous(L, 1, 0, DPY_FLOAT32, &len, &input);
     size_t cap = dpy_zstd_bound(len);
     uint8_t *buf = malloc(cap);
     if (!buf)
@@ -96,7 +106,7 @@ static int c_zstd(lua_State *L) {
         return luaL_error(L, "%s", err);
     }
     push_owned(L, buf, (size_t)n);
-    return 1;
+    return done(input, 1);
 }
 
 /* unzstd(u8, dtype [, max_bytes = 2^31]) -> tensor | nil, err */
@@ -104,27 +114,29 @@ static int c_unzstd(lua_State *L) {
     dpy_dtype dtype = dpy_checkdtype(L, 2);
     lua_Integer max = luaL_optinteger(L, 3, (lua_Integer)1 << 31);
     size_t len, size;
-    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len);
+    dpy_tensor_box *input;
+    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len, &input);
     int es;
     char err[256];
     if (dpy_zstd_size(in, len, (size_t)max, &size, &es, err, sizeof err) != 0)
-        return decode_fail(L, err);
+        return done(input, decode_fail(L, err));
     if ((size_t)es != dpy_dtype_size(dtype)) {
         snprintf(err, sizeof err, "zstd payload holds %d-byte elements, not %s", es,
                  dpy_dtype_name(dtype));
-        return decode_fail(L, err);
+        return done(input, decode_fail(L, err));
     }
     void *out = push_empty(L, size / (size_t)es, dtype);
     if (dpy_zstd_decode(out, size, in, len, err, sizeof err) != 0)
-        return decode_fail(L, err);
-    return 1;
+        return done(input, decode_fail(L, err));
+    return done(input, 1);
 }
 
 /* fpzip(t [, precision = 0]) -> uint8 tensor (precision 0: lossless) */
 static int c_fpzip(lua_State *L) {
     int precision = (int)luaL_optinteger(L, 2, 0);
     size_t len;
-    const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len);
+    dpy_tensor_box *input;
+    const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len, &input);
     size_t n = len / sizeof(float), cap = dpy_fpzip_bound(n);
     uint8_t *buf = malloc(cap);
     if (!buf)
@@ -136,20 +148,21 @@ static int c_fpzip(lua_State *L) {
         return luaL_error(L, "%s", err);
     }
     push_owned(L, buf, (size_t)r);
-    return 1;
+    return done(input, 1);
 }
 
 /* unfpzip(u8) -> float32 tensor | nil, err */
 static int c_unfpzip(lua_State *L) {
     size_t len, n;
-    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len);
+    dpy_tensor_box *input;
+    const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len, &input);
     char err[256];
     if (dpy_fpzip_count(in, len, &n, err, sizeof err) != 0)
-        return decode_fail(L, err);
+        return done(input, decode_fail(L, err));
     float *out = push_empty(L, n, DPY_FLOAT32);
     if (dpy_fpzip_decode(out, in, len, err, sizeof err) != 0)
-        return decode_fail(L, err);
-    return 1;
+        return done(input, decode_fail(L, err));
+    return done(input, 1);
 }
 
 static const luaL_Reg functions[] = {

@@ -521,20 +521,24 @@ static int e_send(lua_State *L) {
     }
     const void *data;
     size_t len;
+    dpy_tensor_box *c = NULL;   /* a contiguous cpu view of a tensor, freed once it is sent */
     if (lua_type(L, 5) == LUA_TSTRING) {
         data = lua_tolstring(L, 5, &len);
     } else {
         dpy_tensor *t = dpy_checktensor(L, 5);
-        dpy_tensor_box *c = dpy_newtensor(L);
+        c = dpy_newtensor(L);
         if (dpy_tensor_cpu_contiguous(&c->h, t, 0, DPY_FLOAT32) != DPY_OK)
             return dpy_torch_error(L);
         data = dpy_tensor_data(c->h);
         len = dpy_tensor_nbytes(c->h);
     }
     char err[320];
-    if (dpy_fabric_send_many(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
-                             (uint32_t)round, (uint32_t)encoding, data, len, err,
-                             sizeof err) != 0) {
+    int failed = dpy_fabric_send_many(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
+                                      (uint32_t)round, (uint32_t)encoding, data, len, err,
+                                      sizeof err) != 0;
+    if (c)
+        dpy_tensor_drop(c);   /* the fabric copied the bytes */
+    if (failed) {
         luaL_pushfail(L);
         lua_pushstring(L, err);
         return 2;

@@ -22,21 +22,25 @@ dpy_tensor_box *dpy_newtensor(lua_State *L) {
 }
 
 /*
-** Lua's GC cannot see tensor memory: count the bytes of every tensor handed to Lua and collect
-** once 64 MiB have been created since the last collection, so loops that forget :free() stay
-** bounded.
+** Lua's GC cannot see tensor memory: count the bytes of every tensor handed to Lua, and collect
+** once 64 MiB more are live than after the last collection, so loops that forget :free() stay
+** bounded. Tensors freed by hand never trigger it: a full collection costs milliseconds, and in
+** a run every node would pay it in the same round.
 */
 void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b) {
     dpy_state *st = dpy_state_of(L);
-    size_t n = dpy_tensor_nbytes(b->h);
-    st->tensor_live += n;
+    st->tensor_live += dpy_tensor_nbytes(b->h);
     if (st->tensor_live > st->tensor_peak)
         st->tensor_peak = st->tensor_live;
-    st->tensor_bytes += n;
-    if (st->tensor_bytes > GC_NUDGE_BYTES) {
-        st->tensor_bytes = 0;
+    if (st->tensor_live > st->tensor_floor + GC_NUDGE_BYTES) {
         lua_gc(L, LUA_GCCOLLECT);
+        st->tensor_floor = st->tensor_live;
     }
+}
+
+void dpy_tensor_drop(dpy_tensor_box *b) {
+    dpy_tensor_free(b->h);
+    b->h = NULL;
 }
 
 static dpy_tensor_box *checkbox(lua_State *L, int arg) {
@@ -87,6 +91,8 @@ static int t_free(lua_State *L) {
         dpy_state *st = dpy_state_of(L);
         size_t n = dpy_tensor_nbytes(b->h);
         st->tensor_live = st->tensor_live > n ? st->tensor_live - n : 0;
+        if (st->tensor_live < st->tensor_floor)
+            st->tensor_floor = st->tensor_live;
         dpy_tensor_free(b->h);
         b->h = NULL;
     }
@@ -391,7 +397,9 @@ static int f_new(lua_State *L) {
                              w.ndim) != DPY_OK)
         return dpy_torch_error(L);
     dpy_tensor_box *b = dpy_newtensor(L);
-    return done(L, b, dpy_tensor_to(&b->h, tmp->h, dtype, device));
+    dpy_err e = dpy_tensor_to(&b->h, tmp->h, dtype, device);
+    dpy_tensor_drop(tmp);
+    return done(L, b, e);
 }
 
 /* tensor.from_bytes(s, dtype, shape...) -> dpy.Tensor (a copy; native byte order) */
@@ -420,6 +428,7 @@ static int t_bytes(lua_State *L) {
     if (dpy_tensor_cpu_contiguous(&c->h, t, 0, DPY_FLOAT32) != DPY_OK)
         return dpy_torch_error(L);
     lua_pushlstring(L, dpy_tensor_data(c->h), dpy_tensor_nbytes(c->h));
+    dpy_tensor_drop(c);
     return 1;
 }
 
@@ -457,6 +466,7 @@ static int t_totable(lua_State *L) {
         return dpy_torch_error(L);
     size_t pos = 0;
     push_values(L, c->h, 0, &pos, as_int, as_bool);
+    dpy_tensor_drop(c);
     return 1;
 }
 

@@ -201,11 +201,12 @@ local function neighbours(node, r)
   return g, live
 end
 
+-- Trains in a compute slot (acquired unless already held) and keeps it: the caller releases it
+-- once its compute is done.
 local function train(node, steps)
   node.endpoint:acquire(node.round)
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
-  node.endpoint:release()
   return loss, host.clock() - t0
 end
 
@@ -224,6 +225,7 @@ function ALGORITHMS.dpsgd(node, r)
   local flat = node.model:get_flat()
   if #peers > 0 then send_encoded(node, peers, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
+  node.endpoint:release()
   local w = graph.metropolis_hastings(g, node.uid)
   local got, weights, kept = {}, {}, 0
   for _, v in ipairs(peers) do
@@ -234,6 +236,9 @@ function ALGORITHMS.dpsgd(node, r)
       kept = kept + w[v]   -- a dropped peer's weight stays with this node
     end
   end
+  -- the combine opens the node's next round of compute: it keeps the slot through the next
+  -- training and sending, so that a node computes only while it holds a slot
+  node.endpoint:acquire(r + 1)
   node.sharing.combine(node, r, got, weights, w[node.uid] + kept)
   for _, x in ipairs(got) do x:free() end
   node.exchange_seconds = host.clock() - t0
@@ -286,6 +291,7 @@ function ALGORITHMS.fedavg(node, r)
   node.model:set_flat(global)
   fire(node, "pre_train", r)
   local loss, secs = train(node, node.local_steps)
+  node.endpoint:release()
   fire(node, "post_train", r)
   fire(node, "pre_exchange", r)
   local flat = node.model:get_flat()
@@ -418,6 +424,7 @@ local function run(node)
     if node.evaluates and (r % eval_every == 0 or r == cfg.rounds) then acc = evaluate(node, r) end
     node.endpoint:report(r, acc)
     if acc or host.clock() - last_save > 5 then
+      node.endpoint:release()   -- no compute slot held over a file write
       local ok, err = node.metrics:save()
       if not ok then error("cannot write metrics: " .. err, 0) end
       last_save = host.clock()
