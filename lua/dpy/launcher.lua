@@ -27,7 +27,7 @@ function M.host_process(cfg, p, opts, tick)
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
     addresses = cfg.processes > 1 and (opts.addresses or layout.addresses(cfg, opts.run_id)) or nil,
     run_id = opts.run_id, max_payload = opts.max_payload or (1 << 30),
-    slots = cfg.slots or cores, connect_timeout = 60, threads = cfg.threads or 1,
+    slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
              overrides = table.concat(opts.overrides or {}, "\n") },

@@ -91,6 +91,36 @@ describe("decentralized runs", function()
     assert.matches("peer 2 is gone", read_file(out .. "/1.log") .. (read_file(out .. "/1.metrics.json") or ""))
   end)
 
+  it("runs each compute slot on one core while a node holds it (pin_slots)", function()
+    local dir = tmpdir()
+    write_file(dir .. "/cpus.lua", [[
+      local registry = require "dpy.registry"
+      local function allowed()   -- the calling thread's CPUs, as the kernel lists them
+        local f = assert(io.open("/proc/thread-self/status"))
+        local list = f:read("a"):match("Cpus_allowed_list:%s*(%S+)")
+        f:close()
+        return list
+      end
+      return registry.register { kind = "action", name = "cpus",
+        new = function() return { post_train = function(node, r)
+          node.log:write("round %d: cpus %s", r, allowed()) end } end }
+    ]])
+    local function cpus_seen(extra)
+      local code, _, err, out = run(TINY .. "actions = { '" .. dir .. "/cpus.lua' }\n" .. extra)
+      assert.are.equal(0, code, err)
+      local seen = {}
+      for uid = 0, 3 do
+        for list in read_file(out .. "/" .. uid .. ".log"):gmatch("cpus (%S+)") do seen[list] = true end
+      end
+      return seen
+    end
+    local whole = io.open("/proc/self/status"):read("a"):match("Cpus_allowed_list:%s*(%S+)")
+    for list in pairs(cpus_seen("slots = 2\n")) do
+      assert.matches("^%d+$", list, "one core per slot, not " .. list)
+    end
+    assert.are.same({ [whole] = true }, cpus_seen("slots = 2\npin_slots = false\n"))
+  end)
+
   it("buffers delayed and duplicated messages by round: the same numbers as without faults", function()
     local code, _, err, clean = run(TINY)
     assert.are.equal(0, code, err)
