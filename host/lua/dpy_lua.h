@@ -86,4 +86,13 @@ int luaopen_dpy_codec_core(lua_State *L);
 int luaopen_dpy_aggregate_core(lua_State *L);
 int luaopen_dpy_ssh_core(lua_State *L);
 
+/* {==== the allocator (heap.c) ====} */
+
+/* Gives freed memory back to the system (the allocator keeps it otherwise: see main.c). */
+void dpy_heap_trim(void);
+/* A new jemalloc arena's index, or -1 (glibc's malloc, or a failure). */
+int dpy_heap_new_arena(void);
+/* Makes the calling thread allocate from that arena (-1: nothing changes). */
+void dpy_heap_use_arena(int index);
+
 #endif

@@ -2,7 +2,6 @@
 ** l_data.c: dataset files into tensors, and batches out of them. Dataset tensors are read-only
 ** (DPY_TF_READONLY): loaded once per process and shared by every node that reads them.
 */
-#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,22 +61,6 @@ static int io_fail(lua_State *L, const char *msg) {
 }
 
 /* data.core.read_idx(path) -> uint8 dpy.Tensor (read-only) | nil, err; gzipped or not */
-/* jemalloc's control entry, when dpy-lua links it (weak: NULL under glibc's malloc) */
-extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
-    __attribute__((weak));
-
-/*
-** Gives the reader's transient buffers back to the system. dpy-lua's allocator keeps freed pages
-** (for libtorch's per-step buffers, see main.c), and reading a dataset leaves about twice its
-** size free: 100 MiB for Fashion-MNIST, which the nodes' threads would not reuse.
-*/
-static void trim_heap(void) {
-    if (mallctl)
-        mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   /* 4096: MALLCTL_ARENAS_ALL */
-    else
-        malloc_trim(0);
-}
-
 static int d_read_idx(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     dpy_tensor_box *b = dpy_newtensor(L);   /* box first: nothing below raises while x is held */
@@ -96,7 +79,7 @@ static int d_read_idx(lua_State *L) {
             return dpy_torch_error(L);
         }
         cache_put(path, b, NULL);
-        trim_heap();
+        dpy_heap_trim();   /* the reader's transient buffers: twice the data */
     }
     pthread_mutex_unlock(&g_cache_lock);
     b->flags = DPY_TF_READONLY;
@@ -134,7 +117,7 @@ static int d_read_cifar(lua_State *L) {
             return dpy_torch_error(L);
         }
         cache_put(key, images, labels);
-        trim_heap();
+        dpy_heap_trim();   /* the reader's transient buffers: twice the data */
     }
     pthread_mutex_unlock(&g_cache_lock);
     images->flags = labels->flags = DPY_TF_READONLY;

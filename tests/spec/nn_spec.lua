@@ -107,6 +107,18 @@ describe("nn containers", function()
     assert.error_matches(function() m:mix(1, { tensor.zeros(3) }, {}) end, "one weight per tensor")
   end)
 
+  it("mixes models larger than one block, and inputs of another dtype, alike", function()
+    local m = nn.linear(100, 50)   -- 5050 values: several blocks of the float32 path
+    local own = m:get_flat()
+    local a, b = tensor.randn(5050), tensor.randn(5050)
+    local want = own * 0.5 + a * 0.3 + b * 0.2
+    m:mix(0.5, { a, b }, { 0.3, 0.2 })
+    assert.is_true((m:get_flat() - want):abs():max():item() < 1e-6)
+    m:set_flat(own)
+    m:mix(0.5, { a:to("float64"), b }, { 0.3, 0.2 })   -- not float32: libtorch's ops
+    assert.is_true((m:get_flat() - want):abs():max():item() < 1e-6)
+  end)
+
   it("saves and loads its state", function()
     local dir = tmpdir()
     local a, b = nn.linear(3, 3), nn.linear(3, 3)
