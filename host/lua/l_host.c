@@ -53,13 +53,6 @@ static int h_clock(lua_State *L) {
     return 1;
 }
 
-static int h_cpu(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    lua_pushnumber(L, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
-    return 1;
-}
-
 /* host.isatty(fd) -> boolean */
 static int h_isatty(lua_State *L) {
     lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
@@ -217,7 +210,7 @@ static int h_pid(lua_State *L) {
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
     {"pid", h_pid}, {"catch_interrupt", h_catch_interrupt}, {"interrupted", h_interrupted},
-    {"write_atomic", h_write_atomic}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock}, {"cpu", h_cpu},
+    {"write_atomic", h_write_atomic}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {NULL, NULL}};
 

@@ -415,18 +415,14 @@ local function run(node)
   if node.t0 then node.metrics:add("ready_seconds", 0, host.clock() - node.t0) end
   fire(node, "startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
-  node.cpu_start = host.cpu()
   for r = 1, cfg.rounds do
     node.round = r
     local t0 = host.clock()
-    local c0 = host.cpu()
     local loss, secs = algorithm(node, r)
-    node.metrics:add("alg_cpu", r, host.cpu() - c0)
     record(node, r, loss, secs, t0, before)
     local acc
     if node.evaluates and (r % eval_every == 0 or r == cfg.rounds) then acc = evaluate(node, r) end
     node.endpoint:report(r, acc)
-    node.metrics:add("iter_cpu", r, host.cpu() - c0)
     if acc or host.clock() - last_save > 5 then
       node.endpoint:release()   -- no compute slot held over a file write
       local ok, err = node.metrics:save()
@@ -434,7 +430,6 @@ local function run(node)
       last_save = host.clock()
     end
   end
-  node.metrics:add("total_cpu", 0, host.cpu() - node.cpu_start)
   fire(node, "shutdown")
   local ok, err = node.metrics:save()
   if not ok then error("cannot write metrics: " .. err, 0) end
