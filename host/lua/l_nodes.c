@@ -608,7 +608,7 @@ static int e_send(lua_State *L) {
 /*
 ** ep:recv(from, channel, round [, timeout [, dtype]]) -> a read-only 1-d tensor of dtype over the
 ** received bytes (no copy), or a string when no dtype is given, and the sender's encoding
-** | nil, "timeout" | "dead"
+** | nil, "timeout" | "dead". A compute slot the node holds is given back first.
 */
 static int e_recv(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -620,6 +620,8 @@ static int e_recv(lua_State *L) {
     dpy_dtype dtype = as_tensor ? dpy_checkdtype(L, 6) : DPY_UINT8;
     luaL_argcheck(L, channel >= 0 && channel < DPY_MAX_CHANNELS, 3, "channel out of range");
     dpy_tensor_box *b = as_tensor ? dpy_newtensor(L) : NULL;   /* before anything is held */
+    /* a node never waits for a message holding a compute slot: the sender may need it */
+    slot_release(e->node);
     void *data;
     size_t len;
     uint32_t encoding;

@@ -121,6 +121,27 @@ describe("decentralized runs", function()
     assert.are.same({ [whole] = true }, cpus_seen("slots = 2\npin_slots = false\n"))
   end)
 
+  it("gives a held compute slot back while a node waits for a message", function()
+    -- one slot; each node receives in post_train, holding the slot, from a node still to train
+    local dir = tmpdir()
+    write_file(dir .. "/relay.lua", [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "action", name = "relay",
+        new = function() return { post_train = function(node, r)
+          local n = node.cfg.nodes
+          node.endpoint:send((node.uid + 1) % n, 5, r, "hello " .. node.uid)
+          local got = node.endpoint:recv((node.uid - 1) % n, 5, r, 10)
+          node.log:write("round %d: got %s", r, tostring(got))
+        end } end }
+    ]])
+    local code, _, err, out = run(TINY .. "slots = 1\nactions = { '" .. dir .. "/relay.lua' }\n")
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local _, got = read_file(out .. "/" .. uid .. ".log"):gsub("got hello " .. (uid - 1) % 4, "")
+      assert.are.equal(3, got, "node " .. uid .. " got its neighbour's message every round")
+    end
+  end)
+
   it("buffers delayed and duplicated messages by round: the same numbers as without faults", function()
     local code, _, err, clean = run(TINY)
     assert.are.equal(0, code, err)
