@@ -360,7 +360,8 @@ static int n_start(lua_State *L) {
     for (int c = 0; c < CPU_SETSIZE && g->pin; c++)
         if (CPU_ISSET(c, &g->cpuset))
             g->cpus[g->ncpus++] = c;
-    g->pin = g->pin && g->ncpus > 0;
+    /* only a process meant to fill its CPUs pins: two runs of one slot each would share a core */
+    g->pin = g->pin && g->ncpus > 0 && slots >= g->ncpus;
     g->cpu_offset = g->pin ? (o.process * slots) % g->ncpus : 0;
     g->threads = threads > 0 ? threads : 1;
     g->nodes = calloc(count ? count : 1, sizeof *g->nodes);

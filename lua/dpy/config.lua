@@ -56,7 +56,7 @@ M.SCHEMA = {
   actions = { type = "table", default = {}, doc = "actions: names or paths of Lua files" },
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   pin_slots = { type = "boolean", default = true,
-                doc = "run each compute slot on its own core of the process's CPU set" },
+                doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
   port = { type = "integer", min = 1024, doc = "first tcp port (default: derived from the run id)" },
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }" },

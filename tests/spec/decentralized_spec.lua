@@ -115,10 +115,11 @@ describe("decentralized runs", function()
       return seen
     end
     local whole = io.open("/proc/self/status"):read("a"):match("Cpus_allowed_list:%s*(%S+)")
-    for list in pairs(cpus_seen("slots = 2\n")) do
+    for list in pairs(cpus_seen("")) do   -- slots: one per core, by default
       assert.matches("^%d+$", list, "one core per slot, not " .. list)
     end
-    assert.are.same({ [whole] = true }, cpus_seen("slots = 2\npin_slots = false\n"))
+    assert.are.same({ [whole] = true }, cpus_seen("pin_slots = false\n"))
+    assert.are.same({ [whole] = true }, cpus_seen("slots = 1\n"), "fewer slots than CPUs: not pinned")
   end)
 
   it("gives a held compute slot back while a node waits for a message", function()
