@@ -44,7 +44,6 @@ struct group {
     int threads;                    /* libtorch intra-op threads of each node thread */
     int free_slots;                 /* compute slots, handed out lowest round first (under mu) */
     unsigned char *slot_busy;       /* per slot */
-    int slots;
     int pin;                        /* run each slot on its own core */
     cpu_set_t cpuset;               /* the process's CPUs, as it started */
     int cpus[CPU_SETSIZE], ncpus;   /* the same, listed */
@@ -351,11 +350,11 @@ static int n_start(lua_State *L) {
         return luaL_error(L, "out of memory");
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->done, NULL);
-    g->free_slots = g->slots = slots;
+    g->free_slots = slots;
     g->slot_busy = calloc((size_t)slots, 1);
     g->slot_arena = calloc((size_t)slots, sizeof *g->slot_arena);
-    for (int k = 0; k < slots && g->slot_arena; k++)
-        g->slot_arena[k] = dpy_heap_new_arena();
+    for (int k = 0; k < slots && g->slot_arena; k++)   /* past 64 slots, arenas are shared */
+        g->slot_arena[k] = k < 64 ? dpy_heap_new_arena() : g->slot_arena[k % 64];
     g->pin = pin && sched_getaffinity(0, sizeof g->cpuset, &g->cpuset) == 0;
     for (int c = 0; c < CPU_SETSIZE && g->pin; c++)
         if (CPU_ISSET(c, &g->cpuset))

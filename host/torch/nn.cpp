@@ -301,6 +301,7 @@ dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *cons
                     x[j] = xs[j]->v.data_ptr<float>() + off;
                 mix_floats(p.data_ptr<float>(), x.data(), w.data(), n, p.numel(),
                            (float)self_weight);
+                p.unsafeGetTensorImpl()->bump_version();   // as an in-place op would
             } else {
                 p.mul_(self_weight);
                 for (size_t j = 0; j < n; j++)
