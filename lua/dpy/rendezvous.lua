@@ -6,6 +6,7 @@
 -- all have arrived (DPY_RENDEZVOUS_TIMEOUT seconds at most, 120 by default). DPY_HOST sets the
 -- address this machine's processes listen on (default: its host name).
 local host = require "dpy.host.core"
+local random = require "dpy.random"
 
 local M = {}
 
@@ -26,7 +27,7 @@ function M.detect(env)
 end
 
 --- The run id every rank derives alike: from the directory and the launcher's job id.
-function M.run_id(dir, job) return require("dpy.random").hash32(dir .. "\0" .. job) + 1 end
+function M.run_id(dir, job) return random.hash32(dir .. "\0" .. job) + 1 end
 
 local function read(path)
   local f = io.open(path, "r")

@@ -6,8 +6,6 @@ local metrics = require "dpy.metrics"
 
 local M = {}
 
-local function read_json(path) return (metrics.read(path)) end
-
 local function mean_std(xs)
   if #xs == 0 then return nil end
   local s = 0
@@ -22,9 +20,9 @@ local function last(series) return series and series[#series] and series[#series
 
 --- report.load(dir) -> the run's figures | nil, err
 function M.load(dir)
-  local cfg = read_json(dir .. "/config.json")
+  local cfg = metrics.read(dir .. "/config.json")
   if not cfg then return nil, dir .. ": not a run directory (no readable config.json)" end
-  local manifest = read_json(dir .. "/manifest.json") or {}
+  local manifest = metrics.read(dir .. "/manifest.json") or {}
   local poisoned = {}
   for _, entry in pairs(manifest.actions or {}) do
     for _, key in ipairs { "poisoned", "byzantine" } do
@@ -36,7 +34,7 @@ function M.load(dir)
   local finals, sent, walls, eps = {}, {}, {}, nil
   local per_round_acc, per_round_bytes = {}, {}
   for uid = 0, run.nodes - 1 do
-    local m = read_json(string.format("%s/%d.metrics.json", dir, uid))
+    local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
     m = m and m.metrics
     if m then
       local cumulative, bytes_at = 0, {}

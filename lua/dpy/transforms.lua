@@ -5,6 +5,7 @@
 -- payload instead of decoding garbage.
 local codec = require "dpy.codec.core"
 local registry = require "dpy.registry"
+local random = require "dpy.random"
 
 local M = {}
 
@@ -58,7 +59,7 @@ registry.register {
 
 -- The chain's id on the wire: a hash of its description (0 is kept for "no transform").
 local function chain_id(label)
-  local h = require("dpy.random").hash32(label)
+  local h = random.hash32(label)
   return h == 0 and 1 or h
 end
 

@@ -3,6 +3,13 @@
 local BIN = shell_quote(DPY_BIN)
 local TINY, run = TINY_RUN, run_config
 
+-- Writes an action file (Lua source) to a fresh directory; returns the config line that loads it.
+local function action_file(name, source)
+  local path = tmpdir() .. "/" .. name .. ".lua"
+  write_file(path, source)
+  return "actions = { '" .. path .. "' }\n"
+end
+
 describe("decentralized runs", function()
   it("give bit-identical results in every process layout #e2e", function()
     local results = {}
@@ -49,15 +56,14 @@ describe("decentralized runs", function()
   end)
 
   it("stops every node when a peer dies under on_peer_failure = 'abort'", function()
-    local dir = tmpdir()
-    write_file(dir .. "/crash.lua", [[
+    local crash = action_file("crash", [[
       local registry = require "dpy.registry"
       local host = require "dpy.host.core"
       return registry.register { kind = "action", name = "crash",
         new = function() return { pre_train = function(node, r)
           if node.uid == 3 and r == 2 then host.kill(host.pid(), 9) end end } end }
     ]])
-    local cfg = TINY .. "processes = 2\nactions = { '" .. dir .. "/crash.lua' }\n"
+    local cfg = TINY .. "processes = 2\n" .. crash
     local code, _, err, out = run(cfg)
     assert.are.equal(1, code)
     assert.matches("failed", err)
@@ -77,14 +83,13 @@ describe("decentralized runs", function()
   end)
 
   it("names a node's error and exits 1", function()
-    local dir = tmpdir()
-    write_file(dir .. "/boom.lua", [[
+    local boom = action_file("boom", [[
       local registry = require "dpy.registry"
       return registry.register { kind = "action", name = "boom",
         new = function() return { post_train = function(node, r)
           if node.uid == 2 and r == 2 then error("boom at round 2") end end } end }
     ]])
-    local code, _, err, out = run(TINY .. "actions = { '" .. dir .. "/boom.lua' }\n")
+    local code, _, err, out = run(TINY .. boom)
     assert.are.equal(1, code)
     assert.matches("node 2 failed: .*boom at round 2", err)
     assert.matches("failed: .*boom at round 2", read_file(out .. "/2.log"))
@@ -92,8 +97,7 @@ describe("decentralized runs", function()
   end)
 
   it("runs each compute slot on one core while a node holds it (pin_slots)", function()
-    local dir = tmpdir()
-    write_file(dir .. "/cpus.lua", [[
+    local cpus = action_file("cpus", [[
       local registry = require "dpy.registry"
       local function allowed()   -- the calling thread's CPUs, as the kernel lists them
         local f = assert(io.open("/proc/thread-self/status"))
@@ -106,7 +110,7 @@ describe("decentralized runs", function()
           node.log:write("round %d: cpus %s", r, allowed()) end } end }
     ]])
     local function cpus_seen(extra)
-      local code, _, err, out = run(TINY .. "actions = { '" .. dir .. "/cpus.lua' }\n" .. extra)
+      local code, _, err, out = run(TINY .. cpus .. extra)
       assert.are.equal(0, code, err)
       local seen = {}
       for uid = 0, 3 do
@@ -124,8 +128,7 @@ describe("decentralized runs", function()
 
   it("gives a held compute slot back while a node waits for a message", function()
     -- one slot; each node receives in post_train, holding the slot, from a node still to train
-    local dir = tmpdir()
-    write_file(dir .. "/relay.lua", [[
+    local relay = action_file("relay", [[
       local registry = require "dpy.registry"
       return registry.register { kind = "action", name = "relay",
         new = function() return { post_train = function(node, r)
@@ -135,7 +138,7 @@ describe("decentralized runs", function()
           node.log:write("round %d: got %s", r, tostring(got))
         end } end }
     ]])
-    local code, _, err, out = run(TINY .. "slots = 1\nactions = { '" .. dir .. "/relay.lua' }\n")
+    local code, _, err, out = run(TINY .. "slots = 1\n" .. relay)
     assert.are.equal(0, code, err)
     for uid = 0, 3 do
       local _, got = read_file(out .. "/" .. uid .. ".log"):gsub("got hello " .. (uid - 1) % 4, "")
