@@ -1,11 +1,21 @@
-/* dataset.c: readers for the IDX (MNIST, Fashion-MNIST) and CIFAR binary file formats. */
+/*
+** dataset.c: readers for the IDX (MNIST, Fashion-MNIST) and CIFAR binary file formats. IDX files
+** can also be mapped (a gzipped one through a decompressed copy in a cache directory), so that
+** every process of a machine shares one copy of the data, in the page cache.
+*/
+#define _GNU_SOURCE
 #include "dpy_core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 #include <zlib.h>
 
 /*
@@ -61,53 +71,196 @@ static int slurp(const char *path, uint8_t **out, size_t *len, size_t limit, cha
 
 #define IDX_LIMIT ((size_t)1 << 33)
 
-int dpy_idx_read(const char *path, dpy_idx *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    uint8_t *buf;
-    size_t n;
-    if (slurp(path, &buf, &n, IDX_LIMIT, err, errlen) != 0)
-        return -1;
-    if (n < 4 || buf[0] != 0 || buf[1] != 0) {
-        free(buf);
+/*
+** Checks the IDX header over the n bytes at buf (unsigned bytes only, and exactly the data the
+** dims promise); fills out's dims, ndim and len, and *off with the data's offset.
+*/
+static int idx_header(const uint8_t *buf, size_t n, const char *path, dpy_idx *out, size_t *off,
+                      char *err, size_t errlen) {
+    if (n < 4 || buf[0] != 0 || buf[1] != 0)
         return dpy_fail(err, errlen, "%s: not an IDX file (bad magic)", path);
-    }
-    if (buf[2] != 0x08) {
-        unsigned type = buf[2];
-        free(buf);
-        return dpy_fail(err, errlen, "%s: IDX element type 0x%02x is not supported (only unsigned "
-                    "bytes, 0x08)", path, type);
-    }
+    if (buf[2] != 0x08)
+        return dpy_fail(err, errlen, "%s: IDX element type 0x%02x is not supported (only "
+                        "unsigned bytes, 0x08)", path, buf[2]);
     int ndim = buf[3];
-    if (ndim < 1 || ndim > DPY_IDX_MAXDIM || n < 4 + 4 * (size_t)ndim) {
-        free(buf);
+    if (ndim < 1 || ndim > DPY_IDX_MAXDIM || n < 4 + 4 * (size_t)ndim)
         return dpy_fail(err, errlen, "%s: bad IDX header (%d dims)", path, ndim);
-    }
     size_t want = 1;
     for (int i = 0; i < ndim; i++) {
         const uint8_t *p = buf + 4 + 4 * i;
         uint32_t d = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
         out->dims[i] = d;
         want *= d;
-        if (want > IDX_LIMIT) {
-            free(buf);
+        if (want > IDX_LIMIT)
             return dpy_fail(err, errlen, "%s: IDX dimensions are too large", path);
-        }
     }
-    size_t off = 4 + 4 * (size_t)ndim;
-    if (n - off != want) {
-        free(buf);
-        return dpy_fail(err, errlen, "%s: the header promises %zu bytes of data but the file holds "
-                    "%zu (truncated or corrupt)", path, want, n - off);
-    }
-    memmove(buf, buf + off, want);
-    out->data = buf;
+    *off = 4 + 4 * (size_t)ndim;
+    if (n - *off != want)
+        return dpy_fail(err, errlen, "%s: the header promises %zu bytes of data but the file "
+                        "holds %zu (truncated or corrupt)", path, want, n - *off);
     out->len = want;
     out->ndim = ndim;
     return 0;
 }
 
+int dpy_idx_read(const char *path, dpy_idx *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    uint8_t *buf;
+    size_t n;
+    if (slurp(path, &buf, &n, IDX_LIMIT, err, errlen) != 0)
+        return -1;
+    size_t off = 0;
+    if (idx_header(buf, n, path, out, &off, err, errlen) != 0) {
+        free(buf);
+        return -1;
+    }
+    memmove(buf, buf + off, out->len);
+    out->data = buf;
+    return 0;
+}
+
+/* Maps an uncompressed IDX file privately: its pages are the page cache's, shared and clean. */
+static int idx_map_file(const char *path, dpy_idx *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dpy_fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 4) {
+        close(fd);
+        return dpy_fail(err, errlen, "%s: not an IDX file (too short)", path);
+    }
+    /* writable but private: a stray write copies one page instead of crashing the process */
+    uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return dpy_fail(err, errlen, "cannot map %s: %s", path, strerror(errno));
+    size_t off = 0;
+    if (idx_header(map, (size_t)st.st_size, path, out, &off, err, errlen) != 0) {
+        munmap(map, (size_t)st.st_size);
+        return -1;
+    }
+    out->data = map + off;
+    out->mapped = 1;
+    return 0;
+}
+
+void dpy_idx_unmap(void *data) {
+    /* the map starts on the page that holds data: the header is at most 20 bytes before it */
+    uint8_t *map = (uint8_t *)((uintptr_t)data & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
+    size_t body = 1;
+    for (int i = 0; i < map[3]; i++) {
+        const uint8_t *p = map + 4 + 4 * i;
+        body *= (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    }
+    munmap(map, (size_t)((uint8_t *)data - map) + body);
+}
+
+static int is_gzip(const char *path) {
+    uint8_t magic[2] = {0, 0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t got = fread(magic, 1, 2, f);
+    fclose(f);
+    return got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+}
+
+/* The cached copy's name: the file's base name, tagged with a hash of its path, size and mtime. */
+static int cache_path(const char *path, const char *cache_dir, char *out, size_t outlen,
+                      char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return dpy_fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    char key[4200];
+    int klen = snprintf(key, sizeof key, "%s|%lld|%lld.%09ld", path, (long long)st.st_size,
+                        (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base);
+    if (blen > 3 && strcmp(base + blen - 3, ".gz") == 0)
+        blen -= 3;
+    if (klen >= (int)sizeof key ||
+        snprintf(out, outlen, "%s/%.*s-%016llx", cache_dir, (int)blen, base,
+                 (unsigned long long)XXH3_64bits(key, (size_t)klen)) >= (int)outlen)
+        return dpy_fail(err, errlen, "cache path too long for %s", path);
+    return 0;
+}
+
+/* Writes all n bytes; 0, or -1 with errno set. */
+static int write_all(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno != EINTR)
+            return -1;
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+/* Decompresses src into dst through a temporary file beside it: dst appears whole or not at all. */
+static int gunzip_to(const char *src, const char *dst, char *err, size_t errlen) {
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", dst);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return dpy_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    fchmod(fd, 0644);   /* mkstemp's 0600 would keep a shared cache to its maker */
+    gzFile in = gzopen(src, "rb");
+    int rc = in ? 0 : dpy_fail(err, errlen, "cannot open %s: %s", src, strerror(errno));
+    uint8_t buf[1 << 16];
+    for (size_t total = 0; rc == 0;) {
+        int got = gzread(in, buf, sizeof buf);
+        int code;
+        if (got == 0)
+            break;
+        if (got < 0)
+            rc = dpy_fail(err, errlen, "%s: corrupt or unreadable (%s)", src, gzerror(in, &code));
+        else if ((total += (size_t)got) > IDX_LIMIT)
+            rc = dpy_fail(err, errlen, "%s: larger than %zu bytes", src, IDX_LIMIT);
+        else if (write_all(fd, buf, (size_t)got) != 0)
+            rc = dpy_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (in)
+        gzclose(in);
+    if (close(fd) != 0 && rc == 0)
+        rc = dpy_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, dst) != 0)
+        rc = dpy_fail(err, errlen, "cannot rename %s: %s", tmp, strerror(errno));
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+int dpy_idx_map(const char *path, const char *cache_dir, dpy_idx *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!is_gzip(path))
+        return idx_map_file(path, out, err, errlen);
+    if (!cache_dir)
+        return dpy_fail(err, errlen, "%s: gzipped, and no cache directory", path);
+    char cached[4200];
+    if (cache_path(path, cache_dir, cached, sizeof cached, err, errlen) != 0 ||
+        dpy_mkdir_p(cache_dir, err, errlen) != 0)
+        return -1;
+    if (access(cached, F_OK) == 0 && idx_map_file(cached, out, err, errlen) == 0)
+        return 0;
+    /* absent, or torn by a crash: (re)build it; processes racing here each rename a whole copy */
+    if (gunzip_to(path, cached, err, errlen) != 0)
+        return -1;
+    if (idx_map_file(cached, out, err, errlen) != 0) {
+        unlink(cached);   /* the source itself is bad: the caller's plain read says how */
+        return -1;
+    }
+    return 0;
+}
+
 void dpy_idx_free(dpy_idx *x) {
-    free(x->data);
+    if (x->mapped)
+        dpy_idx_unmap(x->data);
+    else
+        free(x->data);
     x->data = NULL;
     x->len = 0;
 }

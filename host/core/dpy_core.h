@@ -16,9 +16,17 @@ typedef struct {
     size_t len;
     int ndim;
     int64_t dims[DPY_IDX_MAXDIM];
+    int mapped;                     /* data lies in a file mapping (dpy_idx_map) */
 } dpy_idx;
 
+/* Reads the file into memory. */
 int dpy_idx_read(const char *path, dpy_idx *out, char *err, size_t errlen);
+/* Maps the file, or a gzipped one's decompressed copy in cache_dir (made on first use, named by
+** the file's path, size and mtime; cache_dir NULL: none): the data is the page cache's, one copy
+** for every process of the machine. */
+int dpy_idx_map(const char *path, const char *cache_dir, dpy_idx *out, char *err, size_t errlen);
+/* Unmaps the data of a mapped IDX file, given only its data pointer (a tensor's release). */
+void dpy_idx_unmap(void *data);
 void dpy_idx_free(dpy_idx *x);
 
 /* A CIFAR binary batch: records of label_bytes label bytes then 3072 pixels (3 x 32 x 32).

@@ -60,20 +60,41 @@ static int io_fail(lua_State *L, const char *msg) {
     return 2;
 }
 
-/* data.core.read_idx(path) -> uint8 dpy.Tensor (read-only) | nil, err; gzipped or not */
+/*
+** Reads path into x: mapped when it can be (a gzipped file needs cache_dir), else into memory,
+** saying why when a cache directory was given.
+*/
+static int load_idx(const char *path, const char *cache_dir, dpy_idx *x, char *err, size_t errlen) {
+    if (dpy_idx_map(path, cache_dir, x, err, errlen) == 0)
+        return 0;
+    if (dpy_idx_read(path, x, err, errlen) != 0)
+        return -1;
+    if (cache_dir)
+        fprintf(stderr, "dpy-lua: %s: reading into memory, not mapped (%s)\n", path, err);
+    return 0;
+}
+
+/*
+** data.core.read_idx(path [, cache_dir]) -> uint8 dpy.Tensor (read-only) | nil, err
+** gzipped or not; the tensor maps the file (a gzipped one needs cache_dir: see dpy_idx_map)
+*/
 static int d_read_idx(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
+    const char *cache_dir = luaL_optstring(L, 2, NULL);
     dpy_tensor_box *b = dpy_newtensor(L);   /* box first: nothing below raises while x is held */
     char err[512];
     dpy_idx x;
     pthread_mutex_lock(&g_cache_lock);
     if (!cache_get(path, b, NULL)) {
-        if (dpy_idx_read(path, &x, err, sizeof err) != 0) {
+        if (load_idx(path, cache_dir, &x, err, sizeof err) != 0) {
             pthread_mutex_unlock(&g_cache_lock);
             return io_fail(L, err);
         }
-        dpy_err e = dpy_tensor_from_data(&b->h, x.data, x.len, DPY_UINT8, x.dims, x.ndim);
-        dpy_idx_free(&x);
+        dpy_err e = x.mapped ? dpy_tensor_wrap(&b->h, x.data, x.len, DPY_UINT8, x.dims, x.ndim,
+                                               dpy_idx_unmap)
+                             : dpy_tensor_from_data(&b->h, x.data, x.len, DPY_UINT8, x.dims, x.ndim);
+        if (e != DPY_OK || !x.mapped)
+            dpy_idx_free(&x);   /* a mapping the tensor took is the tensor's to release */
         if (e != DPY_OK) {
             pthread_mutex_unlock(&g_cache_lock);
             return dpy_torch_error(L);

@@ -54,8 +54,15 @@ dpy_err dpy_optim_step(dpy_optim *o) noexcept {
     return dpy_guard([&] { o->o->step(); });
 }
 
+// Drops the gradients, as PyTorch >= 2.0's zero_grad(set_to_none=True) does: the next backward
+// hands its gradients over instead of adding them into zeroed buffers, and between rounds a
+// node holds no gradient memory.
 dpy_err dpy_optim_zero_grad(dpy_optim *o) noexcept {
-    return dpy_guard([&] { o->o->zero_grad(); });
+    return dpy_guard([&] {
+        for (auto &group : o->o->param_groups())
+            for (auto &p : group.params())
+                p.mutable_grad().reset();
+    });
 }
 
 double dpy_optim_lr(const dpy_optim *o) noexcept {

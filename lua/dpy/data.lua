@@ -23,10 +23,21 @@ local function idx_path(dir, base)
   return nil, string.format("%s: no %s or %s.gz (is the dataset installed?)", dir, base, base)
 end
 
+--- data.cache_dir() -> where gzipped idx files are kept decompressed, to be mapped (nil: read
+-- into memory instead): $DPY_CACHE_DIR ("" for none), else $XDG_CACHE_HOME/dpy-lua, else
+-- ~/.cache/dpy-lua
+function M.cache_dir()
+  local dir = os.getenv("DPY_CACHE_DIR")
+  if dir then return dir ~= "" and dir or nil end
+  local xdg, home = os.getenv("XDG_CACHE_HOME"), os.getenv("HOME")
+  if xdg and xdg ~= "" then return xdg .. "/dpy-lua" end
+  return home and home ~= "" and home .. "/.cache/dpy-lua" or nil
+end
+
 local function read_idx(dir, base)
   local path, err = idx_path(dir, base)
   if not path then error(err, 0) end
-  local t, rerr = core.read_idx(path)
+  local t, rerr = core.read_idx(path, M.cache_dir())
   if not t then error(rerr, 0) end
   return t
 end

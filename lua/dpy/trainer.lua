@@ -50,10 +50,11 @@ function Trainer:step()
   return loss:item(), n, last
 end
 
---- t:run(k) -> mean loss over k steps
+--- t:run(k) -> mean loss over k steps; the gradients are dropped after the last
 function Trainer:run(k)
   local sum = 0
   for _ = 1, k do sum = sum + self:step() end
+  self.opt:zero_grad()
   return sum / k
 end
 

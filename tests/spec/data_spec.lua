@@ -54,6 +54,59 @@ describe("idx datasets", function()
     assert.is_nil(data_core.read_idx(dir .. "/z.gz"))
   end)
 
+  describe("mapped through the cache directory", function()
+    -- Reads dir's train images in a fresh process with cache dir cache; returns its output
+    -- (the sum of the pixels and whether the data is a mapping of a cache file), and stderr.
+    local function read_in_process(dir, cache)
+      local script = dir .. "/read.lua"
+      write_file(script, string.format([[
+        require "dpy.tensor"
+        local t = assert(require("dpy.data.core").read_idx(%q, %q))
+        local mapped = false
+        for l in io.lines("/proc/self/maps") do mapped = mapped or l:find(%q, 1, true) ~= nil end
+        print(t:long():sum():item(), mapped)
+      ]], dir .. "/train-images-idx3-ubyte.gz", cache, cache))
+      local err = dir .. "/stderr"
+      local p = io.popen(string.format("%s %s 2> %s", shell_quote(DPY_BIN), script, err))
+      local out = p:read("a")
+      p:close()
+      return out, read_file(err)
+    end
+
+    local function cache_files(cache)
+      local p = io.popen("ls " .. cache)
+      local names = {}
+      for l in p:lines() do names[#names + 1] = l end
+      p:close()
+      return names
+    end
+
+    it("decompresses a gzipped file once and maps the copy, with the same data", function()
+      local dir, cache = tmpdir(), tmpdir() .. "/cache"
+      write_idx(dir, "train", 50, 4, 5, true)
+      local plain = data_core.read_idx(dir .. "/train-images-idx3-ubyte.gz")
+      local want = tostring(plain:long():sum():item())
+      assert.are.equal(want .. "\ttrue\n", read_in_process(dir, cache))
+      local names = cache_files(cache)
+      assert.are.equal(1, #names)
+      assert.matches("^train%-images%-idx3%-ubyte%-%x+$", names[1])
+      assert.are.equal(16 + 50 * 20, #read_file(cache .. "/" .. names[1]))
+      -- a copy torn by a crash is made again
+      write_file(cache .. "/" .. names[1], "\0\0\8\3" .. be32(50) .. be32(4) .. be32(5) .. "torn")
+      assert.are.equal(want .. "\ttrue\n", read_in_process(dir, cache))
+      assert.are.equal(16 + 50 * 20, #read_file(cache .. "/" .. names[1]))
+    end)
+
+    it("reads into memory, and says why, when the cache cannot be written", function()
+      local dir = tmpdir()
+      write_idx(dir, "train", 5, 2, 2, true)
+      write_file(dir .. "/file", "")
+      local out, err = read_in_process(dir, dir .. "/file/cache")
+      assert.matches("^%d+\tfalse\n$", out)
+      assert.matches("train%-images%-idx3%-ubyte%.gz: reading into memory, not mapped %(cannot", err)
+    end)
+  end)
+
   it("refuses in-place writes to the shared dataset", function()
     local dir = tmpdir()
     write_idx(dir, "train", 2, 2, 2)

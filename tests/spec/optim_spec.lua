@@ -14,7 +14,7 @@ local function steps(make, n)
     opt:step()
     values[i] = w:item()
   end
-  return values, opt
+  return values, opt, w
 end
 
 local function near(expected, got)
@@ -32,6 +32,19 @@ describe("optimizers", function()
   it("sgd with nesterov and with weight decay", function()
     near({ 0.62 }, steps(function(p) return optim.sgd(p, { lr = 0.1, momentum = 0.9, nesterov = true }) end, 1))
     near({ 0.79 }, steps(function(p) return optim.sgd(p, { lr = 0.1, weight_decay = 0.1 }) end, 1))
+  end)
+
+  it("zero_grad drops the gradients: a step without a backward leaves the parameter alone", function()
+    local values, opt, w = steps(function(p) return optim.sgd(p, { lr = 0.1, momentum = 0.9 }) end, 1)
+    near({ 0.8 }, values)
+    opt:zero_grad()
+    opt:step()   -- zeroed (not dropped) gradients would move w by the momentum: 0.8 - 0.18
+    near({ 0.8 }, { w:item() })
+    local m = nn.linear(2, 1)
+    local o2 = optim.sgd(m, { lr = 0.1 })
+    m(tensor.ones(1, 2)):sum():backward()
+    o2:zero_grad()
+    assert.are.same({ 0, 0, 0 }, m:grad_flat():totable())
   end)
 
   it("adam and adamw take a first step of lr (decoupled decay for adamw)", function()

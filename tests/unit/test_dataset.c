@@ -65,6 +65,29 @@ static void test_idx(void) {
     CHECK_CONTAINS(err, "cannot open");
 }
 
+/* Mapped: a plain file directly, a gzipped one through its copy in the cache directory. */
+static void test_idx_map(void) {
+    char err[512], cache[300];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    dpy_idx x;
+    for (int gz = 0; gz <= 1; gz++) {
+        write_file("m.idx", IDX, sizeof IDX, gz);
+        CHECK(dpy_idx_map(path_of("m.idx"), cache, &x, err, sizeof err) == 0);
+        CHECK(x.mapped && x.ndim == 3 && x.dims[2] == 3);
+        CHECK(x.len == 12 && x.data[0] == 0 && x.data[11] == 11);
+        dpy_idx_free(&x);
+    }
+    CHECK(dpy_idx_map(path_of("m.idx"), NULL, &x, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "no cache directory");
+    write_file("short.idx", IDX, sizeof IDX - 1, 1);
+    CHECK(dpy_idx_map(path_of("short.idx"), cache, &x, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "truncated or corrupt");
+    write_file("m.idx", IDX, sizeof IDX, 1);
+    snprintf(cache, sizeof cache, "%s/a.idx/cache", dir);   /* under a file: cannot be made */
+    CHECK(dpy_idx_map(path_of("m.idx"), cache, &x, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "cannot");
+}
+
 static void test_cifar(void) {
     char err[512];
     dpy_cifar c;
@@ -94,6 +117,7 @@ int main(void) {
     if (!mkdtemp(dir))
         return 1;
     test_idx();
+    test_idx_map();
     test_cifar();
     return check_report("dataset");
 }
