@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
                     auto idx = r.perm.narrow(0, (r.pos++ * 32) % (images.size(0) - 32), 32);
                     auto x = images.index_select(0, idx).to(torch::kFloat32).div_(255.0).sub_(mean).div_(stdv);
                     auto y = labels.index_select(0, idx).to(torch::kInt64);
-                    r.opt->zero_grad();
+                    drop_grads(*r.opt);
                     auto loss = torch::nn::functional::cross_entropy(r.model->forward(x), y);
                     loss.backward();
                     r.opt->step();

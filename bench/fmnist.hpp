@@ -39,6 +39,13 @@ static inline torch::nn::Sequential fmnist_cnn() {
                           nn::ReLU(), nn::Linear(128, 10));
 }
 
+// Drops the gradients, as dpy-lua's optimizers' zero_grad does (PyTorch's set_to_none).
+static inline void drop_grads(torch::optim::Optimizer &opt) {
+    for (auto &group : opt.param_groups())
+        for (auto &p : group.params())
+            p.mutable_grad().reset();
+}
+
 // The allocator settings of dpy-lua's main().
 static inline void dpy_malloc_settings() {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
         auto idx = order.narrow(0, s * batch, batch);
         auto x = images.index_select(0, idx).to(torch::kFloat32).div_(255.0).sub_(mean).div_(stdv);
         auto y = labels.index_select(0, idx).to(torch::kInt64);
-        opt.zero_grad();
+        drop_grads(opt);
         auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
         loss.backward();
         opt.step();
