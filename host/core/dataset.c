@@ -71,6 +71,10 @@ static int slurp(const char *path, uint8_t **out, size_t *len, size_t limit, cha
 
 #define IDX_LIMIT ((size_t)1 << 33)
 
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 /*
 ** Checks the IDX header over the n bytes at buf (unsigned bytes only, and exactly the data the
 ** dims promise); fills out's dims, ndim and len, and *off with the data's offset.
@@ -87,12 +91,10 @@ static int idx_header(const uint8_t *buf, size_t n, const char *path, dpy_idx *o
         return dpy_fail(err, errlen, "%s: bad IDX header (%d dims)", path, ndim);
     size_t want = 1;
     for (int i = 0; i < ndim; i++) {
-        const uint8_t *p = buf + 4 + 4 * i;
-        uint32_t d = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-        out->dims[i] = d;
-        want *= d;
-        if (want > IDX_LIMIT)
+        out->dims[i] = be32(buf + 4 + 4 * i);
+        if (out->dims[i] && want > IDX_LIMIT / (size_t)out->dims[i])   /* checked before it wraps */
             return dpy_fail(err, errlen, "%s: IDX dimensions are too large", path);
+        want *= (size_t)out->dims[i];
     }
     *off = 4 + 4 * (size_t)ndim;
     if (n - *off != want)
@@ -149,10 +151,8 @@ void dpy_idx_unmap(void *data) {
     /* the map starts on the page that holds data: the header is at most 20 bytes before it */
     uint8_t *map = (uint8_t *)((uintptr_t)data & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
     size_t body = 1;
-    for (int i = 0; i < map[3]; i++) {
-        const uint8_t *p = map + 4 + 4 * i;
-        body *= (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-    }
+    for (int i = 0; i < map[3]; i++)
+        body *= be32(map + 4 + 4 * i);
     munmap(map, (size_t)((uint8_t *)data - map) + body);
 }
 

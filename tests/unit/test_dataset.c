@@ -60,6 +60,11 @@ static void test_idx(void) {
     unsigned char huge[] = {0, 0, 8, 2, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 1, 2, 3};
     write_file("huge.idx", huge, sizeof huge, 0);
     CHECK(dpy_idx_read(path_of("huge.idx"), &x, err, sizeof err) == -1);
+    /* 2^31 x 4 x 2^31 is 2^64, 0 in 64 bits: an empty body must not pass for it */
+    unsigned char wrap[] = {0, 0, 8, 3, 0x80, 0, 0, 0, 0, 0, 0, 4, 0x80, 0, 0, 0};
+    write_file("wrap.idx", wrap, sizeof wrap, 0);
+    CHECK(dpy_idx_read(path_of("wrap.idx"), &x, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "too large");
 
     CHECK(dpy_idx_read(path_of("missing.idx"), &x, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "cannot open");
