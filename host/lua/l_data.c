@@ -100,7 +100,8 @@ static int d_read_idx(lua_State *L) {
             return dpy_torch_error(L);
         }
         cache_put(path, b, NULL);
-        dpy_heap_trim();   /* the reader's transient buffers: twice the data */
+        if (!x.mapped)
+            dpy_heap_trim();   /* the reader's transient buffers: twice the data */
     }
     pthread_mutex_unlock(&g_cache_lock);
     b->flags = DPY_TF_READONLY;

@@ -3,10 +3,16 @@
 local BIN = shell_quote(DPY_BIN)
 local TINY, run = TINY_RUN, run_config
 
--- Writes an action file (Lua source) to a fresh directory; returns the config line that loads it.
-local function action_file(name, source)
+-- Writes an action that runs body (statements; node and r in scope) on event, after prelude
+-- (statements at the file's top); returns the config line that loads it.
+local function action_file(name, event, body, prelude)
   local path = tmpdir() .. "/" .. name .. ".lua"
-  write_file(path, source)
+  write_file(path, string.format([[
+    local registry = require "dpy.registry"
+    %s
+    return registry.register { kind = "action", name = %q,
+      new = function() return { %s = function(node, r) %s end } end }
+  ]], prelude or "", name, event, body))
   return "actions = { '" .. path .. "' }\n"
 end
 
@@ -56,13 +62,9 @@ describe("decentralized runs", function()
   end)
 
   it("stops every node when a peer dies under on_peer_failure = 'abort'", function()
-    local crash = action_file("crash", [[
-      local registry = require "dpy.registry"
-      local host = require "dpy.host.core"
-      return registry.register { kind = "action", name = "crash",
-        new = function() return { pre_train = function(node, r)
-          if node.uid == 3 and r == 2 then host.kill(host.pid(), 9) end end } end }
-    ]])
+    local crash = action_file("crash", "pre_train",
+      "if node.uid == 3 and r == 2 then host.kill(host.pid(), 9) end",
+      'local host = require "dpy.host.core"')
     local cfg = TINY .. "processes = 2\n" .. crash
     local code, _, err, out = run(cfg)
     assert.are.equal(1, code)
@@ -83,12 +85,8 @@ describe("decentralized runs", function()
   end)
 
   it("names a node's error and exits 1", function()
-    local boom = action_file("boom", [[
-      local registry = require "dpy.registry"
-      return registry.register { kind = "action", name = "boom",
-        new = function() return { post_train = function(node, r)
-          if node.uid == 2 and r == 2 then error("boom at round 2") end end } end }
-    ]])
+    local boom = action_file("boom", "post_train",
+      'if node.uid == 2 and r == 2 then error("boom at round 2") end')
     local code, _, err, out = run(TINY .. boom)
     assert.are.equal(1, code)
     assert.matches("node 2 failed: .*boom at round 2", err)
@@ -97,18 +95,13 @@ describe("decentralized runs", function()
   end)
 
   it("runs each compute slot on one core while a node holds it (pin_slots)", function()
-    local cpus = action_file("cpus", [[
-      local registry = require "dpy.registry"
+    local cpus = action_file("cpus", "post_train", 'node.log:write("round %d: cpus %s", r, allowed())', [[
       local function allowed()   -- the calling thread's CPUs, as the kernel lists them
         local f = assert(io.open("/proc/thread-self/status"))
         local list = f:read("a"):match("Cpus_allowed_list:%s*(%S+)")
         f:close()
         return list
-      end
-      return registry.register { kind = "action", name = "cpus",
-        new = function() return { post_train = function(node, r)
-          node.log:write("round %d: cpus %s", r, allowed()) end } end }
-    ]])
+      end]])
     local function cpus_seen(extra)
       local code, _, err, out = run(TINY .. cpus .. extra)
       assert.are.equal(0, code, err)
@@ -128,16 +121,11 @@ describe("decentralized runs", function()
 
   it("gives a held compute slot back while a node waits for a message", function()
     -- one slot; each node receives in post_train, holding the slot, from a node still to train
-    local relay = action_file("relay", [[
-      local registry = require "dpy.registry"
-      return registry.register { kind = "action", name = "relay",
-        new = function() return { post_train = function(node, r)
-          local n = node.cfg.nodes
-          node.endpoint:send((node.uid + 1) % n, 5, r, "hello " .. node.uid)
-          local got = node.endpoint:recv((node.uid - 1) % n, 5, r, 10)
-          node.log:write("round %d: got %s", r, tostring(got))
-        end } end }
-    ]])
+    local relay = action_file("relay", "post_train", [[
+      local n = node.cfg.nodes
+      node.endpoint:send((node.uid + 1) % n, 5, r, "hello " .. node.uid)
+      local got = node.endpoint:recv((node.uid - 1) % n, 5, r, 10)
+      node.log:write("round %d: got %s", r, tostring(got))]])
     local code, _, err, out = run(TINY .. "slots = 1\n" .. relay)
     assert.are.equal(0, code, err)
     for uid = 0, 3 do
