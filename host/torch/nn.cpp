@@ -1,5 +1,6 @@
 // nn.cpp: layers, containers, parameter access and losses of dpy_torch.h.
 #include "guard.hpp"
+#include "mix.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -257,25 +258,6 @@ dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat, int grads) no
 }
 
 
-// p <- w0 p + sum_j w_j x_j over float values, a block at a time: the block stays in L1 while
-// every term is added, so each value is read and written once (one libtorch op per term would
-// read p n + 1 times). A D-PSGD node does this every round.
-static void mix_floats(float *p, const float *const *xs, const float *w, size_t n, int64_t len,
-                       float w0) {
-    constexpr int64_t block = 2048;
-    for (int64_t s = 0; s < len; s += block) {
-        int64_t k = std::min(block, len - s);
-        float *d = p + s;
-        for (int64_t i = 0; i < k; i++)
-            d[i] *= w0;
-        for (size_t j = 0; j < n; j++) {
-            const float *x = xs[j] + s;
-            for (int64_t i = 0; i < k; i++)
-                d[i] += w[j] * x[i];
-        }
-    }
-}
-
 static bool plain_floats(const torch::Tensor &t) {
     return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
 }
@@ -299,7 +281,7 @@ dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *cons
             if (fast) {
                 for (size_t j = 0; j < n; j++)
                     x[j] = xs[j]->v.data_ptr<float>() + off;
-                mix_floats(p.data_ptr<float>(), x.data(), w.data(), n, p.numel(),
+                dpy_mix_floats(p.data_ptr<float>(), x.data(), w.data(), n, p.numel(),
                            (float)self_weight);
                 p.unsafeGetTensorImpl()->bump_version();   // as an in-place op would
             } else {
