@@ -119,6 +119,21 @@ describe("nn containers", function()
     assert.is_true((m:get_flat() - want):abs():max():item() < 1e-6)
   end)
 
+  it("mixes any number of terms, several passes of four, as one term at a time would", function()
+    local m = nn.linear(100, 50)
+    local own = m:get_flat()
+    for _, n in ipairs { 0, 3, 4, 5, 9 } do
+      local xs, ws, want = {}, {}, own * 0.1
+      for j = 1, n do
+        xs[j], ws[j] = tensor.randn(5050), j / 10
+        want = want + xs[j] * ws[j]
+      end
+      m:set_flat(own)
+      m:mix(0.1, xs, ws)
+      assert.is_true((m:get_flat() - want):abs():max():item() < 1e-5, n .. " terms")
+    end
+  end)
+
   it("saves and loads its state", function()
     local dir = tmpdir()
     local a, b = nn.linear(3, 3), nn.linear(3, 3)
