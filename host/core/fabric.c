@@ -236,6 +236,16 @@ static void payload_release(payload *p) {
         free(p);
 }
 
+/* The payload whose bytes data is (its header is written to, even when the bytes are not) */
+static payload *payload_of(const void *data) {
+    return (payload *)((uintptr_t)data - offsetof(payload, data));
+}
+
+void *dpy_fabric_buffer(size_t len) {
+    payload *p = new_payload(len, 1);
+    return p ? p->data : NULL;
+}
+
 static void free_msg(msg *m) {
     payload_release(m->p);
     free(m);
@@ -306,9 +316,10 @@ static int send_remote(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16
     return 0;
 }
 
-int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
-                         uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
-                         size_t len, char *err, size_t errlen) {
+/* given: the payload that holds data, shared as it is, or NULL: local receivers share a copy */
+static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
+                     uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
+                     size_t len, payload *given, char *err, size_t errlen) {
     if (!is_local(f, sender))
         return dpy_fail(err, errlen, "node %u is not hosted by this process", sender);
     if (channel >= DPY_MAX_CHANNELS)
@@ -318,7 +329,9 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
     for (size_t i = 0; i < n; i++)
         if (receivers[i] >= f->o.nodes)
             return dpy_fail(err, errlen, "no node %u (the run has %u)", receivers[i], f->o.nodes);
-    payload *shared = NULL;   /* one copy of the bytes for every local receiver */
+    payload *shared = given;   /* one copy of the bytes for every local receiver */
+    if (shared)
+        atomic_fetch_add(&shared->refs, 1);   /* as a copy's: dropped below */
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint32_t receiver = receivers[i];
@@ -359,6 +372,21 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
     }
     payload_release(shared);
     return rc;
+}
+
+int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
+                         uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
+                         size_t len, char *err, size_t errlen) {
+    return send_many(f, sender, receivers, n, channel, round, encoding, data, len, NULL, err,
+                     errlen);
+}
+
+int dpy_fabric_send_buffer(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
+                           uint16_t channel, uint32_t round, uint32_t encoding,
+                           const void *buffer, char *err, size_t errlen) {
+    payload *p = payload_of(buffer);
+    return send_many(f, sender, receivers, n, channel, round, encoding, buffer, p->len, p, err,
+                     errlen);
 }
 
 /* {==== receiving ====} */
@@ -432,7 +460,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
 
 void dpy_fabric_release(void *data) {
     if (data)
-        payload_release((payload *)((char *)data - offsetof(payload, data)));
+        payload_release(payload_of(data));
 }
 
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out) {

@@ -52,6 +52,16 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
                          uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
                          size_t len, char *err, size_t errlen);
 
+/* A buffer of len bytes that dpy_fabric_send_buffer can hand to local receivers without copying
+** (NULL when out of memory). Its owner gives it back with dpy_fabric_release. */
+void *dpy_fabric_buffer(size_t len);
+
+/* dpy_fabric_send_many for the whole of a dpy_fabric_buffer: local receivers share the buffer
+** itself, so the sender must not write to it afterwards. */
+int dpy_fabric_send_buffer(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
+                           uint16_t channel, uint32_t round, uint32_t encoding,
+                           const void *buffer, char *err, size_t errlen);
+
 /* Waits up to timeout seconds (< 0: forever) for the message (channel, round) from sender to the
 ** local node receiver. On DPY_RECV_OK *data and *len hold it (and *encoding, when not NULL, the
 ** sender's encoding); give it back with dpy_fabric_release.
@@ -61,7 +71,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
                                 uint16_t channel, uint32_t round, double timeout,
                                 void **data, size_t *len, uint32_t *encoding);
 
-/* Frees a payload returned by dpy_fabric_recv (NULL-safe). */
+/* Gives back a payload returned by dpy_fabric_recv or a dpy_fabric_buffer (NULL-safe). */
 void dpy_fabric_release(void *data);
 
 /* Traffic of a local node on a channel (channel >= DPY_MAX_CHANNELS: all channels): what it sent,

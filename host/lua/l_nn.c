@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fabric.h"
 #include "dpy_lua.h"
 
 typedef struct { dpy_module *h; } module_box;
@@ -170,8 +171,26 @@ static int flat(lua_State *L, int grads) {
     return 1;
 }
 
-/* m:get_flat() -> float32 1-d dpy.Tensor of every parameter, in parameter order (a copy) */
-static int m_get_flat(lua_State *L) { return flat(L, 0); }
+/* m:get_flat() -> float32 1-d dpy.Tensor of every parameter, in parameter order (a copy). The
+** copy lies in a fabric buffer: sent whole, local receivers share it rather than a second copy. */
+static int m_get_flat(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    int64_t shape[1] = {dpy_module_numel(m)};
+    size_t bytes = (size_t)shape[0] * sizeof(float);
+    void *buf = dpy_fabric_buffer(bytes);
+    if (!buf)
+        return luaL_error(L, "get_flat: out of memory for %d values", (int)shape[0]);
+    if (dpy_tensor_wrap(&b->h, buf, bytes, DPY_FLOAT32, shape, 1, dpy_fabric_release) != DPY_OK) {
+        dpy_fabric_release(buf);
+        return dpy_torch_error(L);
+    }
+    b->flags = DPY_TF_SENDABLE;
+    dpy_tensor_filled(L, b);
+    if (dpy_module_flat_into(m, b->h) != DPY_OK)
+        return dpy_torch_error(L);
+    return 1;
+}
 /* m:grad_flat() -> the same for the gradients (zeros where none) */
 static int m_grad_flat(lua_State *L) { return flat(L, 1); }
 

@@ -556,8 +556,9 @@ static int e_uid(lua_State *L) {
 }
 
 /* ep:send(to | {to, ...}, channel, round, tensor | string [, encoding]) -> true | nil, err
-** Several receivers share one copy of the bytes; encoding (a 32-bit id, 0 by default) names the
-** transform chain that encoded them. */
+** Several receivers share one copy of the bytes; a tensor from model:get_flat() is that copy
+** itself (no second one), and read-only once sent. encoding (a 32-bit id, 0 by default) names
+** the transform chain that encoded them. */
 static int e_send(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
     lua_Integer channel = luaL_checkinteger(L, 3);
@@ -577,25 +578,34 @@ static int e_send(lua_State *L) {
     } else {
         to[0] = checkuid(L, 2);
     }
-    const void *data;
-    size_t len;
-    dpy_tensor_box *c = NULL;   /* a contiguous cpu view of a tensor, freed once it is sent */
-    if (lua_type(L, 5) == LUA_TSTRING) {
-        data = lua_tolstring(L, 5, &len);
-    } else {
-        dpy_tensor *t = dpy_checktensor(L, 5);
-        c = dpy_newtensor(L);
-        if (dpy_tensor_cpu_contiguous(&c->h, t, 0, DPY_FLOAT32) != DPY_OK)
-            return dpy_torch_error(L);
-        data = dpy_tensor_data(c->h);
-        len = dpy_tensor_nbytes(c->h);
-    }
     char err[320];
-    int failed = dpy_fabric_send_many(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
+    int failed;
+    dpy_tensor_box *given = luaL_testudata(L, 5, DPY_TENSOR_MT);
+    if (given && given->h && (given->flags & DPY_TF_SENDABLE)) {
+        given->flags = DPY_TF_READONLY;   /* local receivers read the buffer itself from now on */
+        failed = dpy_fabric_send_buffer(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
+                                        (uint32_t)round, (uint32_t)encoding,
+                                        dpy_tensor_data(given->h), err, sizeof err) != 0;
+    } else {
+        const void *data;
+        size_t len;
+        dpy_tensor_box *c = NULL;   /* a contiguous cpu view of a tensor, freed once it is sent */
+        if (lua_type(L, 5) == LUA_TSTRING) {
+            data = lua_tolstring(L, 5, &len);
+        } else {
+            dpy_tensor *t = dpy_checktensor(L, 5);
+            c = dpy_newtensor(L);
+            if (dpy_tensor_cpu_contiguous(&c->h, t, 0, DPY_FLOAT32) != DPY_OK)
+                return dpy_torch_error(L);
+            data = dpy_tensor_data(c->h);
+            len = dpy_tensor_nbytes(c->h);
+        }
+        failed = dpy_fabric_send_many(e->g->fabric, e->node->uid, to, n, (uint16_t)channel,
                                       (uint32_t)round, (uint32_t)encoding, data, len, err,
                                       sizeof err) != 0;
-    if (c)
-        dpy_tensor_drop(c);   /* the fabric copied the bytes */
+        if (c)
+            dpy_tensor_drop(c);   /* the fabric copied the bytes */
+    }
     if (failed) {
         luaL_pushfail(L);
         lua_pushstring(L, err);

@@ -225,6 +225,8 @@ DPY_API dpy_err dpy_module_param(dpy_tensor **out, const char **name, const dpy_
 ** float32 cpu tensor, in parameter order. */
 DPY_API dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m,
                                     int grads) DPY_NOEXCEPT;
+/* The parameters into dst, a float32 cpu vector of dpy_module_numel values (one copy). */
+DPY_API dpy_err dpy_module_flat_into(const dpy_module *m, dpy_tensor *dst) DPY_NOEXCEPT;
 /* The inverse: parameters (grads = 0) or their gradients (grads = 1) from one flat vector. */
 DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat,
                                     int grads) DPY_NOEXCEPT;

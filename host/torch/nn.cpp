@@ -211,18 +211,42 @@ int64_t dpy_module_numel(const dpy_module *m) noexcept {
     return n;
 }
 
+// Each parameter (or its gradient, zeros where none) as a flat view, in parameter order.
+static std::vector<torch::Tensor> flat_parts(const dpy_module *m, int grads) {
+    std::vector<torch::Tensor> parts;
+    for (const auto &p : m->m->parameters()) {
+        torch::Tensor v = grads ? p.grad() : p;
+        parts.push_back(v.defined() ? v.detach().reshape(-1) : torch::zeros({p.numel()}));
+    }
+    return parts;
+}
+
 dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m, int grads) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
         torch::NoGradGuard no_grad;
         std::vector<torch::Tensor> parts;
-        for (const auto &p : m->m->parameters()) {
-            torch::Tensor v = grads ? p.grad() : p;
-            if (!v.defined())
-                v = torch::zeros_like(p);
-            parts.push_back(v.detach().reshape(-1).to(torch::kCPU, torch::kFloat32));
-        }
+        for (const auto &v : flat_parts(m, grads))
+            parts.push_back(v.to(torch::kCPU, torch::kFloat32));
         *out = dpy_wrap(parts.empty() ? torch::empty({0}) : torch::cat(parts));
+    });
+}
+
+dpy_err dpy_module_flat_into(const dpy_module *m, dpy_tensor *dst) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto &d = dst->v;
+        auto parts = flat_parts(m, 0);
+        int64_t total = 0;
+        for (const auto &v : parts)
+            total += v.numel();
+        if (d.dim() != 1 || d.numel() != total || d.scalar_type() != torch::kFloat32)
+            dpy_invalid("flat_into: needs a float32 vector of " + std::to_string(total) + " values");
+        int64_t off = 0;
+        for (const auto &v : parts) {
+            d.narrow(0, off, v.numel()).copy_(v);   // one copy, converting device and dtype
+            off += v.numel();
+        }
     });
 }
 

@@ -134,6 +134,31 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("sends a model's flat copy itself to local receivers, read-only from then on", function()
+    local share = action_file("share", "post_train", [[
+      local n = node.cfg.nodes
+      local flat = node.model:get_flat()
+      flat:add_(1)   -- writable until sent
+      local other = flat:clone()
+      node.endpoint:send((node.uid + 1) % n, 5, r, flat)
+      node.endpoint:send((node.uid + 1) % n, 6, r, other)
+      local ok, err = pcall(flat.add_, flat, 1)
+      other:add_(1)   -- an ordinary tensor was copied: still the sender's
+      local got = node.endpoint:recv((node.uid - 1) % n, 5, r, 10, "float32")
+      local copy = node.endpoint:recv((node.uid - 1) % n, 6, r, 10, "float32")
+      node.log:write("round %d: refused %s (%s), equal %s", r, tostring(not ok), tostring(err),
+                     tostring((got - copy):abs():max():item() == 0))]])
+    local code, _, err, out = run(TINY .. share)
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local log = read_file(out .. "/" .. uid .. ".log")
+      local _, seen = log:gsub("refused true %([^)]*read%-only dpy.Tensor %(shared: the dataset, or a model sent or received", "")
+      local _, equal = log:gsub("equal true", "")
+      assert.are.equal(3, seen, log)
+      assert.are.equal(3, equal, log)
+    end
+  end)
+
   it("buffers delayed and duplicated messages by round: the same numbers as without faults", function()
     local code, _, err, clean = run(TINY)
     assert.are.equal(0, code, err)
