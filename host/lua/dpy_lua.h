@@ -42,7 +42,7 @@ const char *dpy_lua_dir(void);
 #define DPY_OPTIM_MT "dpy.Optimizer"
 #define DPY_GENERATOR_MT "dpy.Generator"
 
-#define DPY_TF_READONLY 1u   /* shared (the dataset, bytes other nodes read): in-place ops refuse it */
+#define DPY_TF_READONLY 1u   /* shared (the dataset, bytes other nodes read): in-place ops refuse */
 #define DPY_TF_SENDABLE 2u   /* exactly a dpy_fabric_buffer: sent without a copy, read-only after */
 
 typedef struct { dpy_tensor *h; unsigned flags; } dpy_tensor_box;

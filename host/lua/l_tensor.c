@@ -60,7 +60,8 @@ dpy_tensor *dpy_testtensor(lua_State *L, int arg) {
 static dpy_tensor *checkwritable(lua_State *L, int arg) {
     dpy_tensor_box *b = checkbox(L, arg);
     if (b->flags & DPY_TF_READONLY)
-        luaL_argerror(L, arg, "read-only dpy.Tensor (shared: the dataset, or a model sent or received); clone it first");
+        luaL_argerror(L, arg, "read-only dpy.Tensor (shared: the dataset, or a model sent or "
+                              "received); clone it first");
     return b->h;
 }
 

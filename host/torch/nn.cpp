@@ -241,7 +241,8 @@ dpy_err dpy_module_flat_into(const dpy_module *m, dpy_tensor *dst) noexcept {
         for (const auto &v : parts)
             total += v.numel();
         if (d.dim() != 1 || d.numel() != total || d.scalar_type() != torch::kFloat32)
-            dpy_invalid("flat_into: needs a float32 vector of " + std::to_string(total) + " values");
+            dpy_invalid("flat_into: needs a float32 vector of " + std::to_string(total) +
+                        " values");
         int64_t off = 0;
         for (const auto &v : parts) {
             d.narrow(0, off, v.numel()).copy_(v);   // one copy, converting device and dtype
