@@ -186,20 +186,6 @@ static int cache_path(const char *path, const char *cache_dir, char *out, size_t
     return 0;
 }
 
-/* Writes all n bytes; 0, or -1 with errno set. */
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno != EINTR)
-            return -1;
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-        }
-    }
-    return 0;
-}
-
 /* Decompresses src into dst through a temporary file beside it: dst appears whole or not at all. */
 static int gunzip_to(const char *src, const char *dst, char *err, size_t errlen) {
     char tmp[4300];
@@ -220,7 +206,7 @@ static int gunzip_to(const char *src, const char *dst, char *err, size_t errlen)
             rc = dpy_fail(err, errlen, "%s: corrupt or unreadable (%s)", src, gzerror(in, &code));
         else if ((total += (size_t)got) > IDX_LIMIT)
             rc = dpy_fail(err, errlen, "%s: larger than %zu bytes", src, IDX_LIMIT);
-        else if (write_all(fd, buf, (size_t)got) != 0)
+        else if (dpy_write_all(fd, buf, (size_t)got) != 0)
             rc = dpy_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     }
     if (in)

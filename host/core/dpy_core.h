@@ -41,6 +41,8 @@ int dpy_cifar_read(const char *path, int label_bytes, int label_index, dpy_cifar
                    char *err, size_t errlen);
 void dpy_cifar_free(dpy_cifar *c);
 
+/* Writes all len bytes to fd, through short writes and signals: 0, or -1 with errno set. */
+int dpy_write_all(int fd, const void *data, size_t len);
 /* Writes path atomically: a temporary file beside it, fsync, rename, fsync of the directory.
 ** A crash leaves either the old file or the new one, never a torn one. */
 int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);

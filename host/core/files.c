@@ -37,6 +37,20 @@ static void fsync_dir_of(const char *path) {
     free(copy);
 }
 
+int dpy_write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno != EINTR)
+            return -1;
+        if (w > 0) {
+            p += w;
+            len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
 int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
@@ -46,20 +60,11 @@ int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return fail_errno(err, errlen, "create", tmp);
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            fail_errno(err, errlen, "write", tmp);
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        p += w;
-        left -= (size_t)w;
+    if (dpy_write_all(fd, data, len) != 0) {
+        fail_errno(err, errlen, "write", tmp);
+        close(fd);
+        unlink(tmp);
+        return -1;
     }
     if (fsync(fd) != 0) {
         fail_errno(err, errlen, "sync", tmp);

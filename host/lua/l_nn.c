@@ -162,15 +162,6 @@ static int m_numel(lua_State *L) {
     return 1;
 }
 
-static int flat(lua_State *L, int grads) {
-    dpy_module *m = dpy_checkmodule(L, 1);
-    dpy_tensor_box *b = dpy_newtensor(L);
-    if (dpy_module_get_flat(&b->h, m, grads) != DPY_OK)
-        return dpy_torch_error(L);
-    dpy_tensor_filled(L, b);
-    return 1;
-}
-
 /* m:get_flat() -> float32 1-d dpy.Tensor of every parameter, in parameter order (a copy). The
 ** copy lies in a fabric buffer: sent whole, local receivers share it rather than a second copy. */
 static int m_get_flat(lua_State *L) {
@@ -191,8 +182,16 @@ static int m_get_flat(lua_State *L) {
         return dpy_torch_error(L);
     return 1;
 }
+
 /* m:grad_flat() -> the same for the gradients (zeros where none) */
-static int m_grad_flat(lua_State *L) { return flat(L, 1); }
+static int m_grad_flat(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_module_get_flat(&b->h, m, 1) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
 
 static int set_flat(lua_State *L, int grads) {
     dpy_module *m = dpy_checkmodule(L, 1);
