@@ -3,10 +3,9 @@
 // with no Lua and no exchange: WORKERS threads of one intra-op thread each (the run's compute
 // slots) take the MODELS models in turn, LOCAL_STEPS steps each per round.
 // With DEGREE > 0, each model also does what gossip averaging cannot avoid: before its steps it
-// mixes its own and DEGREE other models' parameters from the previous round (equal weights,
-// dpy-lua's mix loop) into a second buffer, which its parameters then use; the first stays as
-// sent for the others to read (as dpy-lua lends a model's buffer to its receivers). That splits a
-// run's overhead into the algorithm's memory traffic and the runtime's own.
+// mixes in DEGREE other models' copies from the previous round (equal weights, dpy-lua's mix
+// loop), and after them copies its parameters once into its own copy for the next round. That
+// splits a run's overhead into the algorithm's memory traffic and the runtime's own.
 // Prints "seconds_per_round <x>" (the median round after the first).
 // usage: bench_floor MODELS LOCAL_STEPS ROUNDS WORKERS [DEGREE]
 #include "fmnist.hpp"
@@ -24,30 +23,34 @@ struct replica {
     std::unique_ptr<torch::optim::SGD> opt;
     torch::Tensor perm;
     int64_t pos = 0;
-    torch::Tensor flat[2];   // the parameters in even and odd rounds (with DEGREE > 0)
+    torch::Tensor sent[2];   // the parameters as sent in even and odd rounds
 };
 
-// Points r's parameters at consecutive slices of flat.
-static void rebind(replica &r, const torch::Tensor &flat) {
+// Model m's parameters <- the mean of its own and `degree` others' copies from round - 1.
+static void gossip_mix(std::vector<replica> &reps, int m, int degree, int round) {
+    torch::NoGradGuard no_grad;
+    int models = (int)reps.size();
+    std::vector<const float *> xs(degree);
+    std::vector<float> w(degree, 1.0f / (degree + 1));
     int64_t off = 0;
-    for (auto &p : r.model->parameters()) {
-        p.set_data(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    for (auto &p : reps[m].model->parameters()) {
+        for (int k = 0; k < degree; k++)   // spread over the ring, as a random graph's would be
+            xs[k] = reps[(m + 1 + k * models / degree) % models].sent[(round + 1) % 2]
+                        .data_ptr<float>() + off;
+        dpy_mix_floats(p.data_ptr<float>(), xs.data(), w.data(), degree, p.numel(), w[0]);
         off += p.numel();
     }
 }
 
-// Model m's parameters <- the mean of its own and `degree` others' parameters from round - 1.
-static void gossip_mix(std::vector<replica> &reps, int m, int degree, int round) {
+// One copy of model m's parameters into its copy for this round.
+static void gossip_send(replica &r, int round) {
     torch::NoGradGuard no_grad;
-    int models = (int)reps.size(), was = (round + 1) % 2;
-    std::vector<const float *> xs(degree);
-    std::vector<float> w(degree, 1.0f / (degree + 1));
-    for (int k = 0; k < degree; k++)   // spread over the ring, as a random graph's would be
-        xs[k] = reps[(m + 1 + k * models / degree) % models].flat[was].data_ptr<float>();
-    auto &mine = reps[m].flat;
-    dpy_mix_floats(mine[round % 2].data_ptr<float>(), mine[was].data_ptr<float>(), xs.data(),
-                   w.data(), degree, mine[was].numel(), w[0]);
-    rebind(reps[m], mine[round % 2]);
+    auto &out = r.sent[round % 2];
+    int64_t off = 0;
+    for (auto &p : r.model->parameters()) {
+        out.narrow(0, off, p.numel()).copy_(p.view(-1));
+        off += p.numel();
+    }
 }
 
 int main(int argc, char **argv) {
@@ -70,15 +73,11 @@ int main(int argc, char **argv) {
         r.opt = std::make_unique<torch::optim::SGD>(r.model->parameters(),
                                                     torch::optim::SGDOptions(0.05).momentum(0.9));
         r.perm = torch::randperm(images.size(0));
-        if (degree > 0) {
-            torch::NoGradGuard no_grad;
-            std::vector<torch::Tensor> parts;
-            for (auto &p : r.model->parameters())
-                parts.push_back(p.reshape(-1));
-            r.flat[0] = torch::cat(parts);
-            r.flat[1] = torch::empty_like(r.flat[0]);
-            rebind(r, r.flat[0]);
-        }
+        int64_t size = 0;
+        for (auto &p : r.model->parameters())
+            size += p.numel();
+        for (auto &t : r.sent)
+            t = torch::zeros({size});
     }
     std::vector<double> times;
     for (int round = 0; round < rounds; round++) {
@@ -100,6 +99,8 @@ int main(int argc, char **argv) {
                     r.opt->step();
                     (void)loss.item<float>();
                 }
+                if (degree > 0)
+                    gossip_send(r, round);
             }
         };
         std::vector<std::thread> threads;

@@ -183,28 +183,6 @@ static int m_get_flat(lua_State *L) {
     return 1;
 }
 
-/* m:lend_flat() -> the parameters' own buffer as a read-only float32 vector, no copy: ep:send hands
-** it to local receivers as it is. The model stays readable but not writable (an optimizer step or
-** an in-place op on a parameter raises) until its next m:mix or m:set_flat, or m:unlend(), moves
-** it to a fresh buffer. A model not float32 on the cpu lends a writable copy. */
-static int m_lend_flat(lua_State *L) {
-    dpy_module *m = dpy_checkmodule(L, 1);
-    dpy_tensor_box *b = dpy_newtensor(L);
-    int lent;
-    if (dpy_module_lend_flat(&b->h, &lent, m, dpy_fabric_buffer, dpy_fabric_release) != DPY_OK)
-        return dpy_torch_error(L);
-    b->flags = lent ? DPY_TF_SENDABLE | DPY_TF_READONLY : 0;
-    dpy_tensor_filled(L, b);
-    return 1;
-}
-
-/* m:unlend(): ends a lend that no mix or set_flat ended (the parameters move to a copy) */
-static int m_unlend(lua_State *L) {
-    if (dpy_module_unlend(dpy_checkmodule(L, 1)) != DPY_OK)
-        return dpy_torch_error(L);
-    return 0;
-}
-
 /* m:grad_flat() -> the same for the gradients (zeros where none) */
 static int m_grad_flat(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
@@ -389,7 +367,6 @@ static int n_is_module(lua_State *L) {
 static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"numel", m_numel}, {"get_flat", m_get_flat},
-    {"lend_flat", m_lend_flat}, {"unlend", m_unlend},
     {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"set_grad_flat", m_set_grad_flat},
     {"per_sample_grads", m_per_sample_grads}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},

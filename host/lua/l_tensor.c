@@ -62,9 +62,6 @@ static dpy_tensor *checkwritable(lua_State *L, int arg) {
     if (b->flags & DPY_TF_READONLY)
         luaL_argerror(L, arg, "read-only dpy.Tensor (shared: the dataset, or a model sent or "
                               "received); clone it first");
-    if (b->h && dpy_tensor_is_lent(b->h))
-        luaL_argerror(L, arg, "a parameter of a lent model (model:lend_flat(): its buffer is sent "
-                              "as it is); model:unlend() first");
     return b->h;
 }
 

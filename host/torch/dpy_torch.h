@@ -109,8 +109,6 @@ DPY_API void dpy_tensor_device(const dpy_tensor *t, char *buf, size_t len) DPY_N
 DPY_API int dpy_tensor_requires_grad(const dpy_tensor *t) DPY_NOEXCEPT;
 /* Data pointer of a contiguous cpu tensor, else NULL; a loan valid while t lives unresized. */
 DPY_API const void *dpy_tensor_data(const dpy_tensor *t) DPY_NOEXCEPT;
-/* Whether t views a model's buffer lent by dpy_module_lend_flat (receivers read it: never write). */
-DPY_API int dpy_tensor_is_lent(const dpy_tensor *t) DPY_NOEXCEPT;
 
 /* {==== tensors: values out ====} */
 
@@ -232,15 +230,6 @@ DPY_API dpy_err dpy_module_flat_into(const dpy_module *m, dpy_tensor *dst) DPY_N
 /* The inverse: parameters (grads = 0) or their gradients (grads = 1) from one flat vector. */
 DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat,
                                     int grads) DPY_NOEXCEPT;
-/* The parameters' own buffer, no copy, as a flat float32 vector to send: the parameters are laid
-** end to end in one buffer from alloc (freed with release; laid out once, on the first lend), and
-** the model is lent until its next mix, set_flat or dpy_module_unlend, which move it to a fresh
-** buffer (an optimizer step on it raises meanwhile). *lent = 0 for a model not float32 on the cpu,
-** which lends a copy. */
-DPY_API dpy_err dpy_module_lend_flat(dpy_tensor **out, int *lent, dpy_module *m,
-                                     void *(*alloc)(size_t), void (*release)(void *)) DPY_NOEXCEPT;
-/* Ends a lend that no mix or set_flat ended: the parameters move to a copy in a fresh buffer. */
-DPY_API dpy_err dpy_module_unlend(dpy_module *m) DPY_NOEXCEPT;
 /* Averaging in place, without a copy of the model: every parameter p becomes
 ** self_weight * p + sum_j weights[j] * (its slice of xs[j]), each xs[j] a flat vector of
 ** dpy_module_numel values (parameter order, as dpy_module_get_flat). */

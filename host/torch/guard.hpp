@@ -26,16 +26,7 @@ struct dpy_module {
     std::function<torch::Tensor(const torch::Tensor &)> forward;
     std::string kind = {};            // a layer's kind ("linear", ...); empty for containers
     std::vector<dpy_module> layers = {};   // a native sequential's children, in order
-    // Once lent (dpy_module_lend_flat): the parameters laid end to end in flat, a buffer from
-    // alloc, and how to free one.
-    torch::Tensor flat = {};
-    void *(*alloc)(size_t) = nullptr;
-    void (*release)(void *) = nullptr;
 };
-
-// True for a view of a model's buffer that dpy_module_lend_flat lent: receivers read it as it
-// is, so nothing may write it.
-bool dpy_is_lent(const torch::Tensor &t);
 
 // The loss of dpy_loss (reduction as at::Reduction).
 torch::Tensor dpy_loss_of(dpy_loss_kind kind, const torch::Tensor &x, const torch::Tensor &y,

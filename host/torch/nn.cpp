@@ -1,5 +1,6 @@
 // nn.cpp: layers, containers, parameter access and losses of dpy_torch.h.
 #include "guard.hpp"
+#include "mix.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -210,12 +211,118 @@ int64_t dpy_module_numel(const dpy_module *m) noexcept {
     return n;
 }
 
+// Each parameter (or its gradient, zeros where none) as a flat view, in parameter order.
+static std::vector<torch::Tensor> flat_parts(const dpy_module *m, int grads) {
+    std::vector<torch::Tensor> parts;
+    for (const auto &p : m->m->parameters()) {
+        torch::Tensor v = grads ? p.grad() : p;
+        parts.push_back(v.defined() ? v.detach().reshape(-1) : torch::zeros({p.numel()}));
+    }
+    return parts;
+}
+
+dpy_err dpy_module_get_flat(dpy_tensor **out, const dpy_module *m, int grads) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        std::vector<torch::Tensor> parts;
+        for (const auto &v : flat_parts(m, grads))
+            parts.push_back(v.to(torch::kCPU, torch::kFloat32));
+        *out = dpy_wrap(parts.empty() ? torch::empty({0}) : torch::cat(parts));
+    });
+}
+
+dpy_err dpy_module_flat_into(const dpy_module *m, dpy_tensor *dst) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto &d = dst->v;
+        auto parts = flat_parts(m, 0);
+        int64_t total = 0;
+        for (const auto &v : parts)
+            total += v.numel();
+        if (d.dim() != 1 || d.numel() != total || d.scalar_type() != torch::kFloat32)
+            dpy_invalid("flat_into: needs a float32 vector of " + std::to_string(total) +
+                        " values");
+        int64_t off = 0;
+        for (const auto &v : parts) {
+            d.narrow(0, off, v.numel()).copy_(v);   // one copy, converting device and dtype
+            off += v.numel();
+        }
+    });
+}
+
+// Raises unless t is a flat vector of every parameter's values (what get_flat returns).
+static void check_flat(const std::vector<torch::Tensor> &params, const torch::Tensor &t,
+                       const char *what) {
+    int64_t total = 0;
+    for (const auto &p : params)
+        total += p.numel();
+    if (t.dim() != 1 || t.numel() != total)
+        dpy_invalid(std::string(what) + " needs 1-d tensors of " + std::to_string(total) +
+                    " values, got shape " + c10::str(t.sizes()));
+}
+
+dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat, int grads) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto params = m->m->parameters();
+        const auto &f = flat->v;
+        check_flat(params, f, grads ? "set_grad_flat" : "set_flat");
+        int64_t off = 0;
+        for (auto &p : params) {
+            auto part = f.narrow(0, off, p.numel()).view(p.sizes());
+            if (!grads)
+                p.copy_(part);
+            else if (p.grad().defined())
+                p.mutable_grad().copy_(part);
+            else
+                p.mutable_grad() = part.to(p.options()).clone();
+            off += p.numel();
+        }
+    });
+}
+
+
+static bool plain_floats(const torch::Tensor &t) {
+    return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+}
+
+dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
+                       const double *weights, size_t n) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto params = m->m->parameters();
+        bool fast = true;
+        for (size_t j = 0; j < n; j++) {
+            check_flat(params, xs[j]->v, "mix");
+            fast = fast && plain_floats(xs[j]->v);
+        }
+        for (const auto &p : params)
+            fast = fast && plain_floats(p);
+        std::vector<const float *> x(n);
+        std::vector<float> w(weights, weights + n);
+        int64_t off = 0;
+        for (auto &p : params) {   // parameter by parameter: p stays in cache while it mixes
+            if (fast) {
+                for (size_t j = 0; j < n; j++)
+                    x[j] = xs[j]->v.data_ptr<float>() + off;
+                dpy_mix_floats(p.data_ptr<float>(), x.data(), w.data(), n, p.numel(),
+                           (float)self_weight);
+                p.unsafeGetTensorImpl()->bump_version();   // as an in-place op would
+            } else {
+                p.mul_(self_weight);
+                for (size_t j = 0; j < n; j++)
+                    p.add_(xs[j]->v.narrow(0, off, p.numel()).view(p.sizes()), weights[j]);
+            }
+            off += p.numel();
+        }
+    });
+}
+
 void dpy_module_train(dpy_module *m, int on) noexcept { m->m->train(on != 0); }
 int dpy_module_is_training(const dpy_module *m) noexcept { return m->m->is_training(); }
 
 dpy_err dpy_module_to(dpy_module *m, int dtype, const char *device) noexcept {
-    if (dpy_err e = dpy_module_unlend(m))   // moves the parameters: not off a lent buffer
-        return e;
     return dpy_guard([&] {
         if (device)
             m->m->to(torch::Device(device));
@@ -237,8 +344,6 @@ dpy_err dpy_module_save(const dpy_module *m, const char *path) noexcept {
 }
 
 dpy_err dpy_module_load(dpy_module *m, const char *path) noexcept {
-    if (dpy_err e = dpy_module_unlend(m))   // writes the parameters in place
-        return e;
     return dpy_guard([&] {
         torch::serialize::InputArchive ar;
         ar.load_from(path);

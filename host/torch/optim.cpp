@@ -51,14 +51,7 @@ dpy_err dpy_optim_new(dpy_optim **out, dpy_optim_kind kind, const dpy_tensor *co
 void dpy_optim_free(dpy_optim *o) noexcept { delete o; }
 
 dpy_err dpy_optim_step(dpy_optim *o) noexcept {
-    return dpy_guard([&] {
-        for (const auto &g : o->o->param_groups())
-            for (const auto &p : g.params())
-                if (dpy_is_lent(p))
-                    dpy_invalid("step: the model is lent (model:lend_flat(): its buffer is sent as "
-                                "it is); model:unlend() first");
-        o->o->step();
-    });
+    return dpy_guard([&] { o->o->step(); });
 }
 
 // Drops the gradients, as PyTorch >= 2.0's zero_grad(set_to_none=True) does: the next backward

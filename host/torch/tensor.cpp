@@ -256,8 +256,6 @@ const void *dpy_tensor_data(const dpy_tensor *t) noexcept {
     return t->v.data_ptr();
 }
 
-int dpy_tensor_is_lent(const dpy_tensor *t) noexcept { return dpy_is_lent(t->v); }
-
 /* {==== values out ====} */
 
 dpy_err dpy_tensor_item(const dpy_tensor *t, double *d, int64_t *i) noexcept {

@@ -222,9 +222,9 @@ function ALGORITHMS.dpsgd(node, r)
   fire(node, "pre_exchange", r)
   local t0 = host.clock()
   local g, peers = neighbours(node, r)
-  local flat = node.model:lend_flat()   -- the parameters' own buffer, sent without a copy
+  local flat = node.model:get_flat()
   if #peers > 0 then send_encoded(node, peers, r, flat) end
-  flat:free()
+  flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
   node.endpoint:release()
   local w = graph.metropolis_hastings(g, node.uid)
   local got, weights, kept = {}, {}, 0
@@ -239,8 +239,7 @@ function ALGORITHMS.dpsgd(node, r)
   -- the combine opens the node's next round of compute: it keeps the slot through the next
   -- training and sending, so that a node computes only while it holds a slot
   node.endpoint:acquire(r + 1)
-  node.sharing.combine(node, r, got, weights, w[node.uid] + kept)   -- mix ends the lend
-  node.model:unlend()   -- a combine that changed nothing: train on a copy, not on what was sent
+  node.sharing.combine(node, r, got, weights, w[node.uid] + kept)
   for _, x in ipairs(got) do x:free() end
   node.exchange_seconds = host.clock() - t0
   fire(node, "post_exchange", r)

@@ -134,18 +134,6 @@ describe("decentralized runs", function()
     end
   end)
 
-  it("lends its model to receivers: a combine that keeps it trains on a copy, one that writes it fails", function()
-    local keep = action_file("keep", "startup", "node.sharing.combine = function() end")
-    local code, _, err, out = run(TINY .. keep)
-    assert.are.equal(0, code, err)
-    assert.are.equal(3, #node_metrics(out, 2).train_loss)
-    local halve = action_file("halve", "startup", [[
-      node.sharing.combine = function(n) for _, p in ipairs(n.model:parameters()) do p:mul_(0.5) end end]])
-    code, _, err = run(TINY .. halve)
-    assert.are_not.equal(0, code)
-    assert.matches("node %d+.*a parameter of a lent model %(model:lend_flat%(%)", err)
-  end)
-
   it("sends a model's flat copy itself to local receivers, read-only from then on", function()
     local share = action_file("share", "post_train", [[
       local n = node.cfg.nodes

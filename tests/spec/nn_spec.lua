@@ -134,51 +134,6 @@ describe("nn containers", function()
     end
   end)
 
-  it("lends its parameters' own buffer to send, and moves off it when it changes", function()
-    local m = nn.sequential { nn.linear(3, 2), nn.linear(2, 1) }
-    local before = m:get_flat()
-    local lent = m:lend_flat()
-    assert.are.same(before:totable(), lent:totable())
-    assert.is_true(lent:is_readonly())
-    assert.error_matches(function() lent:add_(1) end, "read%-only dpy.Tensor")
-    assert.are.same(before:totable(), m:lend_flat():totable())   -- lent again: the same bytes
-    -- the model stays usable while lent, and its mix goes to a fresh buffer: what was sent stays
-    m:mix(0.5, { tensor.ones(11) }, { 0.5 })
-    assert.are.same(before:totable(), lent:totable())
-    assert.are.same((before * 0.5 + 0.5):totable(), m:get_flat():totable())
-    local again = m:lend_flat()
-    m:set_flat(tensor.zeros(11))
-    assert.are.same((before * 0.5 + 0.5):totable(), again:totable())
-    assert.are.same(tensor.zeros(11):totable(), m:get_flat():totable())
-    -- unlend copies it off; training then leaves the lent bytes alone
-    local third = m:lend_flat()
-    m:unlend()
-    local opt = require("dpy.optim").sgd(m, { lr = 0.1 })
-    m(tensor.ones(1, 3)):sum():backward()
-    opt:step()
-    assert.are.same(tensor.zeros(11):totable(), third:totable())
-    assert.are_not.same(tensor.zeros(11):totable(), m:get_flat():totable())
-  end)
-
-  it("refuses to write a lent model (an optimizer step, an in-place op) and lends others as copies", function()
-    local m = nn.linear(2, 1)
-    local lent = m:lend_flat()
-    local opt = require("dpy.optim").sgd(m, { lr = 0.1 })
-    m(tensor.ones(1, 2)):sum():backward()
-    assert.error_matches(function() opt:step() end, "step: the model is lent .*model:unlend%(%) first")
-    local w = m:parameters()[1]
-    assert.error_matches(function() w:copy_(tensor.zeros(1, 2)) end, "a parameter of a lent model")
-    m:unlend()
-    opt:step()
-    assert.are_not.same(lent:totable(), m:get_flat():totable())
-    -- a model not float32 lends a writable copy
-    local d = nn.linear(2, 1):to("float64")
-    local copy = d:lend_flat()
-    assert.is_false(copy:is_readonly())
-    copy:add_(1)
-    assert.are_not.same(copy:totable(), d:get_flat():totable())
-  end)
-
   it("saves and loads its state", function()
     local dir = tmpdir()
     local a, b = nn.linear(3, 3), nn.linear(3, 3)
