@@ -73,6 +73,28 @@ static char *dupstr(const char *s) {
 }
 
 /*
+** Slot k runs on one core: the process's (k + offset)-th CPU, the offset spreading processes that
+** share a machine. Left to the kernel, the thread of a node given a slot was often queued behind
+** the other slot's thread while a core idled, and node threads moved between cores with their
+** caches cold: 16 nodes at one local step per round took 1.4x the compute floor, 1.15x pinned
+** (bench/decentralized). A waiting node is pinned by the node that hands it the slot, before
+** the wake, so it wakes on that core rather than on the other and then moves; a node that releases
+** its slot stays on the core, where it mostly sleeps. Best effort: a failure (a CPU set changed
+** under the process) leaves the thread where it is.
+** A node also allocates from its slot's own jemalloc arena: the buffers libtorch frees and takes
+** again every step stay on that core, and the process keeps one set of them per slot, not one
+** per arena jemalloc spreads the node threads over.
+*/
+static void run_on_slot(group *g, pthread_t thread, int slot) {
+    if (!g->pin)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(g->cpus[(slot + g->cpu_offset) % g->ncpus], &set);
+    pthread_setaffinity_np(thread, sizeof set, &set);
+}
+
+/*
 ** Compute slots. Synchronous rounds are a dependency graph: a node that is a round behind holds
 ** up its neighbours. So a free slot goes to the waiting node with the lowest (round, uid), the
 ** critical path first, not to whichever thread the scheduler wakes. Caller holds g->mu.
@@ -87,33 +109,12 @@ static void slot_release_locked(group *g, int slot) {
     if (best) {
         best->granted = 1;
         best->slot = slot;
+        run_on_slot(g, best->thread, slot);   /* before the wake: it wakes on the slot's core */
         pthread_cond_signal(&best->slot_cv);
     } else {
         g->free_slots++;
         g->slot_busy[slot] = 0;
     }
-}
-
-/*
-** Slot k runs on one core: the process's (k + offset)-th CPU, the offset spreading processes that
-** share a machine. Left to the kernel, the thread of a node given a slot was often queued behind
-** the other slot's thread while a core idled, and node threads moved between cores with their
-** caches cold: 16 nodes at one local step per round took 1.4x the compute floor, 1.15x pinned
-** (bench/decentralized). A node leaves its core when it releases the slot. Best effort: a
-** failure (a CPU set changed under the process) leaves the thread where it is.
-** A node also allocates from its slot's own jemalloc arena: the buffers libtorch frees and takes
-** again every step stay on that core, and the process keeps one set of them per slot, not one
-** per arena jemalloc spreads the node threads over.
-*/
-static void run_on_slot(group *g, int slot) {
-    if (!g->pin)
-        return;
-    cpu_set_t set = g->cpuset;
-    if (slot >= 0) {
-        CPU_ZERO(&set);
-        CPU_SET(g->cpus[(slot + g->cpu_offset) % g->ncpus], &set);
-    }
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
 static void slot_acquire(node_ctx *n, int64_t priority) {
@@ -122,7 +123,8 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     int ahead = 0;   /* another waiter with a lower priority goes first */
     for (size_t i = 0; i < g->count && !ahead; i++)
         ahead = g->nodes[i].waiting && !g->nodes[i].granted && g->nodes[i].priority < priority;
-    if (g->free_slots > 0 && !ahead) {
+    int free = g->free_slots > 0 && !ahead;
+    if (free) {
         g->free_slots--;
         n->slot = 0;
         while (g->slot_busy[n->slot])
@@ -138,7 +140,8 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     }
     n->held = 1;
     pthread_mutex_unlock(&g->mu);
-    run_on_slot(g, n->slot);
+    if (free)   /* a granted slot came with its core */
+        run_on_slot(g, pthread_self(), n->slot);
     dpy_heap_use_arena(g->slot_arena[n->slot]);
 }
 
@@ -150,8 +153,6 @@ static void slot_release(node_ctx *n) {
         slot_release_locked(n->g, n->slot);
     }
     pthread_mutex_unlock(&n->g->mu);
-    if (held)
-        run_on_slot(n->g, -1);
 }
 
 static void finish(node_ctx *n, const char *err) {
