@@ -123,8 +123,8 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     int ahead = 0;   /* another waiter with a lower priority goes first */
     for (size_t i = 0; i < g->count && !ahead; i++)
         ahead = g->nodes[i].waiting && !g->nodes[i].granted && g->nodes[i].priority < priority;
-    int free = g->free_slots > 0 && !ahead;
-    if (free) {
+    int at_once = g->free_slots > 0 && !ahead;
+    if (at_once) {
         g->free_slots--;
         n->slot = 0;
         while (g->slot_busy[n->slot])
@@ -140,7 +140,7 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     }
     n->held = 1;
     pthread_mutex_unlock(&g->mu);
-    if (free)   /* a granted slot came with its core */
+    if (at_once)   /* a slot handed over came with its core */
         run_on_slot(g, pthread_self(), n->slot);
     dpy_heap_use_arena(g->slot_arena[n->slot]);
 }
