@@ -45,8 +45,7 @@ struct group {
     int free_slots;                 /* compute slots, handed out lowest round first (under mu) */
     unsigned char *slot_busy;       /* per slot */
     int pin;                        /* run each slot on its own core */
-    cpu_set_t cpuset;               /* the process's CPUs, as it started */
-    int cpus[CPU_SETSIZE], ncpus;   /* the same, listed */
+    int cpus[CPU_SETSIZE], ncpus;   /* the process's CPUs, as it started */
     int cpu_offset;                 /* this process's first slot's CPU in the list */
     int *slot_arena;                /* per slot: the jemalloc arena its nodes allocate from */
     node_ctx *nodes;
@@ -147,8 +146,7 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 
 static void slot_release(node_ctx *n) {
     pthread_mutex_lock(&n->g->mu);
-    int held = n->held;
-    if (held) {
+    if (n->held) {
         n->held = 0;
         slot_release_locked(n->g, n->slot);
     }
@@ -356,9 +354,10 @@ static int n_start(lua_State *L) {
     g->slot_arena = calloc((size_t)slots, sizeof *g->slot_arena);
     for (int k = 0; k < slots && g->slot_arena; k++)   /* past 64 slots, arenas are shared */
         g->slot_arena[k] = k < 64 ? dpy_heap_new_arena() : g->slot_arena[k % 64];
-    g->pin = pin && sched_getaffinity(0, sizeof g->cpuset, &g->cpuset) == 0;
+    cpu_set_t cpuset;
+    g->pin = pin && sched_getaffinity(0, sizeof cpuset, &cpuset) == 0;
     for (int c = 0; c < CPU_SETSIZE && g->pin; c++)
-        if (CPU_ISSET(c, &g->cpuset))
+        if (CPU_ISSET(c, &cpuset))
             g->cpus[g->ncpus++] = c;
     /* only a process meant to fill its CPUs pins: two runs of one slot each would share a core */
     g->pin = g->pin && g->ncpus > 0 && slots >= g->ncpus;
