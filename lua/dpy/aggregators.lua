@@ -6,6 +6,7 @@
 local core = require "dpy.aggregate.core"
 local tensor = require "dpy.tensor"
 local registry = require "dpy.registry"
+local options = require "dpy.options"
 
 local M = {}
 
@@ -43,6 +44,28 @@ M.RULES = {
                       doc = "each input scaled down to norm at most radius" },
 }
 
+--- What each option of the rules accepts (dpy.options rules); RULES[name].options lists which
+-- options a rule takes.
+M.OPTION_RULES = {
+  f = { type = "integer", min = 0, doc = "the number of Byzantine inputs tolerated" },
+  m = { type = "integer", min = 1, doc = "multi_krum: how many inputs are averaged (n - f)" },
+  tol = { type = "number", above = 0, doc = "geometric_median: relative step that stops (1e-6)" },
+  max_iter = { type = "integer", min = 1, doc = "geometric_median: most iterations (100)" },
+  eps = { type = "number", above = 0, doc = "geometric_median: distance floor (1e-8)" },
+  radius = { type = "number", above = 0, doc = "clipping radius" },
+  iterations = { type = "integer", min = 1, doc = "centered_clipping: steps (1)" },
+  center = true,
+  bucket = { type = "integer", min = 1, doc = "bucketing: inputs per bucket" },
+  seed = { type = "integer", doc = "bucketing: the shuffle's seed (0)" },
+}
+
+--- The dpy.options schema of rule name.
+function M.schema(name)
+  local schema = {}
+  for k in pairs(M.RULES[name].options) do schema[k] = M.OPTION_RULES[k] end
+  return schema
+end
+
 local function matrix(vectors)
   if tensor.is_tensor(vectors) then return vectors, false end
   if #vectors == 0 then error("aggregators: no vectors to aggregate", 3) end
@@ -58,7 +81,10 @@ local function call(rule, vectors, opts)
 end
 
 for name in pairs(M.RULES) do
-  M[name] = function(vectors, opts) return call(name, vectors, opts or {}) end
+  local schema = M.schema(name)
+  M[name] = function(vectors, opts)
+    return call(name, vectors, options.check(opts or {}, schema, "aggregators." .. name, 2))
+  end
 end
 
 local function entry_parts(entry)
@@ -104,7 +130,7 @@ end
 
 for name, rule in pairs(M.RULES) do
   registry.register {
-    kind = "aggregator", name = name, options = rule.options,
+    kind = "aggregator", name = name, options = M.schema(name), pre = rule.pre,
     doc = rule.doc .. " (tolerates " .. rule.tolerates .. ")",
     new = function(opts) return function(vectors) return call(name, vectors, opts) end end,
   }
