@@ -33,9 +33,10 @@ local function decentralized_text(cfg, dir, s)
     string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s%s", cfg.nodes, cfg.algorithm,
                   cfg.processes, cfg.processes > 1 and "es" or "", s.rounds, s.seconds,
                   s.rounds > 0 and string.format(": %.3f s per round", s.seconds_per_round) or ""),
-    s.evaluated > 0 and string.format("  final test accuracy over %d evaluated node%s: mean %.4f, min %.4f, max %.4f",
-                                      s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
-      or "  no node was evaluated",
+    "  " .. require("dpy.honest").describe(s.honest),
+    s.evaluated > 0 and string.format("  final test accuracy over %d evaluated honest node%s: mean %.4f, min %.4f, "
+                                      .. "max %.4f", s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
+      or "  no honest node was evaluated",
     string.format("  %.2f MB exchanged per node (sent + received / 2)", s.mb_per_node),
   }
   return table.concat(lines, "\n")

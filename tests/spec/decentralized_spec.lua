@@ -55,7 +55,7 @@ describe("decentralized runs", function()
     for _, alg in ipairs { "fedavg", "ps" } do
       local code, stdout, err, out = run(TINY .. "algorithm = '" .. alg .. "'\nfraction = 0.5\n")
       assert.are.equal(0, code, err)
-      assert.matches("over 1 evaluated node", stdout)
+      assert.matches("over 1 evaluated honest node", stdout)
       assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
       assert.is_nil(node_metrics(out, 1).test_accuracy)
     end
