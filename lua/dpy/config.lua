@@ -71,13 +71,13 @@ local SAFE = {
 
 --- nil and value (its component files and path options made absolute against base, the
 -- config's directory) when value is valid for key, else a message.
-function M.check(key, value, base)
+function M.check(key, value, base, used)
   local s = M.SCHEMA[key]
   if not s then
     return string.format("unknown config key '%s'%s", tostring(key), options.suggest(key, M.SCHEMA))
   end
   if s.kind then
-    local _, err, resolved = registry.check(s.kind, value, base)
+    local _, err, resolved = registry.check(s.kind, value, base, used)
     if err then return string.format("%s: %s", key, err) end
     return nil, resolved
   end
@@ -88,7 +88,7 @@ function M.check(key, value, base)
     end
     local list = {}
     for i, entry in ipairs(value) do
-      local _, err, resolved = registry.check(s.list_of, entry, base)
+      local _, err, resolved = registry.check(s.list_of, entry, base, used)
       if err then return string.format("%s[%d]: %s", key, i, err) end
       list[i] = resolved
     end
@@ -103,12 +103,28 @@ function M.check(key, value, base)
   return nil, value
 end
 
--- Lets require find the config's own modules (DIR/?.lua, DIR/?/init.lua) before any other.
-local function add_to_path(dir)
-  local entry = dir .. "/?.lua;" .. dir .. "/?/init.lua;"
-  if package.path:sub(1, #entry) ~= entry and not package.path:find(entry, 1, true) then
-    package.path = entry .. package.path
+-- require finds a config's own modules (DIR/?.lua, DIR/?/init.lua) before any other: a searcher
+-- ahead of Lua's own, over the directories of the configs loaded so far, that remembers each file
+-- it loads (the run directory and dispatch carry them).
+local config_dirs, required = {}, {}
+
+local function config_searcher(name)
+  for _, dir in ipairs(config_dirs) do
+    local path = package.searchpath(name, dir .. "/?.lua;" .. dir .. "/?/init.lua")
+    if path then
+      local chunk, err = loadfile(path, "t")
+      if not chunk then error(err, 0) end
+      required[#required + 1] = path
+      return chunk, path
+    end
   end
+  return "\n\tno file in the config's directory"
+end
+
+local function add_config_dir(dir)
+  for _, d in ipairs(config_dirs) do if d == dir then return end end
+  if #config_dirs == 0 then table.insert(package.searchers, 2, config_searcher) end
+  config_dirs[#config_dirs + 1] = dir
 end
 
 local load_into
@@ -155,7 +171,7 @@ function load_into(path, values, depth, included)
   local source = f:read("a")
   f:close()
   local dir = registry.absolute(path:match("^(.*)/[^/]*$") or ".")
-  add_to_path(dir)
+  add_config_dir(dir)
   local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, dir, depth, included))
   if not chunk then error(lerr, 0) end
   local ok, result = pcall(chunk)
@@ -170,9 +186,31 @@ function load_into(path, values, depth, included)
   return source
 end
 
+-- Adds to files ({ path, full }) every file the config uses — component files, path options that
+-- name files, modules required from its directory — once each; path is relative to dir when the
+-- file lies under it, else absolute.
+local function add_used(files, values, dir)
+  local used = {}
+  for k, v in pairs(values) do M.check(k, v, dir, used) end
+  local function under(p) return p:sub(1, #dir + 1) == dir .. "/" end
+  for _, p in ipairs(required) do
+    if under(p) then used[#used + 1] = p end   -- another config's modules are not this one's
+  end
+  table.sort(used)
+  local seen = {}
+  for _, f in ipairs(files) do seen[f.full] = true end
+  for _, full in ipairs(used) do
+    if not seen[full] then
+      seen[full] = true
+      files[#files + 1] = { path = under(full) and full:sub(#dir + 2) or full, full = full }
+    end
+  end
+end
+
 --- Loads path and applies the overrides (a list of "KEY=VALUE"); returns the config with every
--- default filled in, its source, and the files it included ({ {path = as written, full}, ... });
--- raises with file and line.
+-- default filled in, its source, and the files it uses: { {path, full}, ... } — the configs it
+-- included (path as written), then its component files, file options and required modules (path
+-- relative to the config's directory, or absolute); raises with file and line.
 function M.load(path, overrides)
   local values, included = {}, {}
   local source = load_into(path, values, 0, included)
@@ -187,6 +225,7 @@ function M.load(path, overrides)
     if values[k] == nil then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
+  add_used(included, values, registry.absolute(path:match("^(.*)/[^/]*$") or "."))
   return values, source, included
 end
 

@@ -61,21 +61,6 @@ function M.load_remotes(path)
   return list
 end
 
--- The .lua files a config's actions name by path (relative paths: they go to the same place).
-local function action_files(cfg)
-  local files = {}
-  for _, entry in ipairs(cfg.actions or {}) do
-    local ref = type(entry) == "table" and entry[1] or entry
-    if type(ref) == "string" and ref:match("%.lua$") then
-      if ref:sub(1, 1) == "/" then
-        error("action " .. ref .. ": dispatch needs action paths relative to the current directory", 0)
-      end
-      files[#files + 1] = ref
-    end
-  end
-  return files
-end
-
 --- Connects to every remote and checks its dpy-lua; returns the sessions (raises naming the remote).
 function M.connect(remotes, opts)
   local sessions = {}
@@ -131,15 +116,16 @@ local function mapping(remotes, base)
   return owner, addresses
 end
 
--- Uploads the run (config, graph, partition, addresses, action files, included configs) into
+-- Uploads the run (config, graph, partition, addresses, the files the config uses) into
 -- work_dir/<run name> on every remote; returns those directories.
 local function upload(cfg, opts)
   local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
   local files = { { opts.config, "config.lua" }, { opts.dir .. "/partition.pt", "partition.pt" },
                   { opts.dir .. "/addresses.json", "addresses.json" } }
   if exists(opts.dir .. "/graph.json") then files[#files + 1] = { opts.dir .. "/graph.json", "graph.json" } end
-  for _, f in ipairs(action_files(cfg)) do files[#files + 1] = { f, f } end
-  for _, inc in ipairs(opts.included or {}) do   -- include()d configs, where config.lua finds them
+  -- every file the config uses (included configs, component files, file options, modules),
+  -- where config.lua finds them; absolute ones must be at the same place on the remote
+  for _, inc in ipairs(opts.included or {}) do
     if inc.path:sub(1, 1) ~= "/" then files[#files + 1] = { inc.full, inc.path } end
   end
   local rdirs = {}

@@ -24,7 +24,7 @@ M.KINDS = {
 local specs, frozen = {}, false
 local loaded_kinds = {}
 local by_path = {}     -- absolute path -> spec of a user's component file
-local capture          -- while a user's file runs: the list its registrations go to
+local capture          -- while a user's file runs: { specs = what it registered, depth = requires under way }
 
 --- Registers a factory; raises on misuse; returns the spec.
 function M.register(spec)
@@ -42,8 +42,10 @@ function M.register(spec)
   if spec.options ~= nil and type(spec.options) ~= "table" then
     error(string.format("dpy.registry: %s '%s': options must be a table (key -> rule)", spec.kind, spec.name), 2)
   end
-  if capture then   -- a user's file: known by its path, never by name, so it shadows nothing
-    capture[#capture + 1] = spec
+  if capture and capture.depth == 0 then
+    -- a user's file: known by its path, never by name, so it shadows nothing (the modules it
+    -- requires register as they always do)
+    capture.specs[#capture.specs + 1] = spec
     return spec
   end
   local by_name = specs[spec.kind] or {}
@@ -99,33 +101,52 @@ end
 -- The spec a user's file registers, loaded once per state; nil and a message when it fails.
 local function load_file(kind, path)
   if by_path[path] then return by_path[path] end
-  local chunk, err = loadfile(path, "t", setmetatable({}, { __index = _G }))
+  local mine = { specs = {}, depth = 0 }
+  -- registrations made by the modules the file requires are theirs, made as usual
+  local function counted_require(name)
+    mine.depth = mine.depth + 1
+    local ok, module, where = pcall(require, name)
+    mine.depth = mine.depth - 1
+    if not ok then error(module, 2) end
+    return module, where
+  end
+  local chunk, err = loadfile(path, "t", setmetatable({ require = counted_require }, { __index = _G }))
   if not chunk then
     return nil, (err:gsub("^cannot open ", "cannot read " .. kind .. " file "))
   end
   local saved = capture
-  capture = {}
+  capture = mine
   local ok, result = pcall(chunk)
-  local got = capture
   capture = saved
   if not ok then return nil, tostring(result) end
-  local mine = {}
-  for _, s in ipairs(got) do if s.kind == kind then mine[#mine + 1] = s end end
-  if #mine ~= 1 or (result ~= nil and result ~= mine[1]) then
-    return nil, string.format("%s: a %s file must register one spec of kind '%s' and return it "
+  local of_kind = {}
+  for _, s in ipairs(mine.specs) do if s.kind == kind then of_kind[#of_kind + 1] = s end end
+  if #of_kind ~= 1 or (result ~= nil and result ~= of_kind[1]) then
+    return nil, string.format("%s: %s %s file must register one spec of kind '%s' and return it "
                               .. "(return registry.register { kind = \"%s\", name = ..., new = ... }); "
-                              .. "it registered %d", path, kind, kind, kind, #mine)
+                              .. "it registered %d", path, kind:match("^[aeiou]") and "an" or "a", kind, kind,
+                              kind, #of_kind)
   end
-  mine[1].path = path
-  by_path[path] = mine[1]
-  return mine[1]
+  of_kind[1].path = path
+  by_path[path] = of_kind[1]
+  return of_kind[1]
+end
+
+-- Whether path names a file that can be read (not a directory).
+local function is_file(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local _, err = f:read(0)
+  f:close()
+  return err == nil
 end
 
 --- The spec of a config entry ("name", "file.lua", or { name or file, options... }), or nil and
 -- a message that names the nearest valid name for a misspelt one, or the bad option. A relative
 -- file is found from base (the config's directory). Returns the spec and the entry, its file
--- and its path options made absolute (a copy when anything changed).
-function M.check(kind, entry, base)
+-- and its path options made absolute (a copy when anything changed). used, when given, receives
+-- the absolute path of every file the entry names (its component file, path options naming files).
+function M.check(kind, entry, base, used)
   local name = type(entry) == "table" and entry[1] or entry
   if type(name) ~= "string" then
     return nil, string.format("a %s name or { name, options... } expected, got %s", kind,
@@ -137,6 +158,7 @@ function M.check(kind, entry, base)
     name = M.absolute(name, base)
     spec, err = load_file(kind, name)
     if not spec then return nil, err end
+    if used then used[#used + 1] = name end
   else
     load_builtins(kind, name)
     spec = (specs[kind] or {})[name]
@@ -162,14 +184,15 @@ function M.check(kind, entry, base)
     if type(rule) == "table" then
       if rule.type == "path" then
         resolved[k] = M.absolute(v, base)
+        if used and is_file(resolved[k]) then used[#used + 1] = resolved[k] end
       elseif rule.kind then
-        local _, e, sub = M.check(rule.kind, v, base)
+        local _, e, sub = M.check(rule.kind, v, base, used)
         if e then return nil, string.format("%s: option '%s': %s", what, k, e) end
         resolved[k] = sub
       elseif rule.list_of then
         local list = {}
         for i, item in ipairs(v) do
-          local _, e, sub = M.check(rule.list_of, item, base)
+          local _, e, sub = M.check(rule.list_of, item, base, used)
           if e then return nil, string.format("%s: option '%s'[%d]: %s", what, k, i, e) end
           list[i] = sub
         end

@@ -120,8 +120,9 @@ describe("attacks", function()
     assert.is_true(nan ~= nan)
     local g = attacks.craft({ "gaussian", sigma = 2 }, T(tensor.zeros(1, 20000):totable()), 2, 1)
     assert.is_true(math.abs(g:std():item() - 2) < 0.05)
-    assert.has_error(function() attacks.craft("flip", honest, 4, 1) end, "no attack named 'flip'; valid: "
-                     .. "alie, gaussian, infinity, inner_product, mimic, nan, sign_flip, label_flipping")
+    assert.has_error(function() attacks.craft("flip", honest, 4, 1) end, "no attack named 'flip' (did you mean "
+                     .. "'alie'?); valid: alie, gaussian, infinity, inner_product, label_flipping, mimic, nan, "
+                     .. "sign_flip, or the path of a Lua file")
   end)
 end)
 
