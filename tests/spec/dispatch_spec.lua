@@ -67,7 +67,8 @@ return {
     assert.matches("noisy_model: sending models with noise", read_file(dir .. "/d3/1.log"))
     for _, remote in ipairs { "remote-a", "remote-b" } do
       for _, f in ipairs { "parts/base.lua", "parts/tiny.lua", "acts/noisy.lua" } do
-        assert.are.equal(read_file(dir .. "/" .. f), read_file(dir .. "/" .. remote .. "/d3/" .. f), remote .. ": " .. f)
+        assert.are.equal(read_file(dir .. "/" .. f), read_file(string.format("%s/%s/d3/%s", dir, remote, f)),
+                         remote .. ": " .. f)
       end
     end
     for _, f in ipairs { "parts/base.lua", "parts/tiny.lua", "acts/noisy.lua", "config.effective.lua" } do

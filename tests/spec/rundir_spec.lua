@@ -40,7 +40,8 @@ describe("a run directory", function()
     write_file(dir .. "/acts/noisy.lua", noisy)
     write_file(dir .. "/parts/tiny.lua", TINY_RUN)
     write_file(dir .. "/parts/base.lua", "include 'tiny.lua'\nrounds = 2\n")   -- relative to parts/
-    local source = "include 'parts/base.lua'\nactions = { { '" .. dir .. "/acts/noisy.lua', nodes = { 1 }, sigma = 0.5 } }\n"
+    local source = "include 'parts/base.lua'\n"
+                   .. "actions = { { '" .. dir .. "/acts/noisy.lua', nodes = { 1 }, sigma = 0.5 } }\n"
     write_file(dir .. "/c.lua", source)
     local args = { "run", "c.lua", "local_steps=2", "optimizer={'sgd',lr=0.05}", "--out", "out1", "-q" }
     local quoted = {}
@@ -111,6 +112,17 @@ describe("a run directory", function()
     code, _, err = sh(BIN .. " run " .. dir .. "/a/ --out " .. dir .. "/b -q")
     assert.are.equal(0, code, err)
     assert.are.same(numbers(dir .. "/a", 0), numbers(dir .. "/b", 0))
+  end)
+
+  it("records no commit when dpy-lua's Lua tree is no git checkout", function()
+    local dir = tmpdir()
+    assert.are.equal(0, (sh("cp -r " .. shell_quote(lua_tree()) .. " " .. dir .. "/lua")))
+    write_file(dir .. "/nodata.lua", "dataset = { 'mnist', dir = '" .. dir .. "/none' }\n")   -- fails at once
+    local code = sh("DPY_LUA_PATH=" .. dir .. "/lua " .. BIN .. " run " .. dir .. "/nodata.lua --out " .. dir .. "/out")
+    assert.are.equal(1, code)
+    local manifest = assert(metrics.read(dir .. "/out/manifest.json"))
+    assert.is_nil(manifest.dpy_lua_git)
+    assert.are.equal("0.1.0", manifest.dpy_lua)
   end)
 
   it("is not overwritten by --out unless --force, which replaces it", function()
