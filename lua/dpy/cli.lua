@@ -52,8 +52,8 @@ local function load_config(path, overrides)
   return cfg, source, included
 end
 
--- A run directory given to `run`: its effective config, and overrides that point the config at
--- the directory's copies of the files the run used. Returns config path, rerun | nil, message.
+-- What `run` loads: path itself, or for a run directory its config.effective.lua and the rerun
+-- record (dpy.rundir.rerun). Returns the config path [, rerun], or nil and a message.
 local function rerun_of(path)
   local rundir = require "dpy.rundir"
   if not rundir.is_dir(path) then return path end
