@@ -328,41 +328,48 @@ end
 
 -- {==== config components: graph = { "regular", degree = 4 } ====}
 
+local DEGREE = { type = "integer", min = 1, default = 4, doc = "neighbours per node" }
+
 local GRAPHS = {
-  ring = { {}, function(n) return M.ring(n) end },
-  full = { {}, function(n) return M.full(n) end },
-  star = { { center = { type = "integer", min = 0, doc = "the hub (0)" } }, function(n, c) return M.star(n, c.center) end },
-  torus = { { rows = { type = "integer", min = 1, doc = "rows (about sqrt(n))" },
-              wrap = { type = "boolean", doc = "wrap around the edges (true)" } }, function(n, c)
-    local rows = c.rows or math.floor(math.sqrt(n))
-    if n % rows ~= 0 then error(string.format("torus: %d nodes do not fill %d rows", n, rows), 0) end
-    return M.torus(rows, n // rows, c.wrap)
-  end },
-  regular = { { degree = { type = "integer", min = 1, default = 4, doc = "neighbours per node" } }, function(n, c, seed) return M.regular(n, c.degree or 4, seed) end },
-  erdos_renyi = { { p = { type = "number", above = 0, max = 1, default = 0.1, doc = "edge probability" } }, function(n, c, seed) return M.erdos_renyi(n, c.p or 0.1, seed) end },
-  small_world = { { k = { type = "integer", min = 2, default = 4, doc = "ring neighbours per node" },
-                    beta = { type = "number", min = 0, max = 1, default = 0.1, doc = "rewiring probability" } }, function(n, c, seed)
-    return M.small_world(n, c.k or 4, c.beta or 0.1, seed)
-  end },
-  file = { { path = { type = "path", required = true, doc = "a DecentralizePy graph file (graph.from_file)" },
-             format = { one_of = { "edges", "adjacency" },
-                        doc = "its format; default: the one its content allows" } }, function(n, c)
-    local g = M.from_file(c.path, c.format)
-    if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
-    return g
-  end },
+  ring = { options = {}, build = function(n) return M.ring(n) end },
+  full = { options = {}, build = function(n) return M.full(n) end },
+  star = { options = { center = { type = "integer", min = 0, doc = "the hub (0)" } },
+           build = function(n, c) return M.star(n, c.center) end },
+  torus = { options = { rows = { type = "integer", min = 1, doc = "rows (about sqrt(n))" },
+                        wrap = { type = "boolean", doc = "wrap around the edges (true)" } },
+            build = function(n, c)
+              local rows = c.rows or math.floor(math.sqrt(n))
+              if n % rows ~= 0 then error(string.format("torus: %d nodes do not fill %d rows", n, rows), 0) end
+              return M.torus(rows, n // rows, c.wrap)
+            end },
+  regular = { options = { degree = DEGREE }, build = function(n, c, seed) return M.regular(n, c.degree, seed) end },
+  erdos_renyi = { options = { p = { type = "number", above = 0, max = 1, default = 0.1, doc = "edge probability" } },
+                  build = function(n, c, seed) return M.erdos_renyi(n, c.p, seed) end },
+  small_world = { options = { k = { type = "integer", min = 2, default = 4, doc = "ring neighbours per node" },
+                              beta = { type = "number", min = 0, max = 1, default = 0.1,
+                                       doc = "rewiring probability" } },
+                  build = function(n, c, seed) return M.small_world(n, c.k, c.beta, seed) end },
+  file = { options = { path = { type = "path", required = true, doc = "a DecentralizePy graph file (graph.from_file)" },
+                       format = { one_of = { "edges", "adjacency" },
+                                  doc = "its format; default: the one its content allows" } },
+           build = function(n, c)
+             local g = M.from_file(c.path, c.format)
+             if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
+             return g
+           end },
   -- a fresh seeded d-regular graph every round: build(n, cfg, seed, round)
-  dynamic = { { degree = { type = "integer", min = 1, default = 4, doc = "neighbours per node" } }, function(n, c, seed, round)
-    return M.regular(n, c.degree or 4, (seed or 0) * 1000003 + (round or 0))
-  end },
+  dynamic = { options = { degree = DEGREE },
+              build = function(n, c, seed, round)
+                return M.regular(n, c.degree, (seed or 0) * 1000003 + (round or 0))
+              end },
 }
 
 for name, spec in pairs(GRAPHS) do
   registry.register {
-    kind = "graph", name = name, options = spec[1],
+    kind = "graph", name = name, options = spec.options,
     dynamic = name == "dynamic",
     doc = "graph." .. name,
-    new = function(cfg, ctx) return spec[2](ctx.nodes, cfg, ctx.seed, ctx.round) end,
+    new = function(cfg, ctx) return spec.build(ctx.nodes, cfg, ctx.seed, ctx.round) end,
   }
 end
 

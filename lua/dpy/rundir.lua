@@ -46,7 +46,7 @@ end
 --- The files the run uses: what config.load returned (included configs, component files, file
 -- options, modules); each { path = as the run names it, source = its absolute path, file = where it
 -- goes in the run directory, text }. Raises naming a file it cannot read.
-function M.used_files(cfg, config_path, included)
+function M.used_files(config_path, included)
   local base = paths.absolute(paths.dirname(config_path))
   local list, seen = {}, {}
   local function add(path, full, what)
@@ -78,7 +78,7 @@ end
 
 --- Reads and checks everything the run directory will hold; opts = { config (path), included }.
 function M.prepare(cfg, opts)
-  return { effective = M.effective(cfg), files = M.used_files(cfg, opts.config or "./config.lua", opts.included) }
+  return { effective = M.effective(cfg), files = M.used_files(opts.config or "./config.lua", opts.included) }
 end
 
 --- Raises when dir holds a run already, unless force; returns whether it must be replaced.

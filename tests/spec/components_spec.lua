@@ -31,12 +31,14 @@ describe("component options", function()
       { "partition = { 'dirichlet', alpah = 1 }", "partitioner 'dirichlet': unknown option 'alpah'" },
       { "optimizer = { 'sgd', lr = 0.1, momentun = 0.9 }", "unknown option 'momentun' %(did you mean 'momentum'%?%)" },
       { "transforms = { { 'zstd', levle = 3 } }", "transforms%[1%]: transform 'zstd': unknown option 'levle'" },
-      { "actions = { { 'label_flipping', fration = 0.2 } }", "actions%[1%]: action 'label_flipping': unknown option 'fration'" },
+      { "actions = { { 'label_flipping', fration = 0.2 } }",
+        "actions%[1%]: action 'label_flipping': unknown option 'fration'" },
       { "model = { 'mlp', hiden = { 10 } }", "model 'mlp': unknown option 'hiden' %(did you mean 'hidden'%?%)" },
       { "dataset = { 'mnist', dri = '/x' }", "dataset 'mnist': unknown option 'dri' %(did you mean 'dir'%?%)" },
       { "actions = { { 'byzantine_attack', attack = { 'alie', zz = 1 } } }",
         "action 'byzantine_attack': option 'attack': attack 'alie': unknown option 'zz'" },
-      { "sharing = { 'median', f = 1, pre = { { 'nnm', ff = 1 } } }", "option 'pre'%[1%]: aggregator 'nnm': unknown option 'ff'" },
+      { "sharing = { 'median', f = 1, pre = { { 'nnm', ff = 1 } } }",
+        "option 'pre'%[1%]: aggregator 'nnm': unknown option 'ff'" },
     }
     for i, c in ipairs(cases) do
       local err = load_error("nodes = 4\n" .. c[1] .. "\n")
@@ -52,7 +54,8 @@ describe("component options", function()
       { "sharing = { 'trimmed_mean', beta = 0.5 }", "option 'beta' must be a number >= 0 and < 0.5, got 0.5" },
       { "graph = { 'erdos_renyi', p = 2 }", "option 'p' must be a number > 0 and <= 1, got 2" },
       { "optimizer = { 'sgd', lr = -1 }", "option 'lr' must be a number > 0, got %-1" },
-      { "transforms = { { 'uniform_asymmetric_quantization', bits = 12 } }", "option 'bits' must be 1..8 or 16, got 12" },
+      { "transforms = { { 'uniform_asymmetric_quantization', bits = 12 } }",
+        "option 'bits' must be 1..8 or 16, got 12" },
       { "actions = { { 'differential_privacy', mode = 'locl' } }",
         [[option 'mode' must be one of "sgd", "local", got "locl" %(did you mean 'local'%?%)]] },
       { "actions = { { 'label_flipping', nodes = { 1, 'x' } } }", "option 'nodes' must be a list of integers" },
@@ -86,7 +89,8 @@ local USER = {
     return registry.register { kind = "model", name = "tiny",
       options = { hidden = { type = "integer", min = 1, default = 8 } },
       new = function(cfg, ctx)
-        return nn.sequential { nn.flatten(), nn.linear(784, cfg.hidden), nn.relu(), nn.linear(cfg.hidden, ctx.dataset.classes) }
+        return nn.sequential { nn.flatten(), nn.linear(784, cfg.hidden), nn.relu(),
+                               nn.linear(cfg.hidden, ctx.dataset.classes) }
       end }
   ]],
   ["data/slice.lua"] = [[
@@ -157,7 +161,8 @@ describe("a user's components", function()
     ]] }
     for name, text in pairs(USER) do map["exp/" .. name] = text end
     local dir = files(map)
-    local code, _, err = sh("cd / && " .. shell_quote(DPY_BIN) .. " run " .. dir .. "/exp/c.lua --out " .. dir .. "/out -q")
+    local code, _, err = sh("cd / && " .. shell_quote(DPY_BIN) .. " run " .. dir .. "/exp/c.lua --out " .. dir
+                            .. "/out -q")
     assert.are.equal(0, code, err)
     local m = node_metrics(dir .. "/out", 1)
     -- a line: node 1 sends to 2 neighbours in one send, its modifier runs once a round

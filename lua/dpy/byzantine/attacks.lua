@@ -45,30 +45,40 @@ end
 local function mean_of(honest) return honest:mean(0) end
 
 M.ATTACKS = {
-  sign_flip = { options = { scale = { type = "number", default = 1, doc = "the multiple of the mean, negated" } }, doc = "-scale x the honest mean (scale 1)",
+  sign_flip = {
+    options = { scale = { type = "number", default = 1, doc = "the multiple of the mean, negated" } },
+    doc = "-scale x the honest mean (scale 1)",
     craft = function(honest, _, f, o)
       local m <close> = mean_of(honest)
       return rows(m * -o.scale, f)
     end },
-  alie = { options = { z = { type = "number", doc = "the number of standard deviations (from n and f)" } }, doc = "a little is enough: mean - z x std per coordinate (z from n and f)",
+  alie = {
+    options = { z = { type = "number", doc = "the number of standard deviations (from n and f)" } },
+    doc = "a little is enough: mean - z x std per coordinate (z from n and f)",
     craft = function(honest, n, f, o)
       local z = o.z or M.alie_z(n, f)
       local m <close> = mean_of(honest)
       local s <close> = honest:size(0) > 1 and honest:std(0) or m * 0
       return rows(m - s * z, f)
     end },
-  inner_product = { options = { epsilon = { type = "number", default = 0.1, doc = "the multiple of the mean, negated" } }, doc = "inner product manipulation: -epsilon x the honest mean (0.1)",
+  inner_product = {
+    options = { epsilon = { type = "number", default = 0.1, doc = "the multiple of the mean, negated" } },
+    doc = "inner product manipulation: -epsilon x the honest mean (0.1)",
     craft = function(honest, _, f, o)
       local m <close> = mean_of(honest)
       return rows(m * -o.epsilon, f)
     end },
-  gaussian = { options = { sigma = { type = "number", min = 0, default = 1, doc = "standard deviation" },
-                                 mu = { type = "number", default = 0, doc = "mean" } }, doc = "N(mu, sigma^2) per coordinate (0, 1), drawn fresh",
+  gaussian = {
+    options = { sigma = { type = "number", min = 0, default = 1, doc = "standard deviation" },
+                mu = { type = "number", default = 0, doc = "mean" } },
+    doc = "N(mu, sigma^2) per coordinate (0, 1), drawn fresh",
     craft = function(honest, _, f, o, gen)
       local r = tensor.randn(f, honest:size(1), { generator = gen })
       return r:mul_(o.sigma):add_(o.mu)
     end },
-  mimic = { options = { worker = { type = "integer", min = 0, default = 0, doc = "the honest worker copied" } }, doc = "a copy of one honest worker's vector (worker 0)",
+  mimic = {
+    options = { worker = { type = "integer", min = 0, default = 0, doc = "the honest worker copied" } },
+    doc = "a copy of one honest worker's vector (worker 0)",
     craft = function(honest, _, f, o) return rows(honest[o.worker], f) end },
   infinity = { options = {}, doc = "+inf in every coordinate",
     craft = function(honest, _, f) return tensor.full({ f, honest:size(1) }, math.huge) end },
