@@ -87,43 +87,39 @@ for name in pairs(M.RULES) do
   end
 end
 
-local function entry_parts(entry)
-  if type(entry) == "string" then return entry, {} end
-  return entry[1], entry
-end
-
---- A copy of a rule entry ("median" or { "krum", ... }) with f set to f where the rule takes one
--- and the entry gives none; keys that are not the rule's options (pre, beta) are left out.
+--- A copy of a rule entry ("median", { "krum", ... } or a user's file) with f set to f where the
+-- rule takes one and the entry gives none; keys that are not the rule's options (a sharing's pre
+-- and beta) are left out.
 function M.with_f(entry, f)
-  local name = type(entry) == "table" and entry[1] or entry
-  local rule = M.RULES[name]
-  local out = { name }
+  local schema = registry.spec("aggregator", entry, 2).options or {}
+  local out = { type(entry) == "table" and entry[1] or entry }
   for k, v in pairs(type(entry) == "table" and entry or {}) do
-    if k ~= 1 and (not rule or rule.options[k]) then out[k] = v end
+    if k ~= 1 and schema[k] then out[k] = v end
   end
-  if rule and rule.options.f and out.f == nil then out.f = f end
+  if schema.f and out.f == nil then out.f = f end
   return out
 end
 
---- aggregators.aggregate(rule, vectors [, pre]) -> d tensor: rule ("median" or { "krum", f = 2 })
--- after the pre-aggregations in pre ({ { "nnm", f = 2 }, ... }), in order.
+--- aggregators.aggregate(rule, vectors [, pre]) -> d tensor: rule ("median", { "krum", f = 2 },
+-- or the path of a user's aggregator file) after the pre-aggregations in pre ({ { "nnm", f = 2 },
+-- ... }), in order.
 function M.aggregate(rule, vectors, pre)
   local x, own = matrix(vectors)
   for _, p in ipairs(pre or {}) do
-    local name, opts = entry_parts(p)
-    if not (M.RULES[name] and M.RULES[name].pre) then
-      error(string.format("aggregators: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping)",
-                          tostring(name)), 2)
+    local spec = registry.spec("aggregator", p, 2)
+    if not spec.pre then
+      error(string.format("aggregators: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping, or a "
+                          .. "file whose spec says pre = true)", spec.name), 2)
     end
-    local y = call(name, x, opts)
+    local y = registry.build("aggregator", p)(x)
     if own then x:free() end
     x, own = y, true
   end
-  local name, opts = entry_parts(rule)
-  if not M.RULES[name] or M.RULES[name].pre then
-    error(string.format("aggregators: no aggregator named '%s'", tostring(name)), 2)
+  local spec = registry.spec("aggregator", rule, 2)
+  if spec.pre then
+    error(string.format("aggregators: '%s' is a pre-aggregation, not an aggregator", spec.name), 2)
   end
-  local r = call(name, x, opts)
+  local r = registry.build("aggregator", rule)(x)
   if own then x:free() end
   return r
 end

@@ -81,7 +81,8 @@ describe("aggregators", function()
     close(c, { { 0.6, 0.8 }, { 0.3, 0.4 } })
     close(agg.aggregate({ "median", f = 1 }, X, { { "nnm", f = 1 } }), { 27, 2.5, 0 })
     assert.has_error(function() agg.aggregate("median", X, { "krum" }) end,
-                     "aggregators: 'krum' is not a pre-aggregation (nnm, bucketing, static_clipping)")
+                     "aggregators: 'krum' is not a pre-aggregation (nnm, bucketing, static_clipping, or a file "
+                     .. "whose spec says pre = true)")
   end)
 
   it("refuse an (n, f) outside what they tolerate", function()

@@ -186,6 +186,34 @@ describe("a user's components", function()
     assert.matches("c.lua:1: model: model 'tiny': unknown option 'hiden' %(did you mean 'hidden'%?%)", e)
   end)
 
+  it("run in the Byzantine simulation: an aggregator, a pre-aggregation and an attack by path", function()
+    local dir = files {
+      ["first.lua"] = [[
+        local registry = require "dpy.registry"
+        return registry.register { kind = "aggregator", name = "first",
+          new = function() return function(x) return x[0]:clone() end end }]],
+      ["double.lua"] = [[
+        local registry = require "dpy.registry"
+        return registry.register { kind = "aggregator", name = "double", pre = true,
+          new = function() return function(x) return x * 2 end end }]],
+      ["zeros.lua"] = [[
+        local registry = require "dpy.registry"
+        local tensor = require "dpy.tensor"
+        return registry.register { kind = "attack", name = "zeros",
+          new = function() return function(honest, _, f) return tensor.zeros(f, honest:size(1)) end end }]],
+    }
+    local data = require "dpy.data"
+    local sim = require("dpy.byzantine").simulation {
+      model = { "mlp", hidden = { 4 } }, train_set = data.fashion_mnist {}, n = 4, f = 1, batch_size = 8,
+      attack = dir .. "/zeros.lua", aggregator = dir .. "/first.lua", pre_aggregation = { dir .. "/double.lua" },
+    }
+    local snap = sim:step()
+    assert.are.equal(0, snap.byzantine_parameters:abs():sum():item())
+    -- each honest worker's model is twice the first model it gathered (its own, then the others)
+    local local_params = snap.local_parameters
+    assert.is_true(snap.parameters[0]:allclose(local_params[0] * 2))
+  end)
+
   it("resolve path options against the config's directory", function()
     local dir = files { ["c.lua"] = "graph = { 'file', path = 'g.edges' }\n" }
     local cfg = config.load(dir .. "/c.lua")
