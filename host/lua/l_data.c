@@ -313,8 +313,8 @@ static int d_channel_stats(lua_State *L) {
 ** key (a test split for its training split's statistics); other threads wait, and then share.
 */
 typedef struct shared_entry {
-    char *key, *meta;
-    size_t metalen, n;
+    char *key, *meta;             /* key: keylen bytes, NULs allowed */
+    size_t keylen, metalen, n;
     char **names;
     dpy_tensor **tensors;
     struct shared_entry *next;
@@ -346,7 +346,7 @@ static void shared_free(shared_entry *e) {
 
 /* An entry from the builder's results at 3 (name -> tensor) and 4 (string or nil), or NULL and
 ** *bad. Raises nothing: the caller holds the lock. */
-static shared_entry *shared_make(lua_State *L, const char *key, const char **bad) {
+static shared_entry *shared_make(lua_State *L, const char *key, size_t keylen, const char **bad) {
     *bad = "the builder must return a table of tensors by name, and a string or nil";
     if (!lua_istable(L, 3) || (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING))
         return NULL;
@@ -364,7 +364,10 @@ static shared_entry *shared_make(lua_State *L, const char *key, const char **bad
         return NULL;
     e->names = calloc(n ? n : 1, sizeof *e->names);
     e->tensors = calloc(n ? n : 1, sizeof *e->tensors);
-    e->key = strdup(key);
+    if ((e->key = malloc(keylen + 1)) != NULL) {
+        memcpy(e->key, key, keylen + 1);
+        e->keylen = keylen;
+    }
     size_t metalen = 0;
     const char *meta = lua_tolstring(L, 4, &metalen);
     if (meta && (e->meta = malloc(metalen + 1)) != NULL) {
@@ -394,13 +397,14 @@ static shared_entry *shared_make(lua_State *L, const char *key, const char **bad
 ** string. build's error is raised as it is, and nothing is kept.
 */
 static int d_shared(lua_State *L) {
-    const char *key = luaL_checkstring(L, 1);
+    size_t keylen;
+    const char *key = luaL_checklstring(L, 1, &keylen);
     luaL_checktype(L, 2, LUA_TFUNCTION);
     lua_settop(L, 2);
     pthread_once(&g_shared_once, shared_init);
     pthread_mutex_lock(&g_shared_lock);
     shared_entry *e = g_shared;
-    while (e && strcmp(e->key, key) != 0)
+    while (e && (e->keylen != keylen || memcmp(e->key, key, keylen) != 0))
         e = e->next;
     if (!e) {
         lua_pushvalue(L, 2);
@@ -409,9 +413,9 @@ static int d_shared(lua_State *L) {
             return lua_error(L);
         }
         const char *bad;
-        if (!(e = shared_make(L, key, &bad))) {
+        if (!(e = shared_make(L, key, keylen, &bad))) {
             pthread_mutex_unlock(&g_shared_lock);
-            return luaL_error(L, "data.core.shared(%s): %s", key, bad);
+            return luaL_error(L, "data.core.shared: %s", bad);
         }
         e->next = g_shared;
         g_shared = e;

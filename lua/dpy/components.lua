@@ -39,5 +39,6 @@ for name, opts in pairs(OPTIMIZERS) do
 end
 
 for _, name in ipairs { "cnn", "lenet", "mlp" } do require("dpy.models." .. name) end
+for _, name in ipairs { "image_folder", "femnist", "camelyon17" } do require("dpy.datasets." .. name) end
 
 return M
