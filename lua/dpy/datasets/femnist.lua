@@ -66,7 +66,8 @@ local function user_tensors(path, user, d, count)
   end
   for j, v in ipairs(d.y) do
     if math.type(v) == nil or v ~= math.floor(v) or v < 0 or v >= M.CLASSES then
-      fail("%s: y[%d] = %s is not a class in 0..%d", where, j, tostring(v), M.CLASSES - 1)
+      fail("%s: y[%d] = %s is not a class in 0..%d", where, j,
+           math.type(v) and string.format("%.17g", v) or tostring(v), M.CLASSES - 1)
     end
   end
   local ok, x = pcall(tensor.new, d.x, "float32")
