@@ -21,8 +21,10 @@ M.options = {
   root = { type = "path", doc = "the training images: root/<class>/<file>.png|jpg" },
   test_dir = { type = "path", doc = "the test images, in class folders named as root's (default: "
                                     .. "a held-out fraction of root)" },
-  test_fraction = { type = "number", above = 0, below = 1, default = 0.1,
-                    doc = "without test_dir: the fraction of each class held out of root for testing" },
+  -- no schema default: it would collide with test_dir; 0.1 applies only without test_dir
+  test_fraction = { type = "number", above = 0, below = 1,
+                    doc = "without test_dir: the fraction of each class held out of root for testing "
+                          .. "(default 0.1)" },
   split_seed = { type = "integer", default = 0, doc = "the seed of the held-out choice" },
   channels = { type = "integer", one_of = { 1, 3 }, default = 3,
                doc = "1: grey (PIL's convert('L') luma), 3: RGB (grey images replicated)" },
