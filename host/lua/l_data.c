@@ -259,9 +259,13 @@ static int d_read_images(lua_State *L) {
     lua_Integer n = luaL_len(L, 1);
     luaL_argcheck(L, n >= 1, 1, "no image paths");
     for (lua_Integer i = 1; i <= n; i++) {
+        size_t len;
         if (lua_geti(L, 1, i) != LUA_TSTRING)
             return luaL_error(L, "bad argument #1 to 'read_images' (paths[%I] is a %s, not a "
                               "string)", (LUAI_UACINT)i, luaL_typename(L, -1));
+        if (strlen(lua_tolstring(L, -1, &len)) != len)
+            return luaL_error(L, "bad argument #1 to 'read_images' (paths[%I] holds a NUL byte)",
+                              (LUAI_UACINT)i);
         lua_pop(L, 1);
     }
     int64_t shape[4] = {(int64_t)n, (int64_t)c, h, w};
