@@ -1,9 +1,12 @@
 --- dpy.data: datasets read from their real file formats, and batch loaders.
 -- A dataset is { images = uint8 N x C x H x W, labels = uint8 N, classes, mean, std, name };
--- its tensors are read-only and shared by every node of the process (loaded once).
+-- its tensors are read-only and shared by every node of the process (loaded once). A dataset with
+-- a natural partition (writers, hospitals) also has groups, an int64 N tensor of group ids >= 0
+-- (the "natural" partitioner's input), and may name them: group_names[id + 1].
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
+local cjson = require("cjson").new()
 
 local M = {}
 
@@ -105,6 +108,18 @@ function M.cifar100(opts)
                                     2, coarse and 0 or 1)
   return { name = "cifar100", images = images, labels = labels, classes = coarse and 20 or 100,
            mean = { 0.5071, 0.4865, 0.4409 }, std = { 0.2673, 0.2564, 0.2762 }, shape = { 3, 32, 32 } }
+end
+
+--- data.shared(key, build) -> tensors, info: the first call for key in the process runs
+-- build() -> {name = dpy.Tensor, ...}, info (a table of plain values: strings, numbers, lists) and
+-- keeps both; every call gets read-only shares of the tensors and a copy of info. Nodes building
+-- the same key meanwhile wait for the first, then share its tensors (lua/dpy/datasets use it).
+function M.shared(key, build)
+  local tensors, meta = core.shared(key, function()
+    local t, info = build()
+    return t, cjson.encode(info or {})
+  end)
+  return tensors, cjson.decode(meta)
 end
 
 --- data.size(dataset) -> number of samples

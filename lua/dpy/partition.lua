@@ -194,6 +194,68 @@ function M.class_list(labels, nodes, opts)
   return to_tensors(lists)
 end
 
+--- partition.natural(groups, nodes [, {assign = "contiguous"}]): the dataset's own split (its
+-- groups: FEMNIST's writers, Camelyon17's hospitals; an int64 tensor or a list of group ids, one
+-- per sample): a group is never split, and every node gets at least one. With more groups than
+-- nodes, assign = "contiguous" cuts the groups, in increasing id order, into nodes runs of near-
+-- equal count (the first groups % nodes nodes get one more: node k of G groups and n nodes starts
+-- at group k * (G // n) + min(k, G % n)); "balanced" gives the groups, largest first (ties: lower
+-- id), each to the node with the fewest samples so far (ties: lower uid). No seed is used.
+function M.natural(groups, nodes, opts)
+  opts = options.check(opts or {}, { assign = true, seed = true }, "partition.natural", 2)
+  if groups == nil then
+    error("partition.natural: no groups (the dataset has no natural partition)", 2)
+  end
+  local g = label_list(groups)
+  options.check_type(nodes, "integer", "partition.natural: nodes", 2)
+  if nodes < 1 then error("partition.natural: nodes must be >= 1", 2) end
+  local members, ids = by_class(g)
+  if #ids < nodes then
+    error(string.format("partition.natural: %d groups cannot give each of %d nodes one (a group is "
+                        .. "never split): use at most %d nodes", #ids, nodes, #ids), 2)
+  end
+  local assign = opts.assign or "contiguous"
+  local lists = {}
+  for k = 1, nodes do lists[k] = {} end
+  local function give(k, id) table.move(members[id], 1, #members[id], #lists[k] + 1, lists[k]) end
+  if assign == "contiguous" then
+    for k, run in ipairs(cut(ids, nodes)) do
+      for _, id in ipairs(run) do give(k, id) end
+    end
+  elseif assign == "balanced" then
+    local order = table.move(ids, 1, #ids, 1, {})
+    table.sort(order, function(a, b)
+      if #members[a] ~= #members[b] then return #members[a] > #members[b] end
+      return a < b
+    end)
+    for _, id in ipairs(order) do
+      local best = 1
+      for k = 2, nodes do
+        if #lists[k] < #lists[best] then best = k end
+      end
+      give(best, id)
+    end
+  else
+    error(string.format("partition.natural: assign must be 'contiguous' or 'balanced', got %s",
+                        tostring(assign)), 2)
+  end
+  return to_tensors(lists)
+end
+
+registry.register {
+  kind = "partitioner", name = "natural",
+  options = { assign = { type = "string", one_of = { "contiguous", "balanced" }, default = "contiguous",
+                         doc = "how groups map to nodes when there are more groups than nodes" } },
+  doc = "partition.natural: the dataset's groups (writers, hospitals), each whole on one node",
+  new = function(cfg, ctx)
+    if ctx.groups == nil then
+      error(string.format("partition 'natural' needs a dataset with natural groups (femnist: writers, "
+                          .. "camelyon17: hospitals); %s has none", ctx.dataset or "this dataset"), 0)
+    end
+    return M.natural(ctx.groups, ctx.nodes, { assign = cfg.assign })
+  end,
+}
+
 -- config components: partition = { "dirichlet", alpha = 0.5 }
 local SEED = { type = "integer", doc = "the seed (the run's)" }
 M.OPTIONS = {
