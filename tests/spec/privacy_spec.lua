@@ -5,23 +5,20 @@ local nn = require "dpy.nn"
 
 -- The RDP of the sampled Gaussian mechanism by numerical integration of its definition
 -- (Mironov, Talwar, Zhang 2019, eq. (3)): A_alpha = E_{z ~ N(0, s^2)} [((1-q) + q e^{(2z-1)/(2s^2)})^alpha],
--- RDP = log(A_alpha) / (alpha - 1). Composite Simpson's rule over [-20s, 20s + alpha], in log
--- space; independent of the accountant's binomial expansion.
+-- RDP = log(A_alpha) / (alpha - 1). Composite Simpson's rule over [-20s, 20s + alpha], summed in log
+-- space (rescaled to the largest term so far); independent of the accountant's series.
 local function rdp_by_integration(q, s, alpha)
-  local lo, hi, n = -20 * s, 20 * s + alpha, 40000
-  local h = (hi - lo) / n
-  local terms, top = {}, -math.huge
+  local lo, hi, n = -20 * s, 20 * s + alpha, 10000
+  local h, s2 = (hi - lo) / n, 2 * s * s
+  local top, sum = -math.huge, 0
   for i = 0, n do
     local z = lo + i * h
-    local log_ratio = math.log((1 - q) + q * math.exp((2 * z - 1) / (2 * s * s)))
-    local log_pdf = -z * z / (2 * s * s) - math.log(s * math.sqrt(2 * math.pi))
+    local v = -z * z / s2 + alpha * math.log((1 - q) + q * math.exp((2 * z - 1) / s2))
     local w = (i == 0 or i == n) and 1 or (i % 2 == 1 and 4 or 2)
-    terms[i] = { math.log(w), log_pdf + alpha * log_ratio }
-    top = math.max(top, terms[i][2])
+    if v > top then sum, top = sum * math.exp(top - v), v end
+    sum = sum + w * math.exp(v - top)
   end
-  local sum = 0
-  for i = 0, n do sum = sum + math.exp(terms[i][1] + terms[i][2] - top) end
-  return (top + math.log(sum * h / 3)) / (alpha - 1)
+  return (top + math.log(sum * h / 3 / (s * math.sqrt(2 * math.pi)))) / (alpha - 1)
 end
 
 -- Values computed independently with mpmath (40 digits): adaptive quadrature of the same definition.
@@ -39,6 +36,22 @@ local function close(got, want, rel, what)
                  string.format("%s: %.12g, want %.12g", what, got, want))
 end
 
+describe("privacy.log_erfc", function()
+  it("matches mpmath's log(erfc(x)) either side of the series/continued fraction switch, and far out", function()
+    for _, c in ipairs {
+      { 0, 0.0 }, { 0.1, -0.11930497373739561 }, { 0.5, -0.7350111298370844 }, { 1, -1.8496055099332482 },
+      { 1.4999, -3.3841412183977523 }, { 1.5, -3.3844920895515527 }, { 1.5001, -3.3848429785581598 },
+      { 2, -5.3649412646166376 }, { 5, -27.200889545537434 }, { 10, -102.87988902484489 },
+      { 26, -679.83119976319423 }, { 30, -903.97411711064388 }, { 100, -10005.177585122664 },
+      { 1e4, -100000009.78270532 }, { -0.5, 0.41903914777555958 }, { -1.5, 0.67605450273396056 },
+      { -3, 0.69313613525044681 }, { -30, 0.69314718055994531 } } do
+      local got = privacy.log_erfc(c[1])
+      assert.is_true(math.abs(got - c[2]) <= 4e-15 * math.max(1, math.abs(c[2])),
+                     string.format("x=%g: %.17g, want %.17g", c[1], got, c[2]))
+    end
+  end)
+end)
+
 describe("privacy.rdp_step", function()
   it("matches numerical integration of the definition, at integer and fractional orders", function()
     for _, c in ipairs { { 0.01, 1.1, 2 }, { 0.01, 1.1, 8 }, { 0.01, 1.1, 32 }, { 0.1, 2.0, 4 },
@@ -46,7 +59,7 @@ describe("privacy.rdp_step", function()
                          { 256 / 60000, 1.1, 1.1 }, { 0.1, 2.0, 2.5 }, { 0.5, 4.0, 16.5 }, { 0.9, 1.0, 3.3 },
                          { 0.0085, 1.0, 12.7 }, { 0.02, 3.0, 40.5 } } do
       local q, s, a = c[1], c[2], c[3]
-      close(privacy.rdp_step(q, s, a), rdp_by_integration(q, s, a), 1e-6,
+      close(privacy.rdp_step(q, s, a), rdp_by_integration(q, s, a), 1e-8,
             string.format("q=%g sigma=%g alpha=%g", q, s, a))
     end
   end)
@@ -170,8 +183,12 @@ describe("privacy.epsilon", function()
   it("names bad arguments", function()
     assert.has_error(function() privacy.epsilon(1.5, 1, 1, 1e-5) end,
                      "privacy.epsilon: sampling rate q must be in [0, 1]")
-    assert.has_error(function() privacy.epsilon(0.01, 0, 1, 1e-5) end,
-                     "privacy.epsilon: the noise multiplier must be > 0")
+    for _, sigma in ipairs { 0, -1, 0 / 0, math.huge } do
+      assert.has_error(function() privacy.epsilon(0.01, sigma, 1, 1e-5) end,
+                       "privacy.epsilon: the noise multiplier must be a finite number > 0")
+    end
+    assert.has_error(function() privacy.rdp(0.01, 1, 10, { 2, "3" }) end,
+                     "privacy.rdp: orders[2]: the order must be a finite number > 1, got 3 (a string)")
     assert.has_error(function() privacy.epsilon(0.01, 1, -1, 1e-5) end,
                      "privacy.epsilon: steps must be a number >= 0")
     assert.has_error(function() privacy.epsilon(0.01, 1, 1, 1) end, "privacy.epsilon: delta must be in (0, 1)")
@@ -183,6 +200,11 @@ describe("privacy.epsilon", function()
                      "privacy.epsilon: orders must be a non-empty list")
     assert.has_error(function() privacy.spent({ 2, 3 }, { 1 }, 1e-5) end,
                      "privacy.spent: 2 orders but 1 RDP values")
+    assert.has_error(function() privacy.spent({ 2, 3 }, { 1, 0 / 0 }, 1e-5) end,
+                     "privacy.spent: rdp[2] must be a number >= 0, got " .. tostring(0 / 0))
+    assert.has_error(function() privacy.spent({ 2 }, { 1 }, 1e-5, "Standard") end,
+                     "privacy.spent: conversion must be 'standard' or 'balle2020', got 'Standard'")
+    assert.has_error(function() privacy.rdp(0.01, 1, -2) end, "privacy.rdp: steps must be a number >= 0")
   end)
 end)
 
