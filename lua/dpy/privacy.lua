@@ -162,11 +162,12 @@ local function check_mechanism(fn, q, sigma)
   end
 end
 
+-- A_alpha >= 1; computed, log A_alpha can be a rounding error below 0 (~1e-16) when q is tiny
 local function rdp_step(q, sigma, alpha)
   if q == 0 then return 0 end
   if q == 1 then return alpha / (2 * sigma * sigma) end
-  if alpha % 1 == 0 then return log_a_int(q, sigma, math.tointeger(alpha)) / (alpha - 1) end
-  return log_a_frac(q, sigma, alpha) / (alpha - 1)
+  local log_a = alpha % 1 == 0 and log_a_int(q, sigma, math.tointeger(alpha)) or log_a_frac(q, sigma, alpha)
+  return math.max(log_a, 0) / (alpha - 1)
 end
 
 --- privacy.rdp_step(q, sigma, alpha) -> the RDP of one step of the sampled Gaussian mechanism at

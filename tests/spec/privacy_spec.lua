@@ -28,11 +28,15 @@ local MPMATH = {
   { 0.5, 0.8, 10.7, 7.5947696358452877 }, { 0.9, 1.0, 3.3, 1.5150830328098271 },
   { 1e-4, 0.5, 20.5, 31.317334480742987 }, { 0.02, 3.0, 100.5, 1.6327787162001232 },
   { 0.01, 1.0, 1.1, 9.2414710846869586e-5 }, { 0.01, 1.0, 10.9, 0.38761141130038889 },
-  { 0.3, 0.4, 1.01, 0.56598056243408213 },
+  { 0.3, 0.4, 1.01, 0.56598056243408213 }, { 0.99, 0.1, 9.2, 459.98872401343257 },
+  { 0.05, 0.1, 8.9, 441.62506110954041 }, { 0.0001, 0.8, 1.5, 2.8268517091805537e-8 },
+  { 0.001, 5, 6.9, 1.4082568474754825e-7 }, { 0.7, 20, 6.2, 0.0038083076305788288 },
+  { 0.0001, 0.3, 8.6, 37.355550514752099 }, { 0.99, 5, 1.7, 0.033332620580046766 },
 }
 
+-- |got - want| within rel of want, give or take 1e-16 (log A_alpha's rounding when A_alpha ~ 1)
 local function close(got, want, rel, what)
-  assert.is_true(math.abs(got - want) <= rel * math.abs(want),
+  assert.is_true(math.abs(got - want) <= rel * math.abs(want) + 1e-16,
                  string.format("%s: %.12g, want %.12g", what, got, want))
 end
 
@@ -247,5 +251,29 @@ describe("DP-SGD", function()
                                                                  1e-5, 1e-6))
     assert.has_error(function() m:per_sample_grads(x, tensor.new({ 0 }, "int64")) end,
                      "torch: per_sample_grads: 7 inputs but 1 targets")
+  end)
+end)
+
+describe("the differential_privacy action", function()
+  it("records epsilon (standard) and epsilon_balle2020 every round, in both modes", function()
+    for _, mode in ipairs { "sgd", "local" } do
+      -- two nodes of 500 samples, evaluated once: seconds
+      local cfg = TINY_RUN .. "nodes = 2\ntrain_samples = 1000\neval_every = 3\nactions = { { 'differential_privacy', "
+                  .. "clip = 1.0, noise = 1.1, mode = '" .. mode .. "' } }\n"
+      local code, _, err, out = run_config(cfg)
+      assert.are.equal(0, code, err)
+      local m = node_metrics(out, 1)
+      assert.are.equal(3, #m.epsilon)
+      assert.are.equal(3, #m.epsilon_balle2020)
+      for r = 1, 3 do
+        -- sgd: 3 steps a round, q = batch 16 / 500 samples a node; local: one unsampled Gaussian a round
+        local q, steps = 16 / 500, 3 * r
+        if mode == "local" then q, steps = 1, r end
+        close(m.epsilon[r][2], privacy.epsilon(q, 1.1, steps, 1e-5), 1e-12, mode .. " epsilon")
+        close(m.epsilon_balle2020[r][2], privacy.epsilon(q, 1.1, steps, 1e-5, { conversion = "balle2020" }), 1e-12,
+              mode .. " epsilon_balle2020")
+        assert.is_true(m.epsilon_balle2020[r][2] < m.epsilon[r][2])
+      end
+    end
   end)
 end)
