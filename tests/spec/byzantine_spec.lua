@@ -229,18 +229,15 @@ describe("byzantine.simulation", function()
   end
 
   it("keeps every honest model finite under the nan attack: median alone, after NNM, after bucketing", function()
-    for _, reach in ipairs { "all", "sampled" } do
-      for _, pre in ipairs { {}, { "nnm" }, { { "bucketing", bucket = 2, seed = 1 } },
-                             { { "static_clipping", radius = 10 }, "nnm" } } do
-        for _, attack in ipairs { "nan", "infinity" } do
-          local s = sim { attack = attack, aggregator = { "median" }, pre_aggregation = pre, byzantine_reach = reach }
-          for _, snap in ipairs(s:run(2)) do
-            local what = string.format("%s, %s, pre %s", attack, reach, type(pre[1]) == "table" and pre[1][1]
-                                       or tostring(pre[1]))
-            assert.is_true(all_finite(snap.parameters), what)
-            assert.is_true(all_finite(snap.mixed_parameters), what)
-          end
-        end
+    local bucketing = { "bucketing", bucket = 2, seed = 1 }   -- 5 received: 3 buckets
+    for _, c in ipairs { { "nan", "all", {} }, { "nan", "all", { "nnm" } }, { "nan", "all", { bucketing } },
+                         { "infinity", "all", { "nnm" } }, { "infinity", "all", { bucketing } },
+                         { "nan", "sampled", { "nnm" } } } do
+      local s = sim { attack = c[1], byzantine_reach = c[2], aggregator = { "median" }, pre_aggregation = c[3] }
+      for _, snap in ipairs(s:run(2)) do
+        local what = string.format("%s, %s, pre %s", c[1], c[2], c[3][1] and (c[3][1][1] or c[3][1]) or "none")
+        assert.is_true(all_finite(snap.parameters), what)
+        assert.is_true(all_finite(snap.mixed_parameters), what)
       end
     end
   end)
@@ -261,7 +258,7 @@ describe("byzantine.simulation", function()
     -- "sampled": n - f - 1 of the n - 1 others; with the mean and +inf attackers, a worker's model
     -- is finite exactly when it received none
     local seen = {}
-    for seed = 1, 3 do
+    for seed = 1, 20 do
       local snap2 = sim { n = 6, f = 2, seed = seed, aggregator = "mean", attack = "infinity" }:step()
       local got = snap2.byzantine_received:totable()
       assert.are.equal(4, #got)
@@ -270,8 +267,9 @@ describe("byzantine.simulation", function()
         assert.are.equal(c == 0, all_finite(snap2.parameters[i - 1]), "worker " .. i .. " received " .. c)
         seen[c] = true
       end
+      if seen[0] and seen[1] and seen[2] then break end
     end
-    assert.is_true(seen[0] and (seen[1] or seen[2]), "both cases drawn")
+    assert.is_true(seen[0] and seen[1] and seen[2], "0, 1 and 2 drawn")
   end)
 
   it("refuses bad options with a message", function()
