@@ -66,27 +66,8 @@ M.RULES = {
                       doc = "each input scaled down to norm at most radius" },
 }
 
---- What each option of the rules accepts (dpy.options rules); RULES[name].options lists which
--- options a rule takes.
-M.OPTION_RULES = {
-  f = { type = "integer", min = 0, doc = "the number of Byzantine inputs tolerated" },
-  m = { type = "integer", min = 1, doc = "multi_krum: how many inputs are averaged (n - f)" },
-  tol = { type = "number", above = 0, doc = "geometric_median: relative step that stops (1e-6)" },
-  max_iter = { type = "integer", min = 1, doc = "geometric_median: most iterations (100)" },
-  eps = { type = "number", above = 0, doc = "geometric_median: distance floor (1e-8)" },
-  radius = { type = "number", above = 0, doc = "clipping radius" },
-  iterations = { type = "integer", min = 1, doc = "centered_clipping: steps (1)" },
-  center = true,
-  bucket = { type = "integer", min = 1, doc = "bucketing: inputs per bucket" },
-  seed = { type = "integer", doc = "bucketing: the shuffle's seed (0)" },
-}
-
 --- The dpy.options schema of rule name.
-function M.schema(name)
-  local schema = {}
-  for k in pairs(M.RULES[name].options) do schema[k] = M.OPTION_RULES[k] end
-  return schema
-end
+function M.schema(name) return M.RULES[name].options end
 
 local function matrix(vectors)
   if tensor.is_tensor(vectors) then return vectors, false end
