@@ -67,8 +67,12 @@ local function is_list(t)
   return true
 end
 
--- Whether value has the type a rule names.
+-- Whether value has the type a rule names (an integral float counts as an integer, as
+-- lua_tointeger has it: 2.0 is 2).
 local function has_type(value, wanted)
+  if wanted == "integer" then
+    return math.type(value) == "integer" or (math.type(value) == "float" and math.tointeger(value) ~= nil)
+  end
   if wanted == "number" then return type(value) == "number" end
   if wanted == "path" then return type(value) == "string" and value ~= "" end
   if wanted == "list" then return is_list(value) end

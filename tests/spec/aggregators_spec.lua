@@ -280,7 +280,7 @@ describe("aggregators' options in the C binding", function()
 
   it("refuse m outside 1..n - f", function()
     for _, m in ipairs { 0, -2, 2.5 } do
-      assert.has_error(function() agg.multi_krum(x, { f = 1, m = m }) end,
+      assert.has_error(function() core.aggregate("multi_krum", x, { f = 1, m = m }) end,
                        "multi_krum: option m must be an integer >= 1, got " .. tostring(m))
     end
     assert.has_error(function() agg.multi_krum(x, { f = 1, m = 7 }) end, "multi_krum: m = 7 exceeds n - f = 6")
@@ -301,7 +301,7 @@ describe("aggregators' options in the C binding", function()
       for _, v in ipairs(c[3]) do
         local o = { radius = 1 }
         o[c[2]] = v
-        local ok, err = pcall(agg[c[1]], x, o)
+        local ok, err = pcall(core.aggregate, c[1], x, o)
         assert.is_false(ok, c[1] .. " " .. c[2] .. " = " .. tostring(v))
         local want = string.format("%s: option %s must be %s, got %s", c[1], c[2], c[4], tostring(v))
         assert.are.equal(want, (tostring(err):gsub("^[^:]*:%d+: ", "")))
