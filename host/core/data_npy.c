@@ -205,7 +205,7 @@ static void keep_data(dpy_array *a, uint8_t *buf, size_t off) {
 /* {==== .npz ====} */
 
 static int zip_fail(char *err, size_t errlen, const char *path, zip_error_t *ze) {
-    dpy_fail(err, errlen, "%s: not a readable .npz archive (%s)", path, zip_error_strerror(ze));
+    dpy_fail(err, errlen, "%s: not a readable .npz archive (%s: truncated or corrupt?)", path, zip_error_strerror(ze));
     zip_error_fini(ze);
     return -1;
 }

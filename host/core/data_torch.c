@@ -75,7 +75,7 @@ static int open_archive(tfile *f, zip_int64_t *pkl) {
     if (!f->z) {
         zip_error_t ze;
         zip_error_init_with_code(&ze, code);
-        int rc = tfail(f, "not a readable torch.save archive (%s)", zip_error_strerror(&ze));
+        int rc = tfail(f, "not a readable torch.save archive (%s: truncated or corrupt?)", zip_error_strerror(&ze));
         zip_error_fini(&ze);
         return rc;
     }

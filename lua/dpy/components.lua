@@ -1,25 +1,12 @@
 --- dpy.components: registers the built-in datasets, optimizers and models, so that configs can
 -- name them by string.
 local registry = require "dpy.registry"
-local data = require "dpy.data"
 local optim = require "dpy.optim"
 
 local M = {}
 
-local DATASETS = {
-  fashion_mnist = { dir = true }, mnist = { dir = true }, cifar10 = { dir = true },
-  cifar100 = { dir = true, label = true },
-}
-for name, opts in pairs(DATASETS) do
-  registry.register {
-    kind = "dataset", name = name, options = opts,
-    doc = "data." .. name .. "; ctx.train selects the training or the test split",
-    new = function(cfg, ctx)
-      local o = { train = ctx.train ~= false }
-      for k in pairs(opts) do o[k] = cfg[k] end
-      return data[name](o)
-    end,
-  }
+for _, name in ipairs { "fashion_mnist", "mnist", "cifar10", "cifar100", "numpy", "torch" } do
+  require("dpy.datasets." .. name)
 end
 
 local OPTIMIZERS = {

@@ -206,6 +206,12 @@ static void test_torch(void) {
     CHECK_CONTAINS(err, "float16 tensors are not supported");
     CHECK(dpy_torch_read(fixture("numpy/train.npz"), NULL, 0, 0, &a, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "without the data.pkl of a torch.save file");
+    CHECK(dpy_torch_read(fixture("torch/past_end.pt"), NULL, 0, 0, &a, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "a tensor that reaches past the end of its storage");
+    CHECK(dpy_torch_read(fixture("torch/huge.pt"), NULL, 0, 0, &a, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "a tensor whose size is too large");
+    CHECK(dpy_torch_read(fixture("torch/evil.pt"), NULL, 0, 0, &a, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "global 'posix.system' is not allowed");
     write_bytes(tmp("legacy.pt"), "\x80\x02\x8a\x0a", 4);
     CHECK(dpy_torch_read(tmp("legacy.pt"), NULL, 0, 0, &a, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "legacy torch.save format");
