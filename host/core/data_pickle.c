@@ -12,9 +12,9 @@
 
 #include "dpy_core.h"
 
-#define PK_MAX_VALUES (1 << 24)
-#define PK_MAX_STACK (1 << 24)
-#define PK_MAX_MEMO (1 << 24)
+/* a CIFAR-100 batch makes 150k objects, a torch.save file a few dozen per tensor */
+#define PK_MAX_VALUES (1 << 21)
+#define PK_MAX_STACK (1 << 21)
 
 typedef struct {
     pk_doc *doc;
@@ -260,10 +260,11 @@ static int build(pk_state *st) {
 static int memo_put(pk_state *st, uint64_t key) {
     if (st->sp <= floor_of_stack(st))
         return fail(st, "memo put with an empty stack");
-    if (key >= PK_MAX_MEMO)
-        return fail(st, "memo index too large");
+    /* Python numbers its memo entries in order: a key past the objects made is not a pickler's */
+    if (key > (uint64_t)st->doc->nv)
+        return fail(st, "memo index out of order");
     int32_t old = st->memo_cap;
-    if (grow((void **)&st->memo, &st->memo_cap, (int32_t)key + 1, sizeof *st->memo, PK_MAX_MEMO) != 0)
+    if (grow((void **)&st->memo, &st->memo_cap, (int32_t)key + 1, sizeof *st->memo, PK_MAX_VALUES + 1) != 0)
         return fail(st, "out of memory");
     for (int32_t i = old; i < st->memo_cap; i++)
         st->memo[i] = -1;
