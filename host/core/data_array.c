@@ -160,7 +160,8 @@ int dpy_dataset_arrays(dpy_array *images, dpy_array *labels, dpy_layout layout, 
         labels->type != DPY_ARRAY_I64)
         return dpy_fail(err, errlen, "%s: labels are %s; they must be integers (int64, int32 or "
                         "uint8)", what, dpy_array_type_name(labels->type));
-    if (images->ndim == 3) {
+    int grey = images->ndim == 3;   /* N x H x W: no channel dim to move */
+    if (grey) {
         memmove(images->dims + 2, images->dims + 1, 2 * sizeof *images->dims);
         images->dims[1] = 1;
         images->ndim = 4;
@@ -176,9 +177,13 @@ int dpy_dataset_arrays(dpy_array *images, dpy_array *labels, dpy_layout layout, 
                         dpy_array_shape(images, s1, sizeof s1), dpy_array_shape(labels, s2, sizeof s2));
     if (images->dims[0] == 0)
         return dpy_fail(err, errlen, "%s: no samples", what);
+    for (int i = 1; i < images->ndim; i++)
+        if (images->dims[i] == 0)
+            return dpy_fail(err, errlen, "%s: images are %s: empty", what,
+                            dpy_array_shape(images, s1, sizeof s1));
     int c1 = images->dims[1] == 1 || images->dims[1] == 3;
     int c3 = images->dims[3] == 1 || images->dims[3] == 3;
-    if (layout == DPY_LAYOUT_NHWC || (layout == DPY_LAYOUT_AUTO && c3 && !c1))
+    if (!grey && (layout == DPY_LAYOUT_NHWC || (layout == DPY_LAYOUT_AUTO && c3 && !c1)))
         if (to_nchw(images, err, errlen) != 0)
             return -1;
     if (images->dims[1] > 16)

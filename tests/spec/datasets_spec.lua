@@ -337,4 +337,13 @@ describe("built-in datasets", function()
     local m = node_metrics(out, 0)
     assert.is_truthy(m and m.test_accuracy, "no metrics in " .. out)
   end)
+
+  it("train decentralized nodes on a torch.save dataset #e2e", function()
+    local config = string.format("dataset = { 'torch', dir = %q }\nmodel = { 'mlp', hidden = { 8 } }\n"
+                                 .. "nodes = 2\ngraph = 'ring'\nrounds = 2\nlocal_steps = 1\nbatch_size = 2\n"
+                                 .. "peer_timeout = 20\n", F .. "/torch")
+    local code, _, err, out = run_config(config)
+    assert.are.equal(0, code, err)
+    for uid = 0, 1 do assert.is_truthy(node_metrics(out, uid), "no metrics for node " .. uid) end
+  end)
 end)

@@ -64,6 +64,8 @@ static int u8_pattern(const dpy_array *a, int mul, int add) {
 static const char *IMAGES[] = {"images", "x", "data"};
 static const char *LABELS[] = {"labels", "y", "targets"};
 
+static const char *npy_with(const char *name, const char *header, const void *data, size_t len);
+
 static void test_numpy(void) {
     dpy_array a, b;
     CHECK(dpy_npy_read(fixture("numpy/train.npz"), IMAGES, 3, &a, err, sizeof err) == 0);
@@ -112,6 +114,21 @@ static void test_numpy(void) {
     CHECK(b.type == DPY_ARRAY_I32 && ((int32_t *)b.data)[3] == 1);
     CHECK(dpy_dataset_arrays(&a, &b, DPY_LAYOUT_AUTO, "t", err, sizeof err) == 0);
     CHECK(dims_are(&a, 4, 4, 1, 3, 3));
+    dpy_array_free(&a);
+    dpy_array_free(&b);
+    /* empty images are refused, not wrapped */
+    CHECK(dpy_npy_read(npy_with("e.npy", "{'descr': '|u1', 'fortran_order': False, 'shape': (4, 0, 3), }",
+                                "", 0), NULL, 0, &a, err, sizeof err) == 0);
+    CHECK(dpy_npy_read(fixture("numpy/y_train.npy"), NULL, 0, &b, err, sizeof err) == 0);
+    CHECK(dpy_dataset_arrays(&a, &b, DPY_LAYOUT_AUTO, "t", err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "t: images are 4 x 1 x 0 x 3: empty");
+    dpy_array_free(&a);
+    dpy_array_free(&b);
+    /* N x H x W images have no channel dim to move, whatever the layout says */
+    CHECK(dpy_npy_read(fixture("numpy/x_train.npy"), NULL, 0, &a, err, sizeof err) == 0);
+    CHECK(dpy_npy_read(fixture("numpy/y_train.npy"), NULL, 0, &b, err, sizeof err) == 0);
+    CHECK(dpy_dataset_arrays(&a, &b, DPY_LAYOUT_NHWC, "t", err, sizeof err) == 0);
+    CHECK(dims_are(&a, 4, 4, 1, 3, 3) && u8_pattern(&a, 7, 3));
     dpy_array_free(&a);
     dpy_array_free(&b);
 
