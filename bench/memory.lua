@@ -3,7 +3,6 @@
 local host = require "dpy.host.core"
 local dpy = require "dpy"
 local registry = require "dpy.registry"
-require "dpy.components"
 
 local function mib(b) return b / 2 ^ 20 end
 local idle = host.memory().rss

@@ -10,7 +10,6 @@ local codec = require "dpy.codec.core"
 local privacy = require "dpy.privacy"
 local host = require "dpy.host.core"
 local registry = require "dpy.registry"
-require "dpy.components"
 
 host.set_threads(1)   -- per core
 tensor.manual_seed(1)

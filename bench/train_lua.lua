@@ -6,7 +6,6 @@
 local dpy = require "dpy"
 local host = require "dpy.host.core"
 local registry = require "dpy.registry"
-require "dpy.components"
 
 local steps, seed, dir = tonumber(arg[1] or 300), math.tointeger(tonumber(arg[2] or 1)), arg[3]
 local WARMUP = 20

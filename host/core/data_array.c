@@ -4,6 +4,7 @@
 */
 #define _POSIX_C_SOURCE 200809L
 #include "dpy_arrays.h"
+#include "data_image.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -200,30 +201,22 @@ int dpy_array_channel_stats(const dpy_array *images, double *mean, double *std, 
     if (images->ndim != 4 || images->dims[1] > maxc)
         return dpy_fail(err, errlen, "channel statistics need N x C x H x W images, C <= %d", maxc);
     int64_t n = images->dims[0], c = images->dims[1], hw = images->dims[2] * images->dims[3];
+    if (images->type == DPY_ARRAY_U8) {
+        dpy_u8_channel_stats(images->data, n, (int)c, hw, mean, std);
+        return 0;
+    }
     for (int64_t k = 0; k < c; k++) {
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < n; i++) {
-            size_t base = (size_t)((i * c + k) * hw);
-            if (images->type == DPY_ARRAY_U8) {
-                const uint8_t *p = (const uint8_t *)images->data + base;
-                uint64_t s = 0, q = 0;   /* exact within an image */
-                for (int64_t j = 0; j < hw; j++) {
-                    s += p[j];
-                    q += (uint64_t)p[j] * p[j];
-                }
-                sum += (double)s / 255.0;
-                sq += (double)q / (255.0 * 255.0);
-            } else {
-                const float *p = (const float *)images->data + base;
-                for (int64_t j = 0; j < hw; j++) {
-                    sum += p[j];
-                    sq += (double)p[j] * p[j];
-                }
+            const float *p = (const float *)images->data + (size_t)((i * c + k) * hw);
+            for (int64_t j = 0; j < hw; j++) {
+                sum += p[j];
+                sq += (double)p[j] * p[j];
             }
         }
         double count = (double)n * (double)hw;
-        mean[k] = count > 0 ? sum / count : 0;
-        double var = count > 0 ? sq / count - mean[k] * mean[k] : 0;
+        mean[k] = sum / count;
+        double var = sq / count - mean[k] * mean[k];
         std[k] = var > 0 ? sqrt(var) : 0;
     }
     return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_image.h"
 #include "dpy_arrays.h"
 #include "dpy_core.h"
 #include "dpy_lua.h"
@@ -200,6 +201,260 @@ static int d_batch(lua_State *L) {
     return 2;
 }
 
+/* {==== image files, directory listings, datasets shared by key (lua/dpy/datasets) ====} */
+
+#define NAMES_MT "dpy.data.Names"
+
+/* The box that owns two name lists while they become Lua strings (pushing may raise). */
+static int names_gc(lua_State *L) {
+    dpy_names *x = luaL_checkudata(L, 1, NAMES_MT);
+    dpy_names_free(&x[0]);
+    dpy_names_free(&x[1]);
+    return 0;
+}
+
+static void push_names(lua_State *L, const dpy_names *x) {
+    lua_createtable(L, (int)x->n, 0);
+    for (size_t i = 0; i < x->n; i++) {
+        lua_pushstring(L, x->names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+}
+
+/* data.core.list_dir(path) -> dirs, files (names, each list sorted by bytes) | nil, err */
+static int d_list_dir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    dpy_names *x = lua_newuserdatauv(L, 2 * sizeof *x, 0);   /* box first, empty */
+    memset(x, 0, 2 * sizeof *x);
+    luaL_setmetatable(L, NAMES_MT);
+    char err[512];
+    if (dpy_dir_list(path, &x[0], &x[1], err, sizeof err) != 0)
+        return io_fail(L, err);
+    push_names(L, &x[0]);
+    push_names(L, &x[1]);
+    dpy_names_free(&x[0]);
+    dpy_names_free(&x[1]);
+    return 2;
+}
+
+/* data.core.image_probe(path) -> width, height, channels (1 grey, 3 colour) | nil, err */
+static int d_image_probe(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    dpy_image_info info;
+    char err[512];
+    if (dpy_image_probe(path, &info, err, sizeof err) != 0)
+        return io_fail(L, err);
+    lua_pushinteger(L, info.width);
+    lua_pushinteger(L, info.height);
+    lua_pushinteger(L, info.channels);
+    return 3;
+}
+
+static int check_side(lua_State *L, int arg) {
+    lua_Integer v = luaL_checkinteger(L, arg);
+    luaL_argcheck(L, v >= 1 && v <= DPY_IMAGE_MAX_SIDE, arg, "image side out of range");
+    return (int)v;
+}
+
+/*
+** data.core.read_images(paths, channels, height, width) -> uint8 dpy.Tensor | nil, err
+** n x channels x height x width, image i decoded from paths[i] (PNG or JPEG); the first file that
+** is missing, corrupt or of another size ends it, named in err
+*/
+static int d_read_images(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer c = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, c == 1 || c == 3, 2, "channels must be 1 or 3");
+    int h = check_side(L, 3), w = check_side(L, 4);
+    lua_settop(L, 4);
+    lua_Integer n = luaL_len(L, 1);
+    luaL_argcheck(L, n >= 1, 1, "no image paths");
+    for (lua_Integer i = 1; i <= n; i++) {
+        size_t len;
+        if (lua_geti(L, 1, i) != LUA_TSTRING)
+            return luaL_error(L, "bad argument #1 to 'read_images' (paths[%I] is a %s, not a "
+                              "string)", (LUAI_UACINT)i, luaL_typename(L, -1));
+        if (strlen(lua_tolstring(L, -1, &len)) != len)
+            return luaL_error(L, "bad argument #1 to 'read_images' (paths[%I] holds a NUL byte)",
+                              (LUAI_UACINT)i);
+        lua_pop(L, 1);
+    }
+    int64_t shape[4] = {(int64_t)n, (int64_t)c, h, w};
+    size_t per = (size_t)c * (size_t)h * (size_t)w;
+    dpy_tensor_box *b = dpy_newtensor(L);   /* the box owns the pixels from the start */
+    if (dpy_tensor_empty(&b->h, shape, 4, DPY_UINT8, NULL) != DPY_OK)
+        return dpy_torch_error(L);
+    uint8_t *pixels = (uint8_t *)dpy_tensor_data(b->h);
+    char err[512];
+    for (lua_Integer i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        int rc = dpy_image_decode(lua_tostring(L, -1), (int)c, h, w, pixels + (size_t)i * per, err,
+                                  sizeof err);
+        lua_pop(L, 1);
+        if (rc != 0) {
+            dpy_tensor_drop(b);
+            return io_fail(L, err);
+        }
+    }
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/* data.core.channel_stats(images) -> means, stds: per channel of a uint8 n x c x ... tensor,
+** on the 0..1 scale */
+static int d_channel_stats(lua_State *L) {
+    dpy_tensor *t = dpy_checktensor(L, 1);
+    const uint8_t *data = dpy_tensor_data(t);
+    luaL_argcheck(L, dpy_tensor_dtype(t) == DPY_UINT8 && dpy_tensor_dim(t) >= 2 && data, 1,
+                  "a contiguous cpu uint8 tensor of n x channels x ... expected");
+    int64_t n = dpy_tensor_size(t, 0), c = dpy_tensor_size(t, 1);
+    luaL_argcheck(L, c >= 1 && c <= 64 && n >= 1, 1, "1 to 64 channels and a sample expected");
+    double mean[64], std[64];
+    dpy_u8_channel_stats(data, n, (int)c, dpy_tensor_numel(t) / (n * c), mean, std);
+    for (int pass = 0; pass < 2; pass++) {
+        lua_createtable(L, (int)c, 0);
+        for (int k = 0; k < c; k++) {
+            lua_pushnumber(L, pass ? std[k] : mean[k]);
+            lua_rawseti(L, -2, k + 1);
+        }
+    }
+    return 2;
+}
+
+/*
+** The datasets that Lua builds (lua/dpy/datasets), kept per process by key like the files above:
+** entries are immutable once listed and live until the process ends, so their tensors can be
+** shared after the lock is let go. The lock is recursive: a builder may itself ask for another
+** key (a test split for its training split's statistics); other threads wait, and then share.
+*/
+typedef struct shared_entry {
+    char *key, *meta;             /* key: keylen bytes, NULs allowed */
+    size_t keylen, metalen, n;
+    char **names;
+    dpy_tensor **tensors;
+    struct shared_entry *next;
+} shared_entry;
+
+static shared_entry *g_shared;
+static pthread_mutex_t g_shared_lock;
+static pthread_once_t g_shared_once = PTHREAD_ONCE_INIT;
+
+static void shared_init(void) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&g_shared_lock, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+static void shared_free(shared_entry *e) {
+    for (size_t i = 0; e->names && i < e->n; i++) {
+        free(e->names[i]);
+        dpy_tensor_free(e->tensors[i]);
+    }
+    free(e->names);
+    free(e->tensors);
+    free(e->key);
+    free(e->meta);
+    free(e);
+}
+
+/* An entry from the builder's results at 3 (name -> tensor) and 4 (string or nil), or NULL and
+** *bad. Raises nothing: the caller holds the lock. */
+static shared_entry *shared_make(lua_State *L, const char *key, size_t keylen, const char **bad) {
+    *bad = "the builder must return a table of tensors by name, and a string or nil";
+    if (!lua_istable(L, 3) || (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING))
+        return NULL;
+    size_t n = 0;
+    for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || !dpy_testtensor(L, lua_absindex(L, -1))) {
+            lua_pop(L, 2);
+            return NULL;
+        }
+        n++;
+    }
+    *bad = "out of memory";
+    shared_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->names = calloc(n ? n : 1, sizeof *e->names);
+    e->tensors = calloc(n ? n : 1, sizeof *e->tensors);
+    if ((e->key = malloc(keylen + 1)) != NULL) {
+        memcpy(e->key, key, keylen + 1);
+        e->keylen = keylen;
+    }
+    size_t metalen = 0;
+    const char *meta = lua_tolstring(L, 4, &metalen);
+    if (meta && (e->meta = malloc(metalen + 1)) != NULL) {
+        memcpy(e->meta, meta, metalen + 1);
+        e->metalen = metalen;
+    }
+    int ok = e->names && e->tensors && e->key && (!meta || e->meta);
+    lua_pushnil(L);
+    while (ok && lua_next(L, 3)) {
+        e->names[e->n] = strdup(lua_tostring(L, -2));
+        ok = e->names[e->n] != NULL &&
+             dpy_tensor_share(&e->tensors[e->n], dpy_testtensor(L, lua_absindex(L, -1))) == DPY_OK;
+        e->n++;
+        lua_pop(L, ok ? 1 : 2);   /* the value; the key too when the walk stops here */
+    }
+    if (!ok) {
+        shared_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/*
+** data.core.shared(key, build) -> tensors, meta
+** The first call for key in the process runs build() -> {name = dpy.Tensor, ...}, meta (a string
+** or nil) and keeps both; every call returns read-only shares of the tensors (a new table) and the
+** string. build's error is raised as it is, and nothing is kept.
+*/
+static int d_shared(lua_State *L) {
+    size_t keylen;
+    const char *key = luaL_checklstring(L, 1, &keylen);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_settop(L, 2);
+    pthread_once(&g_shared_once, shared_init);
+    pthread_mutex_lock(&g_shared_lock);
+    shared_entry *e = g_shared;
+    while (e && (e->keylen != keylen || memcmp(e->key, key, keylen) != 0))
+        e = e->next;
+    if (!e) {
+        lua_pushvalue(L, 2);
+        if (lua_pcall(L, 0, 2, 0) != LUA_OK) {
+            pthread_mutex_unlock(&g_shared_lock);
+            return lua_error(L);
+        }
+        const char *bad;
+        if (!(e = shared_make(L, key, keylen, &bad))) {
+            pthread_mutex_unlock(&g_shared_lock);
+            return luaL_error(L, "data.core.shared: %s", bad);
+        }
+        e->next = g_shared;
+        g_shared = e;
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+    lua_settop(L, 2);
+    lua_createtable(L, 0, (int)e->n);
+    for (size_t i = 0; i < e->n; i++) {
+        dpy_tensor_box *b = dpy_newtensor(L);
+        if (dpy_tensor_share(&b->h, e->tensors[i]) != DPY_OK)
+            return dpy_torch_error(L);
+        b->flags = DPY_TF_READONLY;
+        dpy_tensor_filled(L, b);
+        lua_setfield(L, -2, e->names[i]);
+    }
+    if (e->meta)
+        lua_pushlstring(L, e->meta, e->metalen);
+    else
+        lua_pushnil(L);
+    return 2;
+}
+
+/* }==== */
+
 /* {==== NumPy, torch.save and CIFAR-pickle datasets (dpy_arrays.h) ====} */
 
 /*
@@ -373,10 +628,18 @@ static int d_read_arrays(lua_State *L) {
 
 static const luaL_Reg functions[] = {{"read_idx", d_read_idx}, {"read_cifar", d_read_cifar},
                                      {"batch", d_batch},
+                                     {"list_dir", d_list_dir}, {"image_probe", d_image_probe},
+                                     {"read_images", d_read_images},
+                                     {"channel_stats", d_channel_stats}, {"shared", d_shared},
                                      {"read_arrays", d_read_arrays}, {"read_cifar_py", d_read_cifar_py},
                                      {NULL, NULL}};
 
 int luaopen_dpy_data_core(lua_State *L) {
+    if (luaL_newmetatable(L, NAMES_MT)) {
+        lua_pushcfunction(L, names_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
     luaL_newlib(L, functions);
     return 1;
 }

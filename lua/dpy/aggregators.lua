@@ -6,6 +6,7 @@
 local core = require "dpy.aggregate.core"
 local tensor = require "dpy.tensor"
 local registry = require "dpy.registry"
+local options = require "dpy.options"
 
 local M = {}
 
@@ -43,6 +44,28 @@ M.RULES = {
                       doc = "each input scaled down to norm at most radius" },
 }
 
+--- What each option of the rules accepts (dpy.options rules); RULES[name].options lists which
+-- options a rule takes.
+M.OPTION_RULES = {
+  f = { type = "integer", min = 0, doc = "the number of Byzantine inputs tolerated" },
+  m = { type = "integer", min = 1, doc = "multi_krum: how many inputs are averaged (n - f)" },
+  tol = { type = "number", above = 0, doc = "geometric_median: relative step that stops (1e-6)" },
+  max_iter = { type = "integer", min = 1, doc = "geometric_median: most iterations (100)" },
+  eps = { type = "number", above = 0, doc = "geometric_median: distance floor (1e-8)" },
+  radius = { type = "number", above = 0, doc = "clipping radius" },
+  iterations = { type = "integer", min = 1, doc = "centered_clipping: steps (1)" },
+  center = true,
+  bucket = { type = "integer", min = 1, doc = "bucketing: inputs per bucket" },
+  seed = { type = "integer", doc = "bucketing: the shuffle's seed (0)" },
+}
+
+--- The dpy.options schema of rule name.
+function M.schema(name)
+  local schema = {}
+  for k in pairs(M.RULES[name].options) do schema[k] = M.OPTION_RULES[k] end
+  return schema
+end
+
 local function matrix(vectors)
   if tensor.is_tensor(vectors) then return vectors, false end
   if #vectors == 0 then error("aggregators: no vectors to aggregate", 3) end
@@ -58,53 +81,52 @@ local function call(rule, vectors, opts)
 end
 
 for name in pairs(M.RULES) do
-  M[name] = function(vectors, opts) return call(name, vectors, opts or {}) end
-end
-
-local function entry_parts(entry)
-  if type(entry) == "string" then return entry, {} end
-  return entry[1], entry
-end
-
---- A copy of a rule entry ("median" or { "krum", ... }) with f set to f where the rule takes one
--- and the entry gives none; keys that are not the rule's options (pre, beta) are left out.
-function M.with_f(entry, f)
-  local name = type(entry) == "table" and entry[1] or entry
-  local rule = M.RULES[name]
-  local out = { name }
-  for k, v in pairs(type(entry) == "table" and entry or {}) do
-    if k ~= 1 and (not rule or rule.options[k]) then out[k] = v end
+  local schema = M.schema(name)
+  M[name] = function(vectors, opts)
+    return call(name, vectors, options.check(opts or {}, schema, "aggregators." .. name, 2))
   end
-  if rule and rule.options.f and out.f == nil then out.f = f end
+end
+
+--- A copy of a rule entry ("median", { "krum", ... } or a user's file) with f set to f where the
+-- rule takes one and the entry gives none; keys that are not the rule's options (a sharing's pre
+-- and beta) are left out.
+function M.with_f(entry, f)
+  local schema = registry.spec("aggregator", entry, 2).options or {}
+  local out = { type(entry) == "table" and entry[1] or entry }
+  for k, v in pairs(type(entry) == "table" and entry or {}) do
+    if k ~= 1 and schema[k] then out[k] = v end
+  end
+  if schema.f and out.f == nil then out.f = f end
   return out
 end
 
---- aggregators.aggregate(rule, vectors [, pre]) -> d tensor: rule ("median" or { "krum", f = 2 })
--- after the pre-aggregations in pre ({ { "nnm", f = 2 }, ... }), in order.
+--- aggregators.aggregate(rule, vectors [, pre]) -> d tensor: rule ("median", { "krum", f = 2 },
+-- or the path of a user's aggregator file) after the pre-aggregations in pre ({ { "nnm", f = 2 },
+-- ... }), in order.
 function M.aggregate(rule, vectors, pre)
   local x, own = matrix(vectors)
   for _, p in ipairs(pre or {}) do
-    local name, opts = entry_parts(p)
-    if not (M.RULES[name] and M.RULES[name].pre) then
-      error(string.format("aggregators: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping)",
-                          tostring(name)), 2)
+    local spec = registry.spec("aggregator", p, 2)
+    if not spec.pre then
+      error(string.format("aggregators: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping, or a "
+                          .. "file whose spec says pre = true)", spec.name), 2)
     end
-    local y = call(name, x, opts)
+    local y = registry.build("aggregator", p)(x)
     if own then x:free() end
     x, own = y, true
   end
-  local name, opts = entry_parts(rule)
-  if not M.RULES[name] or M.RULES[name].pre then
-    error(string.format("aggregators: no aggregator named '%s'", tostring(name)), 2)
+  local spec = registry.spec("aggregator", rule, 2)
+  if spec.pre then
+    error(string.format("aggregators: '%s' is a pre-aggregation, not an aggregator", spec.name), 2)
   end
-  local r = call(name, x, opts)
+  local r = registry.build("aggregator", rule)(x)
   if own then x:free() end
   return r
 end
 
 for name, rule in pairs(M.RULES) do
   registry.register {
-    kind = "aggregator", name = name, options = rule.options,
+    kind = "aggregator", name = name, options = M.schema(name), pre = rule.pre,
     doc = rule.doc .. " (tolerates " .. rule.tolerates .. ")",
     new = function(opts) return function(vectors) return call(name, vectors, opts) end end,
   }

@@ -6,11 +6,12 @@ local M = {}
 
 local function run_parser()
   local p = argparse("dpy-lua run", "Run an experiment config on this machine.")
-  p:argument("config", "The experiment config (a Lua file).")
+  p:argument("config", "The experiment config (a Lua file), or a run directory to rerun.")
   p:argument("overrides", "Config overrides, KEY=VALUE (VALUE read as a Lua value).")
    :args("*")
   p:option("--seed", "Seed (overrides the config's seed)."):convert(math.tointeger)
   p:option("--out", "Run directory (default: out/<UTC timestamp>).")
+  p:flag("--force", "Replace the run that --out holds.")
   p:flag("-q --quiet", "Print only the summary.")
   return p
 end
@@ -33,9 +34,10 @@ local function decentralized_text(cfg, dir, s)
     string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s%s", cfg.nodes, cfg.algorithm,
                   cfg.processes, cfg.processes > 1 and "es" or "", s.rounds, s.seconds,
                   s.rounds > 0 and string.format(": %.3f s per round", s.seconds_per_round) or ""),
-    s.evaluated > 0 and string.format("  final test accuracy over %d evaluated node%s: mean %.4f, min %.4f, max %.4f",
-                                      s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
-      or "  no node was evaluated",
+    "  " .. require("dpy.honest").describe(s.honest),
+    s.evaluated > 0 and string.format("  final test accuracy over %d evaluated honest node%s: mean %.4f, min %.4f, "
+                                      .. "max %.4f", s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
+      or "  no honest node was evaluated",
     string.format("  %.2f MB exchanged per node (sent + received / 2)", s.mb_per_node),
   }
   return table.concat(lines, "\n")
@@ -51,6 +53,16 @@ local function load_config(path, overrides)
   return cfg, source, included
 end
 
+-- What `run` loads: path itself, or for a run directory its config.effective.lua and the rerun
+-- record (dpy.rundir.rerun). Returns the config path [, rerun], or nil and a message.
+local function rerun_of(path)
+  local rundir = require "dpy.rundir"
+  if not rundir.is_dir(path) then return path end
+  local rerun, err = rundir.rerun(path)
+  if not rerun then return nil, err end
+  return rerun.config, rerun
+end
+
 function M.run(args)
   local parser = run_parser()
   local ok, a = parser:pparse(args)
@@ -59,12 +71,34 @@ function M.run(args)
     return 2
   end
   local experiment = require "dpy.experiment"
-  local cfg, source, included = load_config(a.config, a.overrides)
+  local paths = require "dpy.paths"
+  local config_path, rerun = rerun_of(a.config)
+  if not config_path then
+    io.stderr:write("dpy-lua: ", rerun, "\n")
+    return 1
+  end
+  local cfg, source, included = load_config(config_path, a.overrides)
   if not cfg then return 1 end
   if a.seed then cfg.seed = a.seed end
   local dir = a.out or experiment.run_dir("out")
-  local opts = { dir = dir, source = source, included = included, argv = arg, quiet = a.quiet,
-                 config = a.config, overrides = a.overrides }
+  local overrides = { table.unpack(a.overrides) }
+  if rerun then
+    if paths.absolute(dir) == paths.absolute(rerun.dir) then
+      io.stderr:write("dpy-lua: cannot rerun ", rerun.dir, " into itself: choose another --out\n")
+      return 1
+    end
+    local moved, changed = require("dpy.rundir").localize(cfg, rerun.files, paths.absolute(rerun.dir) .. "/", rerun.cwd)
+    for k, v in pairs(changed) do cfg[k] = v end
+    table.move(moved, 1, #moved, #overrides + 1, overrides)
+  end
+  local opts = { dir = dir, source = source, included = included, argv = { "run", table.unpack(args) },
+                 quiet = a.quiet, config = config_path, overrides = overrides, force = a.force,
+                 rerun_of = rerun and rerun.dir }
+  local checked, err = pcall(experiment.check, cfg, opts)
+  if not checked then
+    io.stderr:write("dpy-lua: ", tostring(err), "\n")
+    return 1
+  end
   local ran, summary = pcall(experiment.run, cfg, opts)
   if not ran then
     io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n",
@@ -126,8 +160,9 @@ function M.node(args)
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
       opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function()
         require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, included = included,
-                                                         argv = arg, run_id = opts.run_id,
-                                                         launcher = launched_by })
+                                                         config = a.config, argv = { "node", table.unpack(args) },
+                                                         run_id = opts.run_id, launcher = launched_by,
+                                                         replace = false })   -- the ranks share a.dir
         require("dpy.layout").prepare(cfg, a.dir)
       end)
     end
@@ -222,6 +257,7 @@ function M.dispatch(args)
   p:option("--jobs", "Repeat the experiment N times with random seeds."):convert(math.tointeger):default("1")
   p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
   p:option("--seed", "Seed of the first job."):convert(math.tointeger)
+  p:flag("--force", "Replace the run that --out holds.")
   p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")
   p:flag("-q --quiet", "Print only the summaries.")
   local ok, a = p:pparse(args)
@@ -239,7 +275,11 @@ function M.dispatch(args)
   local host = require "dpy.host.core"
   local experiment = require "dpy.experiment"
   local out = a.out or experiment.run_dir("out")
+  local function job_dir(j) return a.jobs > 1 and string.format("%s/job-%d", out, j) or out end
   local ran, err = pcall(function()
+    for j = 1, math.max(1, a.jobs) do   -- before connecting to anything
+      experiment.check(cfg, { dir = job_dir(j), config = a.config, included = included, force = a.force })
+    end
     local remotes = dispatch.load_remotes(a.remotes)
     local sessions = dispatch.connect(remotes, { accept_new_host_keys = a.accept_new_host_keys })
     local code = 0
@@ -247,10 +287,11 @@ function M.dispatch(args)
       local job = {}
       for k, v in pairs(cfg) do job[k] = v end
       job.seed = j == 1 and (a.seed or cfg.seed) or ((os.time() * 7919 + host.pid() * 31 + j) % 1000000007)
-      local dir = a.jobs > 1 and string.format("%s/job-%d", out, j) or out
+      local dir = job_dir(j)
       local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source, included = included,
                                               overrides = a.overrides, remotes = remotes, sessions = sessions,
-                                              run_id = (os.time() * 1000 + host.pid() + j) % (1 << 40) + 1 })
+                                              run_id = (os.time() * 1000 + host.pid() + j) % (1 << 40) + 1,
+                                              argv = { "dispatch", table.unpack(args) }, force = a.force })
       print(decentralized_text(job, dir, summary))
       print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
                           .. "the last process ended", summary.first_round_seconds and

@@ -6,15 +6,11 @@
 -- what it changes.
 local registry = require "dpy.registry"
 local options = require "dpy.options"
-require "dpy.components"
-require "dpy.graph"
-require "dpy.partition"
-require "dpy.sharing"
-require "dpy.transforms"
 
 local M = {}
 
---- The keys a config may set: type or registry kind, default, and a short doc.
+--- The keys a config may set: a rule of dpy.options (type, bounds, one_of, default, doc), or a
+-- registry kind (`kind`: one component entry; `list_of`: a list of them).
 M.SCHEMA = {
   name = { type = "string", doc = "a label for the run (default: the config's file name)" },
   seed = { type = "integer", default = 1, doc = "seeds weights, shuffling and partitions" },
@@ -46,14 +42,15 @@ M.SCHEMA = {
   rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds" },
   local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round" },
   local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)" },
-  algorithm = { type = "string", default = "dpsgd", one_of = { "dpsgd", "fedavg", "ps" },
-                doc = "dpsgd (gossip averaging), fedavg (server = node 0), ps (parameter server = node 0)" },
-  fraction = { type = "number", default = 1.0, doc = "fedavg: fraction of clients per round" },
+  algorithm = { kind = "algorithm", default = "dpsgd",
+                doc = "dpsgd (gossip averaging), fedavg (server = node 0), ps (parameter server = node 0), "
+                      .. "or the path of a Lua file" },
+  fraction = { type = "number", default = 1.0, above = 0, max = 1, doc = "fedavg: fraction of clients per round" },
   eval_nodes = { type = "integer", min = 1, doc = "evaluate a seeded sample of this many nodes (default: all)" },
   on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
                       doc = "when a peer dies or is silent past peer_timeout" },
-  peer_timeout = { type = "number", default = 300, doc = "seconds to wait for a peer's message" },
-  actions = { type = "table", default = {}, doc = "actions: names or paths of Lua files" },
+  peer_timeout = { type = "number", default = 300, above = 0, doc = "seconds to wait for a peer's message" },
+  actions = { list_of = "action", default = {}, doc = "actions: names or paths of Lua files" },
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   pin_slots = { type = "boolean", default = true,
                 doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
@@ -62,43 +59,72 @@ M.SCHEMA = {
   faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }" },
   sharing = { kind = "sharing", default = "average",
               doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
-  transforms = { type = "table", default = {}, chain = true,
+  transforms = { list_of = "transform", default = {}, chain = true,
                  doc = "state transforms applied in order to every shared vector, undone in reverse" },
 }
 
 local SAFE = {
   math = math, string = string, table = table, ipairs = ipairs, pairs = pairs, type = type,
   tostring = tostring, tonumber = tonumber, select = select, error = error, assert = assert,
-  print = print, os = { getenv = os.getenv, time = os.time, date = os.date },
+  print = print, os = { getenv = os.getenv, time = os.time, date = os.date }, require = require,
 }
 
---- nil when value is valid for key, else a message.
-function M.check(key, value)
+--- nil and value (its component files and path options made absolute against base, the
+-- config's directory) when value is valid for key, else a message.
+function M.check(key, value, base, used)
   local s = M.SCHEMA[key]
   if not s then
     return string.format("unknown config key '%s'%s", tostring(key), options.suggest(key, M.SCHEMA))
   end
   if s.kind then
-    local _, err = registry.check(s.kind, value)
-    return err and string.format("%s: %s", key, err)
+    local _, err, resolved = registry.check(s.kind, value, base, used)
+    if err then return string.format("%s: %s", key, err) end
+    return nil, resolved
   end
-  local got = math.type(value) or type(value)
-  if got ~= s.type and not (s.type == "number" and type(value) == "number") then
-    return string.format("config key '%s' must be a%s %s, got %s", key,
-                         s.type:match("^[aeiou]") and "n" or "", s.type, got)
+  if s.list_of then
+    if type(value) ~= "table" then
+      return string.format("config key '%s' must be a list of %s entries, got %s", key, s.list_of,
+                           options.show(value))
+    end
+    local list = {}
+    for i, entry in ipairs(value) do
+      local _, err, resolved = registry.check(s.list_of, entry, base, used)
+      if err then return string.format("%s[%d]: %s", key, i, err) end
+      list[i] = resolved
+    end
+    if s.chain then
+      local ok, err = pcall(require("dpy.transforms").chain, list)
+      if not ok then return err end
+    end
+    return nil, list
   end
-  if s.chain then
-    local ok, err = pcall(require("dpy.transforms").chain, value)
-    return not ok and err or nil
+  local err = options.check_value(value, s)
+  if err then return string.format("config key '%s' %s", key, err) end
+  return nil, value
+end
+
+-- require finds a config's own modules (DIR/?.lua, DIR/?/init.lua) before any other: a searcher
+-- ahead of Lua's own, over the directories of the configs loaded so far, that remembers each file
+-- it loads (the run directory and dispatch carry them).
+local config_dirs, required = {}, {}
+
+local function config_searcher(name)
+  for _, dir in ipairs(config_dirs) do
+    local path = package.searchpath(name, dir .. "/?.lua;" .. dir .. "/?/init.lua")
+    if path then
+      local chunk, err = loadfile(path, "t")
+      if not chunk then error(err, 0) end
+      required[#required + 1] = path
+      return chunk, path
+    end
   end
-  if s.min and value < s.min then
-    return string.format("config key '%s' must be >= %s, got %s", key, s.min, value)
-  end
-  if s.one_of then
-    for _, v in ipairs(s.one_of) do if v == value then return nil end end
-    return string.format("config key '%s' must be one of %s, got '%s'%s", key,
-                         table.concat(s.one_of, ", "), tostring(value), options.suggest(value, s.one_of))
-  end
+  return "\n\tno file in the config's directory"
+end
+
+local function add_config_dir(dir)
+  for _, d in ipairs(config_dirs) do if d == dir then return end end
+  if #config_dirs == 0 then table.insert(package.searchers, 2, config_searcher) end
+  config_dirs[#config_dirs + 1] = dir
 end
 
 local load_into
@@ -120,9 +146,9 @@ local function sandbox(values, dir, depth, included)
       error(string.format("undefined variable '%s'", tostring(k)), 2)
     end,
     __newindex = function(_, k, v)
-      local err = M.check(k, v)
+      local err, resolved = M.check(k, v, dir)
       if err then error(err, 2) end
-      values[k] = v
+      values[k] = resolved
     end,
   })
 end
@@ -144,38 +170,62 @@ function load_into(path, values, depth, included)
   if not f then error(string.format("cannot read config: %s", err), 0) end
   local source = f:read("a")
   f:close()
-  local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, path:match("^(.*)/[^/]*$") or ".", depth,
-                                                       included))
+  local dir = registry.absolute(path:match("^(.*)/[^/]*$") or ".")
+  add_config_dir(dir)
+  local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, dir, depth, included))
   if not chunk then error(lerr, 0) end
   local ok, result = pcall(chunk)
   if not ok then error(result, 0) end
   if type(result) == "table" then   -- `return { ... }` configs are checked key by key
     for k, v in pairs(result) do
-      local e = M.check(k, v)
+      local e, resolved = M.check(k, v, dir)
       if e then error(string.format("%s: %s", path, e), 0) end
-      values[k] = v
+      values[k] = resolved
     end
   end
   return source
 end
 
+-- Adds to files ({ path, full }) every file the config uses — component files, path options that
+-- name files, modules required from its directory — once each; path is relative to dir when the
+-- file lies under it, else absolute.
+local function add_used(files, values, dir)
+  local used = {}
+  for k, v in pairs(values) do M.check(k, v, dir, used) end
+  local function under(p) return p:sub(1, #dir + 1) == dir .. "/" end
+  for _, p in ipairs(required) do
+    if under(p) then used[#used + 1] = p end   -- another config's modules are not this one's
+  end
+  table.sort(used)
+  local seen = {}
+  for _, f in ipairs(files) do seen[f.full] = true end
+  for _, full in ipairs(used) do
+    if not seen[full] then
+      seen[full] = true
+      files[#files + 1] = { path = under(full) and full:sub(#dir + 2) or full, full = full }
+    end
+  end
+end
+
 --- Loads path and applies the overrides (a list of "KEY=VALUE"); returns the config with every
--- default filled in, its source, and the files it included ({ {path = as written, full}, ... });
--- raises with file and line.
+-- default filled in, its source, and the files it uses: { {path, full}, ... } — the configs it
+-- included (path as written), then its component files, file options and required modules (path
+-- relative to the config's directory, or absolute); raises with file and line.
 function M.load(path, overrides)
   local values, included = {}, {}
   local source = load_into(path, values, 0, included)
   for _, o in ipairs(overrides or {}) do
     local key, value = M.parse_override(o)
     if not key then error("command line: " .. value, 0) end
-    local e = M.check(key, value)
+    local e, resolved = M.check(key, value)   -- paths on the command line: from the current directory
     if e then error(string.format("command line: %s: %s", o, e), 0) end
-    values[key] = value
+    values[key] = resolved
   end
   for k, s in pairs(M.SCHEMA) do
     if values[k] == nil then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
+  add_used(included, values, registry.absolute(path:match("^(.*)/[^/]*$") or "."))
   return values, source, included
 end
 

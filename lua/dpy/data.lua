@@ -1,10 +1,13 @@
 --- dpy.data: datasets read from their real file formats, and batch loaders.
 -- A dataset is { images = N x C x H x W (uint8, or float32 from NumPy / PyTorch files), labels
 -- (uint8 or int64) N, classes, mean, std, name, shape }; its tensors are read-only and shared
--- by every node of the process (loaded once).
+-- by every node of the process (loaded once). A dataset with a natural partition (writers,
+-- hospitals) also has groups, an int64 N tensor of group ids >= 0 (the "natural" partitioner's
+-- input), and may name them: group_names[id + 1].
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
+local cjson = require("cjson").new()
 
 local M = {}
 
@@ -214,9 +217,9 @@ function M.array_options(kind)
                doc = "4-d images are N x C x H x W (nchw) or N x H x W x C (nhwc); auto: nhwc when "
                .. "the last dim is 1 or 3 and dim 1 is not" },
     classes = { type = "integer", min = 1, doc = "default: the largest training label + 1" },
-    mean = { type = "list", doc = "per channel (on the [0, 1] scale of uint8 images); default: "
+    mean = { type = "list", of = "number", doc = "per channel (on the [0, 1] scale of uint8 images); default: "
              .. "the training images' mean" },
-    std = { type = "list", doc = "per channel; default: the training images' standard deviation" },
+    std = { type = "list", of = "number", doc = "per channel; default: the training images' standard deviation" },
   }
 end
 
@@ -267,15 +270,16 @@ local function read_split(kind, opts, split)
   return x, y, stats
 end
 
+-- mean and std, when given, have one entry per channel (and std's are > 0)
 local function check_channels(kind, opts, key, channels)
   local v = opts[key]
   if v == nil then return end
-  if type(v) ~= "table" or #v ~= channels then
+  if #v ~= channels then
     error(string.format("data.%s: %s must be a list of %d numbers (one per channel)", kind, key,
                         channels), 0)
   end
   for i = 1, channels do
-    if type(v[i]) ~= "number" or v[i] ~= v[i] or (key == "std" and v[i] <= 0) then
+    if v[i] ~= v[i] or (key == "std" and v[i] <= 0) then
       error(string.format("data.%s: %s[%d] must be a number%s", kind, key, i,
                           key == "std" and " > 0" or ""), 0)
     end
@@ -287,13 +291,6 @@ local function arrays_dataset(kind, opts)
   local schema = M.array_options(kind)
   schema.train = true
   options.check(opts, schema, "data." .. kind, 3)
-  if opts.layout ~= nil and not ({ auto = true, nchw = true, nhwc = true })[opts.layout] then
-    error(string.format("data.%s: layout must be 'auto', 'nchw' or 'nhwc', got %s", kind,
-                        tostring(opts.layout)), 3)
-  end
-  if opts.classes ~= nil and (math.type(opts.classes) ~= "integer" or opts.classes < 1) then
-    error(string.format("data.%s: classes must be an integer >= 1", kind), 3)
-  end
   local split = opts.train == false and "test" or "train"
   local images, labels, stats = read_split(kind, opts, split)
   local channels = images:size(1)
@@ -327,6 +324,18 @@ function M.numpy(opts) return arrays_dataset("numpy", opts) end
 --- data.torch{dir, train = true, train_file = "train.pt", test_file = "test.pt", ...}: files of
 -- torch.save (a tensor, a tuple or list (images, labels), or a dict of them), as data.numpy
 function M.torch(opts) return arrays_dataset("torch", opts) end
+
+--- data.shared(key, build) -> tensors, info: the first call for key in the process runs
+-- build() -> {name = dpy.Tensor, ...}, info (a table of plain values: strings, numbers, lists) and
+-- keeps both; every call gets read-only shares of the tensors and a copy of info. Nodes building
+-- the same key meanwhile wait for the first, then share its tensors (lua/dpy/datasets use it).
+function M.shared(key, build)
+  local tensors, meta = core.shared(key, function()
+    local t, info = build()
+    return t, cjson.encode(info or {})
+  end)
+  return tensors, cjson.decode(meta)
+end
 
 --- data.size(dataset) -> number of samples
 function M.size(ds) return ds.images:size(0) end

@@ -2,8 +2,9 @@
 -- remotes.lua returns { defaults = {...}, remotes = { { host = "a" }, ... } }; every remote gets
 -- `processes` processes (contiguous blocks of node uids, as on one machine), listening on
 -- address:port, port + 1, ... Dispatch checks each remote's dpy-lua version, prepares the run
--- locally (config, manifest, graph, partition, the address of every process), uploads it with the
--- config's action files over SFTP, starts the processes, shows the progress of the whole run,
+-- locally (config, manifest, graph, partition, the address of every process), uploads it with
+-- every file the run uses (the run directory's copies, at the same relative paths) over SFTP,
+-- starts the processes, shows the progress of the whole run,
 -- and copies every <uid>.log and <uid>.metrics.json back. Ctrl-C or a failed process stops the
 -- run everywhere (each process's pid is kept beside it); what finished is still collected.
 local ssh = require "dpy.ssh.core"
@@ -12,6 +13,8 @@ local layout = require "dpy.layout"
 local metrics = require "dpy.metrics"
 local progress = require "dpy.progress"
 local options = require "dpy.options"
+local paths = require "dpy.paths"
+local rundir = require "dpy.rundir"
 local dpy = require "dpy"
 
 local M = {}
@@ -59,21 +62,6 @@ function M.load_remotes(path)
     list[i] = merged
   end
   return list
-end
-
--- The .lua files a config's actions name by path (relative paths: they go to the same place).
-local function action_files(cfg)
-  local files = {}
-  for _, entry in ipairs(cfg.actions or {}) do
-    local ref = type(entry) == "table" and entry[1] or entry
-    if type(ref) == "string" and ref:match("%.lua$") then
-      if ref:sub(1, 1) == "/" then
-        error("action " .. ref .. ": dispatch needs action paths relative to the current directory", 0)
-      end
-      files[#files + 1] = ref
-    end
-  end
-  return files
 end
 
 --- Connects to every remote and checks its dpy-lua; returns the sessions (raises naming the remote).
@@ -131,17 +119,15 @@ local function mapping(remotes, base)
   return owner, addresses
 end
 
--- Uploads the run (config, graph, partition, addresses, action files, included configs) into
--- work_dir/<run name> on every remote; returns those directories.
-local function upload(cfg, opts)
+-- Uploads the run (config, graph, partition, addresses, and the run directory's copy of every
+-- file the run uses, at its path relative to the config) into work_dir/<run name> on every
+-- remote; returns those directories.
+local function upload(opts, used)
   local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
-  local files = { { opts.config, "config.lua" }, { opts.dir .. "/partition.pt", "partition.pt" },
+  local files = { { opts.dir .. "/config.lua", "config.lua" }, { opts.dir .. "/partition.pt", "partition.pt" },
                   { opts.dir .. "/addresses.json", "addresses.json" } }
   if exists(opts.dir .. "/graph.json") then files[#files + 1] = { opts.dir .. "/graph.json", "graph.json" } end
-  for _, f in ipairs(action_files(cfg)) do files[#files + 1] = { f, f } end
-  for _, inc in ipairs(opts.included or {}) do   -- include()d configs, where config.lua finds them
-    if inc.path:sub(1, 1) ~= "/" then files[#files + 1] = { inc.full, inc.path } end
-  end
+  for _, f in ipairs(used) do files[#files + 1] = { opts.dir .. "/" .. f.file, f.file } end
   local rdirs = {}
   for i, r in ipairs(opts.remotes) do
     local s, rdir = opts.sessions[i], r.work_dir .. "/" .. run_name
@@ -160,10 +146,11 @@ end
 
 -- Starts process p on its remote, in the background of a shell that waits for it: its pid is kept
 -- for stopping it, and its exit status (128 + the signal when killed) becomes the channel's.
-local function start_process(cfg, opts, p, remote, session, rdir)
+local function start_process(cfg, opts, p, remote, session, rdir, moved)
   local args = { M.quote(remote.dpy_lua), "node", "config.lua", "--process", p, "--dir", ".", "--run-id",
                  opts.run_id, "--seed", cfg.seed }
   for _, o in ipairs(opts.overrides or {}) do args[#args + 1] = M.quote(o) end
+  for _, o in ipairs(moved) do args[#args + 1] = M.quote(o) end   -- the files where upload put them
   args[#args + 1] = "processes=" .. cfg.processes   -- last: the mapping decides
   return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }",
                                      M.quote(rdir), table.concat(args, " "), p, p))
@@ -219,7 +206,7 @@ local function failures(cfg, opts, codes, channels, owner)
 end
 
 --- Runs one job: cfg as loaded, opts = { dir, config (path), source, included (config.load's),
--- overrides, remotes, sessions, run_id }. Returns the launcher's summary (with failed).
+-- overrides, remotes, sessions, run_id, argv, force }. Returns the launcher's summary (with failed).
 function M.run_job(cfg, opts)
   local launcher = require "dpy.launcher"
   local start = host.clock()
@@ -228,18 +215,21 @@ function M.run_job(cfg, opts)
   if cfg.nodes < cfg.processes then
     error(string.format("%d processes on the remotes for %d nodes", cfg.processes, cfg.nodes), 0)
   end
-  require("dpy.experiment").write_run_files(cfg, { dir = opts.dir, source = opts.source, included = opts.included,
-                                                   argv = arg, run_id = opts.run_id, launcher = "dispatch" })
+  local prepared = require("dpy.experiment").write_run_files(cfg, {
+    dir = opts.dir, source = opts.source, included = opts.included, config = opts.config, argv = opts.argv,
+    run_id = opts.run_id, launcher = "dispatch", force = opts.force })
+  -- on a remote, the files lie at their run directory paths, relative to its cwd
+  local moved = rundir.localize(cfg, prepared.files, "", paths.cwd())
   local info = layout.prepare(cfg, opts.dir)
   must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
   local bar = progress.new()
   if info.spectral_gap then
     bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
-  local rdirs, channels = upload(cfg, opts), {}
+  local rdirs, channels = upload(opts, prepared.files), {}
   for p = 0, cfg.processes - 1 do
     local i = owner[p + 1]
-    channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], rdirs[i])
+    channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], rdirs[i], moved)
   end
   -- watch: stop everything on a failure (after a grace period) or on Ctrl-C
   host.catch_interrupt()

@@ -1,6 +1,7 @@
 --- dpy.experiment: runs an experiment config and writes its results to a run directory:
--- config.lua (as given), config.json (as run, defaults filled in), manifest.json, and per node
--- <uid>.log and <uid>.metrics.json. For now one node trains centrally (uid 0).
+-- config.lua (as given), config.effective.lua and config.json (as run, defaults filled in), the
+-- files the run uses (see dpy.rundir), manifest.json, and per node <uid>.log and <uid>.metrics.json.
+-- A centralized run trains one node (uid 0).
 local tensor = require "dpy.tensor"
 local registry = require "dpy.registry"
 local data = require "dpy.data"
@@ -9,6 +10,7 @@ local metrics = require "dpy.metrics"
 local progress = require "dpy.progress"
 local log = require "dpy.log"
 local host = require "dpy.host.core"
+local rundir = require "dpy.rundir"
 local dpy = require "dpy"
 
 local M = {}
@@ -23,13 +25,6 @@ function M.run_dir(root)
     dir = string.format("%s/%s-%d", root, stamp, n)
   end
   return dir
-end
-
-local function git_commit()
-  local p = io.popen("git rev-parse HEAD 2>/dev/null")
-  local c = p and p:read("l")
-  if p then p:close() end
-  return c
 end
 
 local function hostname()
@@ -49,34 +44,43 @@ local function first_n(ds, n)
   return tensor.arange(math.min(n, data.size(ds)))
 end
 
---- Writes the run directory's own files: config.lua (as given, and the files it includes),
--- config.json, manifest.json.
+--- Checks, before anything is written, what can be known wrong without running: --out holding
+-- a run already (unless opts.force), a graph that cannot be built, a config the run directory
+-- cannot record, a file the run uses that cannot be read. Keeps what it read in opts.prepared.
+function M.check(cfg, opts)
+  opts.replace = rundir.claim(opts.dir, opts.force)
+  if cfg.nodes and cfg.algorithm == "dpsgd" then
+    local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
+    if not ok then error("graph: " .. tostring(g):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
+    if not require("dpy.graph").connected(g) then error("graph: the graph is not connected", 0) end
+  end
+  opts.prepared = rundir.prepare(cfg, opts)
+end
+
+--- Writes the run directory's own files: config.lua (as given), config.effective.lua, the files
+-- the run uses, config.json, manifest.json. Returns what rundir.prepare found (the files).
 function M.write_run_files(cfg, opts)
   local dir = opts.dir
+  local prepared = opts.prepared or rundir.prepare(cfg, opts)   -- everything read before a byte is written
+  if opts.replace == nil then opts.replace = rundir.claim(dir, opts.force) end
+  if opts.replace then rundir.remove(dir) end
   local ok, err = host.mkdir_p(dir)
   if not ok then error(err, 0) end
   if opts.source then
     assert(host.write_atomic(dir .. "/config.lua", opts.source))
   end
-  for _, inc in ipairs(opts.included or {}) do   -- what config.lua include()s, beside it
-    if inc.path:sub(1, 1) ~= "/" and not inc.path:match("%.%.") then
-      local f = assert(io.open(inc.full, "rb"))
-      local text = f:read("a")
-      f:close()
-      local sub = inc.path:match("^(.*)/[^/]+$")
-      if sub then assert(host.mkdir_p(dir .. "/" .. sub)) end
-      assert(host.write_atomic(dir .. "/" .. inc.path, text))
-    end
-  end
+  rundir.write(dir, prepared)
   write_json(dir .. "/config.json", cfg)
   local versions = host.versions()
-  write_json(dir .. "/manifest.json", {
+  local manifest = rundir.manifest(prepared, opts)
+  for k, v in pairs {
     dpy_lua = dpy.version, lua = versions.lua, torch = versions.torch, threads = versions.threads,
-    seed = cfg.seed, command = opts.argv or {}, host = hostname(),
-    git_commit = git_commit(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = cfg.nodes or 1,
+    seed = cfg.seed, host = hostname(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = cfg.nodes or 1,
     processes = cfg.processes, run_id = opts.run_id, launcher = opts.launcher,
     actions = cfg.nodes and require("dpy.actions").manifest(cfg) or nil,
-  })
+  } do manifest[k] = v end
+  write_json(dir .. "/manifest.json", manifest)
+  return prepared
 end
 
 --- experiment.run(cfg, {dir, source, argv, quiet}) -> summary table; raises on failure, after

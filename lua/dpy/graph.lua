@@ -1,6 +1,6 @@
 --- dpy.graph: topologies. A graph is { n = nodes, adj = { [uid] = sorted list of neighbour
--- uids } } over uids 0 .. n - 1, undirected unless made from a directed edge file. Every
--- generator is seeded and deterministic, so all nodes build the same graph without talking.
+-- uids } } over uids 0 .. n - 1, undirected. Every generator is seeded and deterministic, so all
+-- nodes build the same graph without talking.
 local random = require "dpy.random"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
@@ -153,38 +153,116 @@ function M.small_world(n, k, beta, seed)
   error("small_world: no connected graph drawn", 2)
 end
 
---- graph.from_file(path): DecentralizePy's formats: an edge list (first line the node count,
--- then "u v" per line) or an adjacency list (line i: the neighbours of node i)
-function M.from_file(path)
-  local f, err = io.open(path, "r")
-  if not f then error("graph file: " .. err, 2) end
-  local lines = {}
-  for line in f:lines() do
-    if line:match("%S") then lines[#lines + 1] = line end
+-- {==== DecentralizePy's graph files (its Graph.read_graph_from_file) ====}
+-- Line 1 is the node count n. Then, as an edge list ("edges"), one "u v" per line (an undirected
+-- edge; its writer lists each twice); as an adjacency list ("adjacency"), exactly n lines, line
+-- k + 2 the neighbours of node k (empty for none). Both are read as undirected graphs, so an
+-- adjacency list must be symmetric.
+
+local FORMATS = { edges = true, adjacency = true }
+
+local function snippet(line)
+  line = line:match("^%s*(.-)%s*$")
+  return #line > 40 and line:sub(1, 37) .. "..." or line
+end
+
+-- The node ids of a line, or nil, message.
+local function ids(line, n)
+  local list = {}
+  for tok in line:gmatch("%S+") do
+    if not tok:match("^[+-]?%d+$") then return nil, string.format("'%s' is not a node id", snippet(tok)) end
+    local v = math.tointeger(tonumber(tok))   -- nil past 2^63
+    if not v or v < 0 or v >= n then return nil, string.format("node %s out of range 0..%d", tok, n - 1) end
+    list[#list + 1] = v
   end
-  f:close()
-  local first = lines[1] and lines[1]:match("^%s*(%d+)%s*$")
-  local g
-  if first then   -- edge list
-    g = new(tonumber(first))
-    for i = 2, #lines do
-      local u, v = lines[i]:match("^%s*(%d+)%s+(%d+)%s*$")
-      if not u then error(string.format("%s:%d: expected 'u v'", path, i), 2) end
-      u, v = tonumber(u), tonumber(v)
-      if u >= g.n or v >= g.n then error(string.format("%s:%d: node out of range", path, i), 2) end
-      add_edge(g, u, v)
+  return list
+end
+
+-- Each reader returns the graph, or nil, the line number and a message.
+local function read_edges(lines, n)
+  local g = new(n)
+  for i = 2, #lines do
+    local _, count = lines[i]:gsub("%S+", "")
+    if count ~= 2 then
+      return nil, i, count > 0 and string.format("expected 'u v', got '%s'", snippet(lines[i]))
+                     or "expected 'u v', got an empty line"
     end
-  else            -- adjacency list
-    g = new(#lines)
-    for i, line in ipairs(lines) do
-      for v in line:gmatch("%d+") do
-        v = tonumber(v)
-        if v >= g.n then error(string.format("%s:%d: node %d out of range", path, i, v), 2) end
-        add_edge(g, i - 1, v)
+    local pair, err = ids(lines[i], n)
+    if not err and pair[1] == pair[2] then err = string.format("a self-loop at node %d", pair[1]) end
+    if err then return nil, i, err end
+    add_edge(g, pair[1], pair[2])
+  end
+  return finish(g)
+end
+
+local function read_adjacency(lines, n)
+  local rows = #lines - 1
+  if rows < n then return nil, #lines, string.format("the file ends after %d of %d nodes' lines", rows, n) end
+  if rows > n then return nil, n + 2, string.format("a line past the last node's (%d nodes)", n) end
+  local lists, listed = {}, {}
+  for u = 0, n - 1 do
+    local list, err = ids(lines[u + 2], n)
+    if not list then return nil, u + 2, err end
+    listed[u] = {}
+    for _, v in ipairs(list) do
+      if v == u then return nil, u + 2, string.format("a self-loop at node %d", u) end
+      listed[u][v] = true
+    end
+    lists[u] = list
+  end
+  local g = new(n)
+  for u = 0, n - 1 do
+    for _, v in ipairs(lists[u]) do
+      if not listed[v][u] then
+        return nil, u + 2, string.format("node %d lists %d, but node %d (line %d) does not list %d",
+                                         u, v, v, v + 2, u)
       end
+      add_edge(g, u, v)
     end
   end
   return finish(g)
+end
+
+local READERS = { edges = read_edges, adjacency = read_adjacency }
+
+--- graph.from_file(path [, format]) -> graph: a DecentralizePy graph file, format "edges" or
+-- "adjacency"; without one, the format the content allows (raises when it allows both and they
+-- differ, as a ring's adjacency list and a one-direction edge list do). Raises on a file it cannot
+-- read and on bad content, naming the file and line.
+function M.from_file(path, format)
+  if format ~= nil and not FORMATS[format] then
+    error(string.format('graph.from_file: format must be "edges" or "adjacency", got %q', tostring(format)), 2)
+  end
+  local f, err = io.open(path, "r")
+  if not f then error("graph file: " .. err, 2) end
+  local lines = {}
+  for line in f:lines() do lines[#lines + 1] = line end
+  f:close()
+  local n = lines[1] and math.tointeger(tonumber(lines[1]:match("^%s*(%d+)%s*$")))
+  if not n then
+    error(string.format("%s:1: expected the node count on the first line, got '%s'", path, snippet(lines[1] or "")), 0)
+  end
+  if n < 1 then error(string.format("%s:1: a graph needs at least 1 node, the file says %d", path, n), 0) end
+  if format then
+    local g, line, msg = READERS[format](lines, n)
+    if not g then error(string.format("%s:%d: %s", path, line, msg), 0) end
+    return g
+  end
+  local e, e_line, e_msg = read_edges(lines, n)
+  local a, a_line, a_msg = read_adjacency(lines, n)
+  if e and a then
+    for u = 0, n - 1 do
+      if table.concat(e.adj[u], " ") ~= table.concat(a.adj[u], " ") then
+        error(string.format('%s: reads both as an edge list and as an adjacency list, as different graphs; '
+                            .. 'say which: format = "edges" or "adjacency"', path), 0)
+      end
+    end
+  end
+  if not (e or a) then
+    error(string.format("%s: not a DecentralizePy graph file: as an edge list, line %d: %s; "
+                        .. "as an adjacency list, line %d: %s", path, e_line, e_msg, a_line, a_msg), 0)
+  end
+  return e or a
 end
 
 --- graph.connected(g) -> boolean (breadth-first from node 0)
@@ -250,37 +328,48 @@ end
 
 -- {==== config components: graph = { "regular", degree = 4 } ====}
 
+local DEGREE = { type = "integer", min = 1, default = 4, doc = "neighbours per node" }
+
 local GRAPHS = {
-  ring = { {}, function(n) return M.ring(n) end },
-  full = { {}, function(n) return M.full(n) end },
-  star = { { center = true }, function(n, c) return M.star(n, c.center) end },
-  torus = { { rows = true, wrap = true }, function(n, c)
-    local rows = c.rows or math.floor(math.sqrt(n))
-    if n % rows ~= 0 then error(string.format("torus: %d nodes do not fill %d rows", n, rows), 0) end
-    return M.torus(rows, n // rows, c.wrap)
-  end },
-  regular = { { degree = true }, function(n, c, seed) return M.regular(n, c.degree or 4, seed) end },
-  erdos_renyi = { { p = true }, function(n, c, seed) return M.erdos_renyi(n, c.p or 0.1, seed) end },
-  small_world = { { k = true, beta = true }, function(n, c, seed)
-    return M.small_world(n, c.k or 4, c.beta or 0.1, seed)
-  end },
-  file = { { path = true }, function(n, c)
-    local g = M.from_file(c.path)
-    if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
-    return g
-  end },
+  ring = { options = {}, build = function(n) return M.ring(n) end },
+  full = { options = {}, build = function(n) return M.full(n) end },
+  star = { options = { center = { type = "integer", min = 0, doc = "the hub (0)" } },
+           build = function(n, c) return M.star(n, c.center) end },
+  torus = { options = { rows = { type = "integer", min = 1, doc = "rows (about sqrt(n))" },
+                        wrap = { type = "boolean", doc = "wrap around the edges (true)" } },
+            build = function(n, c)
+              local rows = c.rows or math.floor(math.sqrt(n))
+              if n % rows ~= 0 then error(string.format("torus: %d nodes do not fill %d rows", n, rows), 0) end
+              return M.torus(rows, n // rows, c.wrap)
+            end },
+  regular = { options = { degree = DEGREE }, build = function(n, c, seed) return M.regular(n, c.degree, seed) end },
+  erdos_renyi = { options = { p = { type = "number", above = 0, max = 1, default = 0.1, doc = "edge probability" } },
+                  build = function(n, c, seed) return M.erdos_renyi(n, c.p, seed) end },
+  small_world = { options = { k = { type = "integer", min = 2, default = 4, doc = "ring neighbours per node" },
+                              beta = { type = "number", min = 0, max = 1, default = 0.1,
+                                       doc = "rewiring probability" } },
+                  build = function(n, c, seed) return M.small_world(n, c.k, c.beta, seed) end },
+  file = { options = { path = { type = "path", required = true, doc = "a DecentralizePy graph file (graph.from_file)" },
+                       format = { one_of = { "edges", "adjacency" },
+                                  doc = "its format; default: the one its content allows" } },
+           build = function(n, c)
+             local g = M.from_file(c.path, c.format)
+             if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
+             return g
+           end },
   -- a fresh seeded d-regular graph every round: build(n, cfg, seed, round)
-  dynamic = { { degree = true }, function(n, c, seed, round)
-    return M.regular(n, c.degree or 4, (seed or 0) * 1000003 + (round or 0))
-  end },
+  dynamic = { options = { degree = DEGREE },
+              build = function(n, c, seed, round)
+                return M.regular(n, c.degree, (seed or 0) * 1000003 + (round or 0))
+              end },
 }
 
 for name, spec in pairs(GRAPHS) do
   registry.register {
-    kind = "graph", name = name, options = spec[1],
+    kind = "graph", name = name, options = spec.options,
     dynamic = name == "dynamic",
     doc = "graph." .. name,
-    new = function(cfg, ctx) return spec[2](ctx.nodes, cfg, ctx.seed, ctx.round) end,
+    new = function(cfg, ctx) return spec.build(ctx.nodes, cfg, ctx.seed, ctx.round) end,
   }
 end
 

@@ -51,14 +51,17 @@ local function failures(results)
   return list
 end
 
--- Reads every node's metrics; returns the summary table's numbers.
+-- Reads every node's metrics; returns the summary table's numbers (accuracy: the honest nodes').
 function M.summarize(cfg, dir, seconds)
+  local honest = assert(require("dpy.honest").of_run(dir, cfg.nodes))
   local accs, sent, recv, rounds = {}, 0, 0, 0
   for u = 0, cfg.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, u))
     if m then
       local s = m.metrics
-      if s.test_accuracy and #s.test_accuracy > 0 then accs[#accs + 1] = s.test_accuracy[#s.test_accuracy][2] end
+      if honest.set[u] and s.test_accuracy and #s.test_accuracy > 0 then
+        accs[#accs + 1] = s.test_accuracy[#s.test_accuracy][2]
+      end
       for _, e in ipairs(s.bytes_sent or {}) do sent = sent + e[2] end
       for _, e in ipairs(s.bytes_received or {}) do recv = recv + e[2] end
       rounds = math.max(rounds, s.wall_seconds and #s.wall_seconds or 0)
@@ -68,7 +71,7 @@ function M.summarize(cfg, dir, seconds)
   for _, a in ipairs(accs) do
     sum, lo, hi = sum + a, math.min(lo, a), math.max(hi, a)
   end
-  return { evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
+  return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
            mb_per_node = (sent + recv) / 2 / cfg.nodes / 2 ^ 20, rounds = rounds,
            seconds_per_round = rounds > 0 and seconds / rounds or 0 / 0 }
 end

@@ -43,18 +43,21 @@ function M.read_addresses(dir)
   return (metrics.read(dir .. "/addresses.json"))
 end
 
---- Nodes that train: all for dpsgd; all but the server (node 0) for fedavg and ps.
-function M.has_server(cfg) return cfg.algorithm ~= "dpsgd" end
+--- The spec of the config's algorithm (its `server` and `graph` say what the run needs).
+function M.algorithm(cfg) return registry.spec("algorithm", cfg.algorithm, 2) end
 
-local function limit(ds, n)
-  if not n then return ds.labels end
-  return ds.labels:narrow(0, 0, math.min(n, ds.labels:size(0)))
+--- Whether node 0 is a server that does not train (fedavg, ps): the algorithm's spec says.
+function M.has_server(cfg) return M.algorithm(cfg).server == true end
+
+local function limit(t, n)
+  if not n or not t then return t end
+  return t:narrow(0, 0, math.min(n, t:size(0)))
 end
 
 --- Writes graph.json and partition.pt into dir; returns { edges, spectral_gap } of the graph.
 function M.prepare(cfg, dir)
   local info = {}
-  if cfg.algorithm == "dpsgd" then
+  if M.algorithm(cfg).graph then
     local spec = registry.spec("graph", cfg.graph)
     local g = registry.build("graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
     if not graph.connected(g) then error("the graph is not connected", 0) end
@@ -67,9 +70,11 @@ function M.prepare(cfg, dir)
   end
   local train = registry.build("dataset", cfg.dataset, { train = true })
   local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
-  if parts_n < 1 then error(cfg.algorithm .. " needs at least 2 nodes (a server and a client)", 0) end
+  if parts_n < 1 then error(M.algorithm(cfg).name .. " needs at least 2 nodes (a server and a client)", 0) end
+  -- groups: the dataset's natural partition (writers, hospitals), for the "natural" partitioner
   local parts = registry.build("partitioner", cfg.partition,
-                               { labels = limit(train, cfg.train_samples), nodes = parts_n, seed = cfg.seed })
+                               { labels = limit(train.labels, cfg.train_samples), nodes = parts_n, seed = cfg.seed,
+                                 groups = limit(train.groups, cfg.train_samples), dataset = train.name })
   local offsets, flat = { 0 }, {}
   for i, p in ipairs(parts) do
     offsets[i + 1] = offsets[i] + p:numel()

@@ -7,11 +7,28 @@ local host = require "dpy.host.core"
 
 local M = {}
 
-local ALLOWED = {
-  sgd = { lr = true, momentum = true, dampening = true, weight_decay = true, nesterov = true },
-  adam = { lr = true, betas = true, eps = true, weight_decay = true, amsgrad = true },
+local registry = require "dpy.registry"
+
+local function betas(b)
+  if #b ~= 2 or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
+    return "must be two numbers in [0, 1)"
+  end
+end
+
+--- The options of each optimizer (dpy.options rules; libtorch's defaults).
+M.OPTIONS = {
+  sgd = { lr = { type = "number", above = 0, doc = "learning rate (0.01)" },
+          momentum = { type = "number", min = 0, doc = "momentum factor (0)" },
+          dampening = { type = "number", min = 0, doc = "dampening for momentum (0)" },
+          weight_decay = { type = "number", min = 0, doc = "L2 penalty (0)" },
+          nesterov = { type = "boolean", doc = "Nesterov momentum (false)" } },
+  adam = { lr = { type = "number", above = 0, doc = "learning rate (1e-3)" },
+           betas = { type = "list", of = "number", check = betas, doc = "{0.9, 0.999}" },
+           eps = { type = "number", above = 0, doc = "1e-8" },
+           weight_decay = { type = "number", min = 0, doc = "0; adamw 1e-2" },
+           amsgrad = { type = "boolean", doc = "false" } },
 }
-ALLOWED.adamw = ALLOWED.adam
+M.OPTIONS.adamw = M.OPTIONS.adam
 
 local function params_of(p)
   if nn.is_module(p) then return p:parameters() end
@@ -22,12 +39,16 @@ end
 --- optim.sgd(module_or_params [, {lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0,
 -- nesterov = false}]); optim.adam and optim.adamw take {lr = 1e-3, betas = {0.9, 0.999},
 -- eps = 1e-8, weight_decay (0; adamw 1e-2), amsgrad = false}.
-for kind, allowed in pairs(ALLOWED) do
+for kind, schema in pairs(M.OPTIONS) do
   M[kind] = function(params, opts)
     opts = opts or {}
-    options.check(opts, allowed, "optim." .. kind, 2)
+    options.check(opts, schema, "optim." .. kind, 2)
     return core.new(kind, params_of(params), opts)
   end
+  registry.register {
+    kind = "optimizer", name = kind, options = schema, doc = "optim." .. kind,
+    new = function(cfg, ctx) return M[kind](ctx.model, cfg) end,
+  }
 end
 
 --- optim.save(opt, path) -> true | nil, err: the optimizer's state, written atomically

@@ -1,4 +1,12 @@
---- dpy.options: checking option tables, with the nearest valid name suggested for a misspelt key.
+--- dpy.options: the one mechanism that checks option tables — a config's keys, every component's
+-- options, every API function's option table — against a schema, with the nearest valid name
+-- suggested for a misspelt key.
+-- A schema maps each valid key to a rule (`true` accepts any value):
+--   { type = "integer" | "number" | "string" | "boolean" | "table" | "function" | "list" | "path",
+--     of = element type (lists), min =, max = (inclusive), above =, below = (strict),
+--     one_of = { values }, check = function(v) -> nil | message, default =, doc = "..." }
+-- "list" is a table of positional entries (of `of`); "path" is a string naming a file, resolved
+-- against the config's directory where a config names it (registry.resolve_paths).
 local M = {}
 
 --- Levenshtein distance between two short strings.
@@ -16,17 +24,26 @@ function M.distance(a, b)
   return prev[#b]
 end
 
---- The nearest of names (a list or a set) to word, if it is near enough to be a likely typo.
+local function names_of(set)
+  local list = {}
+  if set[1] ~= nil then
+    for i, v in ipairs(set) do list[i] = v end
+  else
+    for k in pairs(set) do list[#list + 1] = k end
+  end
+  table.sort(list, function(a, b) return tostring(a) < tostring(b) end)
+  return list
+end
+
+--- The nearest of names (a list or a set) to word, if it is near enough to be a likely typo
+-- (a case-only difference always is).
 function M.nearest(word, names)
   local best, best_d
-  local list = names[1] and names or {}
-  if not names[1] then
-    for k in pairs(names) do list[#list + 1] = k end
-  end
-  table.sort(list)
-  for _, name in ipairs(list) do
-    local d = M.distance(word, name)
-    if not best_d or d < best_d then best, best_d = name, d end
+  for _, name in ipairs(names_of(names)) do
+    if type(name) == "string" then
+      local d = name:lower() == word:lower() and 0 or M.distance(word, name)
+      if not best_d or d < best_d then best, best_d = name, d end
+    end
   end
   if best and best_d <= math.max(2, #word // 3) then return best end
 end
@@ -37,29 +54,131 @@ function M.suggest(word, names)
   return near and string.format(" (did you mean '%s'?)", near) or ""
 end
 
---- Raises (at level) unless every key of opts is in allowed (a set); positional entries
--- ([1], the component name) are skipped. what names the table in the message.
-function M.check(opts, allowed, what, level)
-  for k in pairs(opts) do
-    if math.type(k) ~= "integer" and not allowed[k] then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      error(string.format("%s: unknown option '%s'%s; valid: %s", what, tostring(k),
-                          M.suggest(k, allowed), table.concat(names, ", ")),
-            level == 0 and 0 or (level or 1) + 1)
+local function article(word)
+  return word:match("^[aeiou]") and "an " .. word or "a " .. word
+end
+
+local function is_list(t)
+  if type(t) ~= "table" then return false end
+  local n = #t
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
+  end
+  return true
+end
+
+-- Whether value has the type a rule names.
+local function has_type(value, wanted)
+  if wanted == "number" then return type(value) == "number" end
+  if wanted == "path" then return type(value) == "string" and value ~= "" end
+  if wanted == "list" then return is_list(value) end
+  return (math.type(value) or type(value)) == wanted
+end
+
+local function bounds(rule)
+  local parts = {}
+  if rule.min then parts[#parts + 1] = ">= " .. tostring(rule.min) end
+  if rule.above then parts[#parts + 1] = "> " .. tostring(rule.above) end
+  if rule.max then parts[#parts + 1] = "<= " .. tostring(rule.max) end
+  if rule.below then parts[#parts + 1] = "< " .. tostring(rule.below) end
+  return table.concat(parts, " and ")
+end
+
+--- A description of what a rule accepts ("an integer >= 0").
+function M.describe(rule)
+  if rule == true then return "any value" end
+  if rule.one_of then
+    local shown = {}
+    for i, v in ipairs(rule.one_of) do shown[i] = string.format("%q", v) end
+    return "one of " .. table.concat(shown, ", ")
+  end
+  local t = rule.type or "value"
+  if t == "list" and rule.of then t = "list of " .. rule.of .. "s" end
+  local b = bounds(rule)
+  return article(t) .. (b ~= "" and " " .. b or "")
+end
+
+--- How a value is shown in a message: 1.5, the string "big", a table, boolean true.
+function M.show(value)
+  if type(value) == "string" then return string.format("the string %q", value) end
+  if type(value) == "number" then return tostring(value) end
+  if type(value) == "table" then return "a table" end
+  return type(value) .. " " .. tostring(value)
+end
+
+--- nil when value satisfies rule, else a message ("must be an integer >= 0, got 1.5").
+function M.check_value(value, rule)
+  if rule == true then return nil end
+  if rule.one_of then
+    for _, v in ipairs(rule.one_of) do if v == value then return nil end end
+    return string.format("must be %s, got %s%s", M.describe(rule),
+                         type(value) == "string" and string.format("%q", value) or tostring(value),
+                         M.suggest(value, rule.one_of))
+  end
+  if rule.type and not has_type(value, rule.type) then
+    return string.format("must be %s, got %s", M.describe(rule), M.show(value))
+  end
+  if type(value) == "number" then
+    local bad = (rule.min and value < rule.min) or (rule.max and value > rule.max)
+                or (rule.above and value <= rule.above) or (rule.below and value >= rule.below)
+                or value ~= value
+    if bad then return string.format("must be %s, got %s", M.describe(rule), tostring(value)) end
+  end
+  if rule.type == "list" and rule.of then
+    for i, v in ipairs(value) do
+      if not has_type(v, rule.of) then
+        return string.format("must be %s, got %s at [%d]", M.describe(rule), M.show(v), i)
+      end
     end
   end
+  if rule.check then return rule.check(value) end
+end
+
+--- nil when every key of opts is in schema and its value satisfies the key's rule, else a
+-- message naming the option; positional entries ([1], the component name) are skipped.
+function M.problem(opts, schema, what)
+  local keys = {}
+  for k in pairs(opts) do
+    if math.type(k) ~= "integer" then keys[#keys + 1] = tostring(k) end
+  end
+  table.sort(keys)   -- the same key reported first, run after run
+  for _, k in ipairs(keys) do
+    local rule = schema[k]
+    if rule == nil then
+      return string.format("%s: unknown option '%s'%s; valid: %s", what, k, M.suggest(k, schema),
+                           table.concat(names_of(schema), ", "))
+    end
+    local err = M.check_value(opts[k], rule)
+    if err then return string.format("%s: option '%s' %s", what, k, err) end
+  end
+  for k, rule in pairs(schema) do
+    if rule ~= true and rule.required and opts[k] == nil then
+      return string.format("%s: option '%s' is required (%s)", what, k, M.describe(rule))
+    end
+  end
+end
+
+--- Raises (at level; 0: no position) unless options.problem finds nothing; returns opts.
+function M.check(opts, schema, what, level)
+  local err = M.problem(opts, schema, what)
+  if err then error(err, level == 0 and 0 or (level or 1) + 1) end
   return opts
+end
+
+--- A copy of opts with each missing key that has a default set to it.
+function M.with_defaults(opts, schema)
+  local out = {}
+  for k, v in pairs(opts) do out[k] = v end
+  for k, rule in pairs(schema) do
+    if out[k] == nil and rule ~= true and rule.default ~= nil then out[k] = rule.default end
+  end
+  return out
 end
 
 --- Raises unless value has the Lua type wanted ("integer" and "number" are told apart).
 function M.check_type(value, wanted, what, level)
-  local got = math.type(value) or type(value)
-  local ok = got == wanted or (wanted == "number" and type(value) == "number")
-  if not ok then
-    error(string.format("%s must be %s %s, got %s", what, wanted:match("^[aeiou]") and "an" or "a",
-                        wanted, got), (level or 1) + 1)
+  if not has_type(value, wanted) then
+    error(string.format("%s must be %s, got %s", what, article(wanted), M.show(value)), (level or 1) + 1)
   end
   return value
 end

@@ -43,7 +43,7 @@ end
 --- partition.iid(labels, nodes [, {seed = 0}]): a seeded shuffle cut into equal parts (the
 -- first n % nodes parts get one more sample)
 function M.iid(labels, nodes, opts)
-  opts = options.check(opts or {}, { seed = true }, "partition.iid", 2)
+  opts = options.check(opts or {}, M.OPTIONS.iid, "partition.iid", 2)
   local y = label_list(labels)
   check_nodes(nodes, #y, "partition.iid")
   local order = {}
@@ -70,7 +70,7 @@ end
 -- proportions over the nodes drawn from Dirichlet(alpha) (small alpha: skewed label mixes);
 -- redrawn until every node has min_size samples
 function M.dirichlet(labels, nodes, opts)
-  opts = options.check(opts or {}, { alpha = true, seed = true, min_size = true }, "partition.dirichlet", 2)
+  opts = options.check(opts or {}, M.OPTIONS.dirichlet, "partition.dirichlet", 2)
   options.check_type(opts.alpha, "number", "partition.dirichlet: alpha", 2)
   if opts.alpha <= 0 then error("partition.dirichlet: alpha must be > 0", 2) end
   local y = label_list(labels)
@@ -104,7 +104,7 @@ end
 -- cut into nodes * shards_per_node shards, each node given shards_per_node at random (the
 -- pathological non-IID split of McMahan et al.)
 function M.shards(labels, nodes, opts)
-  opts = options.check(opts or {}, { shards_per_node = true, seed = true }, "partition.shards", 2)
+  opts = options.check(opts or {}, M.OPTIONS.shards, "partition.shards", 2)
   local k = opts.shards_per_node or 2
   options.check_type(k, "integer", "partition.shards: shards_per_node", 2)
   local y = label_list(labels)
@@ -134,7 +134,7 @@ end
 -- (a seeded choice) split IID, the rest sorted by label and cut into contiguous parts: gamma = 1
 -- is IID, gamma = 0 gives each node a few classes (as in Karimireddy et al.'s Byzantine studies)
 function M.gamma_similarity(labels, nodes, opts)
-  opts = options.check(opts or {}, { gamma = true, seed = true }, "partition.gamma_similarity", 2)
+  opts = options.check(opts or {}, M.OPTIONS.gamma_similarity, "partition.gamma_similarity", 2)
   local gamma = opts.gamma
   if type(gamma) ~= "number" or gamma < 0 or gamma > 1 then
     error("partition.gamma_similarity: gamma must be a number in [0, 1]", 2)
@@ -160,7 +160,7 @@ end
 -- an equal share of the samples of each class in classes[k] (a class listed by several nodes is
 -- split among them at random)
 function M.class_list(labels, nodes, opts)
-  opts = options.check(opts or {}, { classes = true, seed = true }, "partition.class_list", 2)
+  opts = options.check(opts or {}, M.OPTIONS.class_list, "partition.class_list", 2)
   local lists_of = opts.classes
   if type(lists_of) ~= "table" or #lists_of ~= nodes then
     error(string.format("partition.class_list: classes must list one class list per node (%d)", nodes), 2)
@@ -194,15 +194,84 @@ function M.class_list(labels, nodes, opts)
   return to_tensors(lists)
 end
 
+--- partition.natural(groups, nodes [, {assign = "contiguous"}]): the dataset's own split (its
+-- groups: FEMNIST's writers, Camelyon17's hospitals; an int64 tensor or a list of group ids, one
+-- per sample): a group is never split, and every node gets at least one. With more groups than
+-- nodes, assign = "contiguous" cuts the groups, in increasing id order, into nodes runs of near-
+-- equal count (the first groups % nodes nodes get one more: node k of G groups and n nodes starts
+-- at group k * (G // n) + min(k, G % n)); "balanced" gives the groups, largest first (ties: lower
+-- id), each to the node with the fewest samples so far (ties: lower uid). No seed is used.
+function M.natural(groups, nodes, opts)
+  opts = options.check(opts or {}, { assign = true, seed = true }, "partition.natural", 2)
+  if groups == nil then
+    error("partition.natural: no groups (the dataset has no natural partition)", 2)
+  end
+  local g = label_list(groups)
+  options.check_type(nodes, "integer", "partition.natural: nodes", 2)
+  if nodes < 1 then error("partition.natural: nodes must be >= 1", 2) end
+  local members, ids = by_class(g)
+  if #ids < nodes then
+    error(string.format("partition.natural: %d groups cannot give each of %d nodes one (a group is "
+                        .. "never split): use at most %d nodes", #ids, nodes, #ids), 2)
+  end
+  local assign = opts.assign or "contiguous"
+  local lists = {}
+  for k = 1, nodes do lists[k] = {} end
+  local function give(k, id) table.move(members[id], 1, #members[id], #lists[k] + 1, lists[k]) end
+  if assign == "contiguous" then
+    for k, run in ipairs(cut(ids, nodes)) do
+      for _, id in ipairs(run) do give(k, id) end
+    end
+  elseif assign == "balanced" then
+    local order = table.move(ids, 1, #ids, 1, {})
+    table.sort(order, function(a, b)
+      if #members[a] ~= #members[b] then return #members[a] > #members[b] end
+      return a < b
+    end)
+    for _, id in ipairs(order) do
+      local best = 1
+      for k = 2, nodes do
+        if #lists[k] < #lists[best] then best = k end
+      end
+      give(best, id)
+    end
+  else
+    error(string.format("partition.natural: assign must be 'contiguous' or 'balanced', got %s",
+                        tostring(assign)), 2)
+  end
+  return to_tensors(lists)
+end
+
+registry.register {
+  kind = "partitioner", name = "natural",
+  options = { assign = { type = "string", one_of = { "contiguous", "balanced" }, default = "contiguous",
+                         doc = "how groups map to nodes when there are more groups than nodes" } },
+  doc = "partition.natural: the dataset's groups (writers, hospitals), each whole on one node",
+  new = function(cfg, ctx)
+    if ctx.groups == nil then
+      error(string.format("partition 'natural' needs a dataset with natural groups (femnist: writers, "
+                          .. "camelyon17: hospitals); %s has none", ctx.dataset or "this dataset"), 0)
+    end
+    return M.natural(ctx.groups, ctx.nodes, { assign = cfg.assign })
+  end,
+}
+
 -- config components: partition = { "dirichlet", alpha = 0.5 }
-for name, opts in pairs { iid = {}, dirichlet = { alpha = true, min_size = true },
-                          shards = { shards_per_node = true }, gamma_similarity = { gamma = true },
-                          class_list = { classes = true } } do
+local SEED = { type = "integer", doc = "the seed (the run's)" }
+M.OPTIONS = {
+  iid = { seed = SEED },
+  dirichlet = { alpha = { type = "number", above = 0, doc = "concentration: small is skewed" },
+                min_size = { type = "integer", min = 0, doc = "redraw until every node has this many" }, seed = SEED },
+  shards = { shards_per_node = { type = "integer", min = 1, doc = "label-sorted shards per node" }, seed = SEED },
+  gamma_similarity = { gamma = { type = "number", min = 0, max = 1, doc = "the IID fraction" }, seed = SEED },
+  class_list = { classes = { type = "list", of = "table", doc = "per node, the classes it gets" }, seed = SEED },
+}
+for name, opts in pairs(M.OPTIONS) do
   registry.register {
     kind = "partitioner", name = name, options = opts, doc = "partition." .. name,
     new = function(cfg, ctx)
       local o = { seed = ctx.seed }
-      for k in pairs(opts) do o[k] = cfg[k] end
+      for k in pairs(opts) do if cfg[k] ~= nil then o[k] = cfg[k] end end
       return M[name](ctx.labels, ctx.nodes, o)
     end,
   }

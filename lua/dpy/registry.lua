@@ -1,24 +1,52 @@
 --- dpy.registry: named factories for every pluggable component, one registry per Lua state.
--- A spec is { kind, name, new = function(cfg, ctx), doc = string, options = {key = true, ...},
--- validate = function(cfg) -> nil | message about a bad option value (optional) }.
--- Configs name components by string: "cnn", or { "sgd", lr = 0.05 }.
+-- A spec is { kind, name, new = function(cfg, ctx), doc = string, options = schema (see
+-- dpy.options), validate = function(cfg) -> nil | message (checks across options) }.
+-- Configs name a component by string or by the path of a Lua file: "cnn", { "sgd", lr = 0.05 },
+-- "models/resnet8.lua", { "rules/clipped.lua", radius = 2 }. A built-in lives in the folder of its
+-- kind (lua/dpy/models/cnn.lua) or in its kind's module; a user's file follows the same contract:
+-- it returns registry.register { kind = ..., name = ..., new = ... }, and its options are checked
+-- the same way. new(cfg, ctx) gets the options with their defaults filled in.
 local options = require "dpy.options"
 
 local M = {}
 
-local KINDS = { aggregator = true, sharing = true, transform = true, transport = true,
-                action = true, model = true, partitioner = true, dataset = true,
-                optimizer = true, graph = true }
+--- Where the built-ins of each kind live: a folder of lua/dpy holding one file per component,
+-- or a module registering several.
+M.KINDS = {
+  action = { folder = "actions" }, algorithm = { folder = "algorithms" },
+  dataset = { folder = "datasets" }, model = { folder = "models" },
+  optimizer = { module = "dpy.optim" }, sharing = { folder = "sharing" },
+  aggregator = { module = "dpy.aggregators" }, attack = { module = "dpy.byzantine.attacks" },
+  graph = { module = "dpy.graph" }, partitioner = { module = "dpy.partition" },
+  transform = { module = "dpy.transforms" },
+}
+
 local specs, frozen = {}, false
+local loaded_kinds = {}
+local by_path = {}     -- absolute path -> spec of a user's component file
+local capture          -- while a user's file runs: { specs = what it registered, depth = requires under way }
 
 --- Registers a factory; raises on misuse; returns the spec.
 function M.register(spec)
   if frozen then error("dpy.registry: frozen after init", 2) end
-  if type(spec) ~= "table" or not KINDS[spec.kind] then
-    error(string.format("dpy.registry: unknown kind %q", tostring(spec and spec.kind)), 2)
+  if type(spec) ~= "table" or not M.KINDS[spec.kind] then
+    local kinds = {}
+    for k in pairs(M.KINDS) do kinds[#kinds + 1] = k end
+    table.sort(kinds)
+    error(string.format("dpy.registry: unknown kind %q%s; kinds: %s", tostring(spec and spec.kind),
+                        options.suggest(spec and spec.kind, M.KINDS), table.concat(kinds, ", ")), 2)
   end
   if type(spec.name) ~= "string" or type(spec.new) ~= "function" then
     error("dpy.registry: a spec needs a string 'name' and a function 'new'", 2)
+  end
+  if spec.options ~= nil and type(spec.options) ~= "table" then
+    error(string.format("dpy.registry: %s '%s': options must be a table (key -> rule)", spec.kind, spec.name), 2)
+  end
+  if capture and capture.depth == 0 then
+    -- a user's file: known by its path, never by name, so it shadows nothing (the modules it
+    -- requires register as they always do)
+    capture.specs[#capture.specs + 1] = spec
+    return spec
   end
   local by_name = specs[spec.kind] or {}
   specs[spec.kind] = by_name
@@ -29,51 +57,181 @@ function M.register(spec)
   return spec
 end
 
---- The spec of a config entry ("name" or { "name", ... }) or nil and a message that names
--- the nearest valid name for a misspelt one, or an unknown option key.
-function M.check(kind, entry)
+-- The directory holding lua/dpy (where the built-in folders are).
+local function dpy_dir()
+  local path = package.searchpath("dpy.registry", package.path)
+  return path and path:match("^(.*)/registry%.lua$")
+end
+
+-- Loads the built-ins of kind: the module, or the file of one name (nil: every file) of the folder.
+local function load_builtins(kind, name)
+  local home = M.KINDS[kind]
+  if home.module then
+    require(home.module)
+    return
+  end
+  if loaded_kinds[kind] then return end
+  local module = "dpy." .. home.folder .. "."
+  if name then
+    if type(name) == "string" and name:match("^[%w_]+$") and package.searchpath(module .. name, package.path) then
+      require(module .. name)
+    end
+    return
+  end
+  local dir = dpy_dir()
+  for _, file in ipairs(dir and require("dpy.host.core").listdir(dir .. "/" .. home.folder) or {}) do
+    local base = file:match("^([%w_]+)%.lua$")
+    if base then require(module .. base) end
+  end
+  loaded_kinds[kind] = true
+end
+
+--- Whether a component reference names a file (it ends in .lua) rather than a built-in.
+function M.is_path(ref)
+  return type(ref) == "string" and ref:match("%.lua$") ~= nil
+end
+
+--- ref made absolute against base (a directory; default: the current one).
+function M.absolute(ref, base)
+  if ref:sub(1, 1) == "/" then return ref end
+  base = base or os.getenv("PWD") or "."
+  return (base .. "/" .. ref):gsub("/%./", "/")
+end
+
+-- The spec a user's file registers, loaded once per state; nil and a message when it fails.
+local function load_file(kind, path)
+  if by_path[path] then return by_path[path] end
+  local mine = { specs = {}, depth = 0 }
+  -- registrations made by the modules the file requires are theirs, made as usual
+  local function counted_require(name)
+    mine.depth = mine.depth + 1
+    local ok, module, where = pcall(require, name)
+    mine.depth = mine.depth - 1
+    if not ok then error(module, 2) end
+    return module, where
+  end
+  local chunk, err = loadfile(path, "t", setmetatable({ require = counted_require }, { __index = _G }))
+  if not chunk then
+    return nil, (err:gsub("^cannot open ", "cannot read " .. kind .. " file "))
+  end
+  local saved = capture
+  capture = mine
+  local ok, result = pcall(chunk)
+  capture = saved
+  if not ok then return nil, tostring(result) end
+  local of_kind = {}
+  for _, s in ipairs(mine.specs) do if s.kind == kind then of_kind[#of_kind + 1] = s end end
+  if #of_kind ~= 1 or (result ~= nil and result ~= of_kind[1]) then
+    return nil, string.format("%s: %s %s file must register one spec of kind '%s' and return it "
+                              .. "(return registry.register { kind = \"%s\", name = ..., new = ... }); "
+                              .. "it registered %d", path, kind:match("^[aeiou]") and "an" or "a", kind, kind,
+                              kind, #of_kind)
+  end
+  of_kind[1].path = path
+  by_path[path] = of_kind[1]
+  return of_kind[1]
+end
+
+-- Whether path names a file that can be read (not a directory).
+local function is_file(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local _, err = f:read(0)
+  f:close()
+  return err == nil
+end
+
+--- The spec of a config entry ("name", "file.lua", or { name or file, options... }), or nil and
+-- a message that names the nearest valid name for a misspelt one, or the bad option. A relative
+-- file is found from base (the config's directory). Returns the spec and the entry, its file
+-- and its path options made absolute (a copy when anything changed). used, when given, receives
+-- the absolute path of every file the entry names (its component file, path options naming files).
+function M.check(kind, entry, base, used)
   local name = type(entry) == "table" and entry[1] or entry
   if type(name) ~= "string" then
     return nil, string.format("a %s name or { name, options... } expected, got %s", kind,
                               type(entry) == "table" and "a table without a name" or type(entry))
   end
-  local spec = (specs[kind] or {})[name]
-  if not spec then
-    local names = M.list(kind)
-    return nil, string.format("no %s named '%s'%s; valid: %s", kind, name,
-                              options.suggest(name, names), table.concat(names, ", "))
+  if not M.KINDS[kind] then error(string.format("dpy.registry: unknown kind %q", tostring(kind)), 2) end
+  local spec, err
+  if M.is_path(name) then
+    name = M.absolute(name, base)
+    spec, err = load_file(kind, name)
+    if not spec then return nil, err end
+    if used then used[#used + 1] = name end
+  else
+    load_builtins(kind, name)
+    spec = (specs[kind] or {})[name]
+    if not spec then   -- a file of the folder may register several (sharing/robust.lua)
+      load_builtins(kind)
+      spec = (specs[kind] or {})[name]
+    end
+    if not spec then
+      local names = M.list(kind)
+      return nil, string.format("no %s named '%s'%s; valid: %s, or the path of a Lua file", kind, name,
+                                options.suggest(name, names), table.concat(names, ", "))
+    end
   end
   local opts = type(entry) == "table" and entry or {}
-  if spec.options then
-    local ok, err = pcall(options.check, opts, spec.options, kind .. " '" .. name .. "'", 0)
-    if not ok then return nil, err end
+  local what = string.format("%s '%s'", kind, spec.name)
+  local schema = spec.options or {}
+  err = options.problem(opts, schema, what)
+  if err then return nil, err end
+  local resolved = { name }
+  for k, v in pairs(opts) do
+    if k ~= 1 then resolved[k] = v end
+    local rule = schema[k]
+    if type(rule) == "table" then
+      if rule.type == "path" then
+        resolved[k] = M.absolute(v, base)
+        if used and is_file(resolved[k]) then used[#used + 1] = resolved[k] end
+      elseif rule.kind then
+        local _, e, sub = M.check(rule.kind, v, base, used)
+        if e then return nil, string.format("%s: option '%s': %s", what, k, e) end
+        resolved[k] = sub
+      elseif rule.list_of then
+        local list = {}
+        for i, item in ipairs(v) do
+          local _, e, sub = M.check(rule.list_of, item, base, used)
+          if e then return nil, string.format("%s: option '%s'[%d]: %s", what, k, i, e) end
+          list[i] = sub
+        end
+        resolved[k] = list
+      end
+    end
   end
-  local bad = spec.validate and spec.validate(opts)
-  if bad then return nil, string.format("%s '%s': %s", kind, name, bad) end
-  return spec
+  local bad = spec.validate and spec.validate(options.with_defaults(resolved, schema))
+  if bad then return nil, string.format("%s: %s", what, bad) end
+  if type(entry) ~= "table" then return spec, nil, name end
+  return spec, nil, resolved
 end
 
 --- The spec of a config entry; raises (at the caller's level) when M.check finds none.
-function M.spec(kind, entry, level)
-  local spec, err = M.check(kind, entry)
+function M.spec(kind, entry, level, base)
+  local spec, err = M.check(kind, entry, base)
   if not spec then error(err, (level or 1) + 1) end
   return spec
 end
 
---- Builds a component from its config entry; ctx carries what it needs (a dataset, a model).
-function M.build(kind, entry, ctx)
-  local spec = M.spec(kind, entry, 2)
-  return spec.new(type(entry) == "table" and entry or {}, ctx or {})
+--- Builds a component from its config entry; ctx carries what it needs (a dataset, a model, the
+-- node). new gets the entry's options with the defaults of the spec's schema filled in.
+function M.build(kind, entry, ctx, base)
+  local spec, err, resolved = M.check(kind, entry, base)
+  if not spec then error(err, 2) end
+  local cfg = options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
+  return (spec.new(cfg, ctx or {}))
 end
 
---- The sorted names registered for kind.
+--- The sorted names of the built-ins of kind (and any a config registered).
 function M.list(kind)
+  load_builtins(kind)
   local names = {}
   for name in pairs(specs[kind] or {}) do names[#names + 1] = name end
   table.sort(names)
   return names
 end
 
+--- registry.freeze(): after init nothing can be registered (or loaded from a file).
 function M.freeze() frozen = true end
 
 return M

@@ -1,7 +1,8 @@
 --- dpy.report: comparing runs (dpy-lua report out/A out/B ...). One row per run: config, final
--- test accuracy over the honest evaluated nodes (mean +- std; nodes poisoned by an action are left
--- out, and so are Byzantine ones), bytes sent per node per round, epsilon, seconds per round. Plots, drawn by gnuplot:
--- accuracy against round and accuracy against bytes sent per node.
+-- test accuracy over the honest evaluated nodes (mean +- std (count); honest as dpy.honest says,
+-- as in the run's summary), bytes sent per node per round, epsilon, seconds per round; then a line
+-- per run naming the nodes left out. Plots, drawn by gnuplot: accuracy against round and accuracy
+-- against bytes sent per node.
 local metrics = require "dpy.metrics"
 
 local M = {}
@@ -22,15 +23,11 @@ local function last(series) return series and series[#series] and series[#series
 function M.load(dir)
   local cfg = metrics.read(dir .. "/config.json")
   if not cfg then return nil, dir .. ": not a run directory (no readable config.json)" end
-  local manifest = metrics.read(dir .. "/manifest.json") or {}
-  local poisoned = {}
-  for _, entry in pairs(manifest.actions or {}) do
-    for _, key in ipairs { "poisoned", "byzantine" } do
-      for _, u in ipairs(type(entry) == "table" and entry[key] or {}) do poisoned[u] = true end
-    end
-  end
   local run = { dir = dir, label = dir:gsub("/+$", ""):match("([^/]+)$"), name = cfg.name,
                 nodes = cfg.nodes or 1, accuracy = {}, curve = {}, bytes_curve = {} }
+  local honest, err = require("dpy.honest").of_run(dir, run.nodes)
+  if not honest then return nil, err end
+  run.honest_nodes = honest
   local finals, sent, walls, eps = {}, {}, {}, nil
   local per_round_acc, per_round_bytes = {}, {}
   for uid = 0, run.nodes - 1 do
@@ -47,7 +44,7 @@ function M.load(dir)
         walls[e[1]] = math.max(walls[e[1]] or 0, e[2])
       end
       if last(m.epsilon) then eps = math.max(eps or 0, last(m.epsilon)) end
-      if not poisoned[uid] and m.test_accuracy and #m.test_accuracy > 0 then
+      if honest.set[uid] and m.test_accuracy and #m.test_accuracy > 0 then
         finals[#finals + 1] = last(m.test_accuracy)
         for _, e in ipairs(m.test_accuracy) do
           local r = e[1]
@@ -99,6 +96,9 @@ function M.table(runs)
     local cells = {}
     for i, cell in ipairs(row) do cells[i] = cell .. string.rep(" ", widths[i] - #cell) end
     lines[#lines + 1] = table.concat(cells, "  "):gsub("%s+$", "")
+  end
+  for _, run in ipairs(runs) do   -- which nodes count, as the run's summary says it
+    lines[#lines + 1] = run.label .. ": " .. require("dpy.honest").describe(run.honest_nodes)
   end
   return table.concat(lines, "\n")
 end

@@ -9,23 +9,16 @@ local random = require "dpy.random"
 
 local M = {}
 
-local function integer_option(o, key, default, ok, what)
-  local v = o[key]
-  if v == nil then return default end
-  if math.type(v) ~= "integer" or not ok(v) then
-    error(string.format("%s must be %s, got %s", key, what, tostring(v)), 0)
-  end
-  return v
-end
-
 registry.register {
-  kind = "transform", name = "uniform_asymmetric_quantization", options = { bits = true, chunk = true },
+  kind = "transform", name = "uniform_asymmetric_quantization",
+  options = { bits = { type = "integer", default = 8, doc = "bits per value: 1..8 or 16",
+                       check = function(b) if not ((b >= 1 and b <= 8) or b == 16) then
+                         return "must be 1..8 or 16, got " .. b end end },
+              chunk = { type = "integer", min = 0, default = 0, doc = "values per scale (0: per tensor)" } },
   doc = "b bits per value (1-8 or 16), a scale and zero point per tensor (chunk = 0) or per chunk "
         .. "of k values; at most half a step of error; +-Inf saturate, a NaN chunk stays NaN",
   new = function(o)
-    local bits = integer_option(o, "bits", 8, function(b) return (b >= 1 and b <= 8) or b == 16 end,
-                                "1..8 or 16")
-    local chunk = integer_option(o, "chunk", 0, function(k) return k >= 0 end, ">= 0 (0: per tensor)")
+    local bits, chunk = o.bits, o.chunk
     return { label = string.format("uniform_asymmetric_quantization(bits=%d,chunk=%d)", bits, chunk),
              input = "float32",
              encode = function(t) return codec.quantize(t, bits, chunk) end,
@@ -34,10 +27,11 @@ registry.register {
 }
 
 registry.register {
-  kind = "transform", name = "zstd", options = { level = true },
+  kind = "transform", name = "zstd",
+  options = { level = { type = "integer", min = -7, max = 22, default = 3, doc = "compression level" } },
   doc = "zstd compression of the payload bytes (level 1-19, default 3)",
   new = function(o)
-    local level = integer_option(o, "level", 3, function(l) return l >= -7 and l <= 22 end, "-7..22")
+    local level = o.level
     return { label = string.format("zstd(level=%d)", level), input = "any",
              encode = function(t) return codec.zstd(t, level) end,
              decode = function(b, dtype) return codec.unzstd(b, dtype) end }
@@ -45,12 +39,13 @@ registry.register {
 }
 
 registry.register {
-  kind = "transform", name = "fpzip", options = { precision = true },
+  kind = "transform", name = "fpzip",
+  options = { precision = { type = "integer", default = 0, doc = "bits kept per value: 0 (lossless) or 2..32",
+                            check = function(p) if not (p == 0 or (p >= 2 and p <= 32)) then
+                              return "must be 0 (lossless) or 2..32, got " .. p end end } },
   doc = "fpzip compression of float32 values: lossless (precision 0) or keeping 2-32 bits of each",
   new = function(o)
-    local precision = integer_option(o, "precision", 0,
-                                     function(p) return p == 0 or (p >= 2 and p <= 32) end,
-                                     "0 (lossless) or 2..32")
+    local precision = o.precision
     return { label = string.format("fpzip(precision=%d)", precision), input = "float32",
              encode = function(t) return codec.fpzip(t, precision) end,
              decode = function(b) return codec.unfpzip(b) end }
@@ -72,7 +67,7 @@ function M.chain(list)
   for i, entry in ipairs(list or {}) do
     local spec, err = registry.check("transform", entry)
     if not spec then error(string.format("transforms[%d]: %s", i, err), 0) end
-    local ok, step = pcall(spec.new, type(entry) == "table" and entry or {})
+    local ok, step = pcall(registry.build, "transform", entry)
     if not ok then error(string.format("transforms[%d] (%s): %s", i, spec.name, step), 0) end
     step.name = spec.name
     step.dtype = i == 1 and "float32" or "uint8"   -- what this step receives

@@ -81,7 +81,8 @@ describe("aggregators", function()
     close(c, { { 0.6, 0.8 }, { 0.3, 0.4 } })
     close(agg.aggregate({ "median", f = 1 }, X, { { "nnm", f = 1 } }), { 27, 2.5, 0 })
     assert.has_error(function() agg.aggregate("median", X, { "krum" }) end,
-                     "aggregators: 'krum' is not a pre-aggregation (nnm, bucketing, static_clipping)")
+                     "aggregators: 'krum' is not a pre-aggregation (nnm, bucketing, static_clipping, or a file "
+                     .. "whose spec says pre = true)")
   end)
 
   it("refuse an (n, f) outside what they tolerate", function()
@@ -120,8 +121,9 @@ describe("attacks", function()
     assert.is_true(nan ~= nan)
     local g = attacks.craft({ "gaussian", sigma = 2 }, T(tensor.zeros(1, 20000):totable()), 2, 1)
     assert.is_true(math.abs(g:std():item() - 2) < 0.05)
-    assert.has_error(function() attacks.craft("flip", honest, 4, 1) end, "no attack named 'flip'; valid: "
-                     .. "alie, gaussian, infinity, inner_product, mimic, nan, sign_flip, label_flipping")
+    assert.has_error(function() attacks.craft("flip", honest, 4, 1) end, "no attack named 'flip' (did you mean "
+                     .. "'alie'?); valid: alie, gaussian, infinity, inner_product, label_flipping, mimic, nan, "
+                     .. "sign_flip, or the path of a Lua file")
   end)
 end)
 

@@ -4,7 +4,6 @@
 local tensor = require "dpy.tensor"
 local data = require "dpy.data"
 local registry = require "dpy.registry"
-require "dpy.components"
 
 local F = REPO .. "/tests/fixtures/datasets"
 
@@ -125,7 +124,8 @@ describe("numpy dataset", function()
                          "train%.npz: no member named pixels %(it holds: images, labels%)")
     assert.error_matches(function() data.numpy { dir = dir, layuot = "nchw" } end,
                          "unknown option 'layuot' %(did you mean 'layout'%?%)")
-    assert.error_matches(function() data.numpy { dir = dir, layout = "chw" } end, "layout must be")
+    assert.error_matches(function() data.numpy { dir = dir, layout = "chw" } end,
+                         "option 'layout' must be one of \"auto\", \"nchw\", \"nhwc\"")
     assert.error_matches(function() data.numpy { dir = dir, classes = 3 } end,
                          "the train labels go up to 5, but classes = 3")
     assert.error_matches(function() data.numpy { dir = dir, mean = { 0.5 } } end,

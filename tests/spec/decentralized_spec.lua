@@ -55,7 +55,7 @@ describe("decentralized runs", function()
     for _, alg in ipairs { "fedavg", "ps" } do
       local code, stdout, err, out = run(TINY .. "algorithm = '" .. alg .. "'\nfraction = 0.5\n")
       assert.are.equal(0, code, err)
-      assert.matches("over 1 evaluated node", stdout)
+      assert.matches("over 1 evaluated honest node", stdout)
       assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
       assert.is_nil(node_metrics(out, 1).test_accuracy)
     end
@@ -209,11 +209,12 @@ describe("decentralized runs", function()
     assert.matches("c.lua:2: graph: no graph named 'rign' %(did you mean 'ring'%?%)", err)
     code, _, err = run("nodes = 4\nalgorithm = 'gossip'\n")
     assert.are.equal(1, code)
-    assert.matches("c.lua:2: config key 'algorithm' must be one of dpsgd, fedavg, ps", err)
+    assert.matches("c.lua:2: algorithm: no algorithm named 'gossip'; valid: dpsgd, fedavg, ps, or the path of a "
+                   .. "Lua file", err)
   end)
 
   it("runs a user action from configs/actions that wraps the outgoing model", function()
-    local action = "{ 'configs/actions/noisy_model.lua', nodes = { 1 }, sigma = 0.5 }"
+    local action = "{ '" .. REPO .. "/configs/actions/noisy_model.lua', nodes = { 1 }, sigma = 0.5 }"
     local code, _, err, out = run(TINY .. "actions = { " .. action .. " }\n")
     assert.are.equal(0, code, err)
     assert.matches("noisy_model: sending models with noise", read_file(out .. "/1.log"))

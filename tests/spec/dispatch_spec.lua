@@ -52,6 +52,30 @@ return {
     assert.matches('%["127.0.0.1:%d+","127.0.0.1:%d+","127.0.0.1:%d+"%]', read_file(dir .. "/d1/addresses.json"))
   end)
 
+  it("ships every file the run uses, where the config finds them, and records them in the run directory", function()
+    remotes()
+    assert(require("dpy.host.core").mkdir_p(dir .. "/parts"))
+    assert(require("dpy.host.core").mkdir_p(dir .. "/acts"))
+    write_file(dir .. "/parts/tiny.lua", TINY_RUN)
+    write_file(dir .. "/parts/base.lua", "include 'tiny.lua'\nrounds = 2\n")   -- relative to parts/
+    write_file(dir .. "/acts/noisy.lua", read_file(REPO .. "/configs/actions/noisy_model.lua"))
+    write_file(dir .. "/ship.lua", "include 'parts/base.lua'\n"
+                                   .. "actions = { { 'acts/noisy.lua', nodes = { 1 }, sigma = 0.5 } }\n")
+    local code, _, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch ship.lua --remotes remotes.lua -q --out "
+                            .. dir .. "/d3")
+    assert.are.equal(0, code, err)
+    assert.matches("noisy_model: sending models with noise", read_file(dir .. "/d3/1.log"))
+    for _, remote in ipairs { "remote-a", "remote-b" } do
+      for _, f in ipairs { "parts/base.lua", "parts/tiny.lua", "acts/noisy.lua" } do
+        assert.are.equal(read_file(dir .. "/" .. f), read_file(string.format("%s/%s/d3/%s", dir, remote, f)),
+                         remote .. ": " .. f)
+      end
+    end
+    for _, f in ipairs { "parts/base.lua", "parts/tiny.lua", "acts/noisy.lua", "config.effective.lua" } do
+      assert.truthy(read_file(dir .. "/d3/" .. f), "the run directory keeps " .. f)
+    end
+  end)
+
   it("repeats the experiment with --jobs, each job its own seed #e2e", function()
     remotes()
     local code, _, err = dispatch("-q --jobs 2 --out " .. dir .. "/jobs")

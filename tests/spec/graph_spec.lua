@@ -62,18 +62,95 @@ describe("graphs", function()
     assert.are.equal(40, graph.edges(w))
   end)
 
-  it("reads DecentralizePy's edge-list and adjacency formats", function()
-    local dir = tmpdir()
-    write_file(dir .. "/edges.txt", "4\n0 1\n1 2\n2 3\n3 0\n")
-    write_file(dir .. "/adj.txt", "1 3\n0 2\n1 3\n2 0\n")
-    assert.are.same(graph.ring(4).adj, graph.from_file(dir .. "/edges.txt").adj)
-    assert.are.same(graph.ring(4).adj, graph.from_file(dir .. "/adj.txt").adj)
-    write_file(dir .. "/bad.txt", "4\n0 1\n1 x\n")
-    assert.error_matches(function() graph.from_file(dir .. "/bad.txt") end, "bad.txt:3: expected 'u v'")
-    assert.is_false(graph.connected(graph.from_file((function()
-      write_file(dir .. "/split.txt", "4\n0 1\n2 3\n")
-      return dir .. "/split.txt"
-    end)())))
+  describe("files in DecentralizePy's layout", function()
+    -- tests/fixtures/graphs: written by make_graphs.py with DecentralizePy's write_graph_to_file;
+    -- expected.lua holds what its read_graph_from_file gets from each
+    local dir = REPO .. "/tests/fixtures/graphs/"
+    local expected = dofile(dir .. "expected.lua")
+    local registry = require "dpy.registry"
+
+    local function bad(text, format, pattern)
+      local path = tmpdir() .. "/g.txt"
+      write_file(path, text)
+      local ok, err = pcall(graph.from_file, path, format)
+      assert.is_false(ok, text)
+      assert.matches(pattern, err)
+    end
+
+    it("read every file as its reader does, given the format", function()
+      local names = {}
+      for name in pairs(expected) do if name ~= "permutation" then names[#names + 1] = name end end
+      table.sort(names)
+      assert.are.equal(8, #names)
+      for _, name in ipairs(names) do
+        local want = expected[name]
+        local g = graph.from_file(dir .. name, want.format)
+        assert.are.equal(want.n, g.n, name)
+        assert.are.same(want.adj, g.adj, name)
+      end
+      assert.are.same(graph.ring(16).adj, graph.from_file(dir .. "ring16.adj", "adjacency").adj)
+      assert.are.same(graph.ring(16).adj, graph.from_file(dir .. "ring16.edges", "edges").adj)
+      local p, ring = expected.permutation, graph.from_file(dir .. "permuted_ring16.adj", "adjacency")
+      for i = 1, 16 do
+        local u, v = p[i], p[i % 16 + 1]
+        assert.is_truthy(ring.adj[u][1] == v or ring.adj[u][2] == v)
+      end
+    end)
+
+    it("tell the format from the content only when one reading is possible", function()
+      for _, name in ipairs { "ring16.edges", "regular16.edges", "regular16.adj", "permuted_ring16.edges",
+                              "dpy_eval_graph.adj", "dpy_eval_4_node_fullyConnected.edges" } do
+        assert.are.same(expected[name].adj, graph.from_file(dir .. name).adj, name)
+      end
+      -- two neighbours per line: also a one-direction edge list (of two 8-cycles for the ring)
+      for _, name in ipairs { "ring16.adj", "permuted_ring16.adj" } do
+        assert.error_matches(function() graph.from_file(dir .. name) end,
+          name:gsub("%p", "%%%0") .. ": reads both as an edge list and as an adjacency list, as different "
+          .. "graphs; say which: format = \"edges\" or \"adjacency\"")
+      end
+      -- a triangle reads the same both ways
+      local path = tmpdir() .. "/triangle"
+      write_file(path, "3\n1 2\n0 2\n0 1\n")
+      assert.are.same(graph.full(3).adj, graph.from_file(path).adj)
+    end)
+
+    it("name the file, the line and the problem in bad input", function()
+      bad("", "edges", "g.txt:1: expected the node count on the first line, got ''")
+      bad("x\n0 1\n", "edges", "g.txt:1: expected the node count on the first line, got 'x'")
+      bad("0\n", "edges", "g.txt:1: a graph needs at least 1 node, the file says 0")
+      bad("4\n0 1\n1 x\n", "edges", "g.txt:3: 'x' is not a node id")
+      bad("4\n0 1\n1 2 3\n", "edges", "g.txt:3: expected 'u v', got '1 2 3'")
+      bad("4\n0 1\n\n1 2\n", "edges", "g.txt:3: expected 'u v', got an empty line")
+      bad("4\n0 1\n1 4\n", "edges", "g.txt:3: node 4 out of range 0..3")
+      bad("4\n0 1\n-1 2\n", "edges", "g.txt:3: node %-1 out of range 0..3")
+      bad("4\n0 1\n2 2\n", "edges", "g.txt:3: a self%-loop at node 2")
+      bad("3\n1 2\n0 2\n", "adjacency", "g.txt:3: the file ends after 2 of 3 nodes' lines")
+      bad("2\n1\n0\n1\n", "adjacency", "g.txt:4: a line past the last node's %(2 nodes%)")
+      bad("3\n1 2\n0 2.5\n0 1\n", "adjacency", "g.txt:3: '2.5' is not a node id")
+      bad("3\n1 2\n0 1\n0 1\n", "adjacency", "g.txt:3: a self%-loop at node 1")
+      bad("3\n1 2\n0\n0 1\n", "adjacency", "g.txt:4: node 2 lists 1, but node 1 %(line 3%) does not list 2")
+      bad("3\n1 2\n0 7\n0 1\n", "adjacency", "g.txt:3: node 7 out of range 0..2")
+      bad("3\n1 2\n0 2\n0 1\n", "adj", "graph.from_file: format must be \"edges\" or \"adjacency\", got \"adj\"")
+      -- neither reading works: both reasons
+      bad("3\n1 2 x\n0 2\n0 1\n", nil, "g.txt: not a DecentralizePy graph file: as an edge list, line 2: "
+          .. "expected 'u v', got '1 2 x'; as an adjacency list, line 2: 'x' is not a node id")
+      assert.error_matches(function() graph.from_file("/nonexistent/g.edges") end,
+                           "graph file: /nonexistent/g.edges: No such file")
+    end)
+
+    it("are the file graph of a config, its format an option", function()
+      local g = registry.build("graph", { "file", path = dir .. "ring16.adj", format = "adjacency" }, { nodes = 16 })
+      assert.are.same(graph.ring(16).adj, g.adj)
+      assert.are.equal("path", registry.spec("graph", { "file", path = "x" }).options.path.type)
+      local _, err = registry.check("graph", { "file", path = dir .. "ring16.adj", format = "adj" })
+      assert.matches("graph 'file': option 'format' must be one of \"edges\", \"adjacency\", got \"adj\"", err)
+      assert.error_matches(function()
+        registry.build("graph", { "file", path = dir .. "ring16.adj" }, { nodes = 16 })
+      end, "say which: format")
+      assert.error_matches(function()
+        registry.build("graph", { "file", path = dir .. "ring16.edges" }, { nodes = 8 })
+      end, "ring16.edges has 16 nodes, the config 8")
+    end)
   end)
 
   it("gives doubly stochastic Metropolis-Hastings weights", function()

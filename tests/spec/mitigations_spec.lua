@@ -20,7 +20,8 @@ describe("mitigations in decentralized runs", function()
     write_file(dir .. "/odd.lua", [[
       local registry = require "dpy.registry"
       return registry.register { kind = "action", name = "odd", new = function(_, node)
-        if node.uid == 1 then node.chain = require("dpy.transforms").chain { "zstd" } end end }
+        if node.uid == 1 then node:wrap("chain", function() return require("dpy.transforms").chain { "zstd" } end) end
+      end }
     ]])
     local cfg = TINY_RUN .. "transforms = { 'fpzip' }\nactions = { '" .. dir .. "/odd.lua' }\n"
     local code, _, err, out = run_config(cfg)

@@ -2,7 +2,6 @@
 local tensor = require "dpy.tensor"
 local nn = require "dpy.nn"
 local registry = require "dpy.registry"
-require "dpy.components"
 
 local function shape(m, x) return m(x):size() end
 

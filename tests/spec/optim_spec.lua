@@ -98,7 +98,8 @@ describe("optimizers", function()
   it("names unknown options and bad values", function()
     assert.error_matches(function() optim.sgd({}, { lr = 0.1, momentun = 0.9 }) end,
                          "optim.sgd: unknown option 'momentun' %(did you mean 'momentum'%?%)")
-    assert.error_matches(function() optim.sgd({ tensor.ones(1) }, { lr = -1 }) end, "learning rate")
+    assert.error_matches(function() optim.sgd({ tensor.ones(1) }, { lr = -1 }) end,
+                         "optim.sgd: option 'lr' must be a number > 0, got %-1")
     assert.error_matches(function() optim.sgd({ tensor.ones(1) }, { lr = 0.1, nesterov = true }) end,
                          "optim.sgd: .*[Nn]esterov")
   end)

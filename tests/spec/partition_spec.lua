@@ -58,7 +58,8 @@ describe("partitioners", function()
     end
     assert.is_true(skew_classes < 40, "alpha 0.05 gave " .. skew_classes .. " node-classes")
     assert.are.equal(100, even_classes)
-    assert.error_matches(function() partition.dirichlet(labels, 10, { alpha = 0 }) end, "alpha must be > 0")
+    assert.error_matches(function() partition.dirichlet(labels, 10, { alpha = 0 }) end,
+                         "partition.dirichlet: option 'alpha' must be a number > 0, got 0")
   end)
 
   it("shards: each node holds shards_per_node label-sorted shards", function()

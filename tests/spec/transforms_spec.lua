@@ -61,13 +61,14 @@ describe("transforms", function()
       assert.are.equal(want, err)
     end
     write_file(dir .. "/c.lua", "nodes = 2\ntransforms = { { 'uniform_asymmetric_quantization', bits = 12 } }\n")
-    fails_with(dir .. "/c.lua:2: transforms[1] (uniform_asymmetric_quantization): bits must be 1..8 or 16, got 12")
+    fails_with(dir .. "/c.lua:2: transforms[1]: transform 'uniform_asymmetric_quantization': option 'bits' "
+                     .. "must be 1..8 or 16, got 12")
     write_file(dir .. "/c.lua", "transforms = { 'zstd', 'fpzip' }\n")
     fails_with(dir .. "/c.lua:1: transforms[2]: fpzip encodes float32 values, but transforms[1] (zstd) "
                      .. "outputs bytes; put it first")
     write_file(dir .. "/c.lua", "transforms = { 'zstdd' }\n")
     fails_with(dir .. "/c.lua:1: transforms[1]: no transform named 'zstdd' (did you mean 'zstd'?); "
-                     .. "valid: fpzip, uniform_asymmetric_quantization, zstd")
+                     .. "valid: fpzip, uniform_asymmetric_quantization, zstd, or the path of a Lua file")
     write_file(dir .. "/c.lua", "sharing = { 'trimmed_mean' }\n")
     fails_with(dir .. "/c.lua:1: sharing: sharing 'trimmed_mean': give f or beta (one of them)")
   end)

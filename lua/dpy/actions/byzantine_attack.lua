@@ -11,36 +11,41 @@ local tensor = require "dpy.tensor"
 return registry.register {
   kind = "action",
   name = "byzantine_attack",
-  options = { attack = true, nodes = true, fraction = true, seed = true },
+  options = {
+    attack = { kind = "attack", default = "sign_flip", doc = "the attack: a name or { name, options }" },
+    nodes = { type = "list", of = "integer", doc = "the Byzantine uids" },
+    fraction = { type = "number", min = 0, max = 1, doc = "or a seeded fraction of the nodes" },
+    seed = { type = "integer", doc = "the seed of that choice (the run's)" },
+  },
   doc = "chosen nodes send an attack's vector (sign_flip, alie, inner_product, gaussian, mimic, infinity, nan)",
   manifest = function(opts, cfg) return { byzantine = actions.choose_nodes(opts, cfg, "byzantine_attack") } end,
   new = function(opts, node)
     local attacks = require "dpy.byzantine.attacks"
-    local entry = opts.attack or "sign_flip"
-    local name = type(entry) == "table" and entry[1] or entry
-    if not attacks.ATTACKS[name] then
-      error(string.format("byzantine_attack: no attack named '%s'", tostring(name)), 0)
-    end
-    if node.cfg.algorithm ~= "dpsgd" then error("byzantine_attack: runs with algorithm = 'dpsgd'", 0) end
+    local entry = opts.attack
+    local name = registry.spec("attack", entry).name
+    if not node.graph then error("byzantine_attack: runs with a gossip algorithm (dpsgd)", 0) end
     if not actions.is_chosen(opts, node, "byzantine_attack") then return {} end
     local f = #actions.choose_nodes(opts, node.cfg, "byzantine_attack")
     local seen = {}   -- copies of what the neighbours sent last round
-    local combine = node.sharing.combine
-    node.sharing = { combine = function(n, r, got, ...)
-      for _, x in ipairs(seen) do x:free() end
-      seen = {}
-      for i, x in ipairs(got) do seen[i] = x:clone() end
-      return combine(n, r, got, ...)
-    end }
-    local gen = tensor.generator(node.cfg.seed * 31 + node.uid)
-    table.insert(node.outgoing, function(flat)
-      local honest = tensor.stack({ flat, table.unpack(seen) }, 0)
-      local byz = attacks.craft(entry, honest, node.cfg.nodes, f, gen)
-      honest:free()
-      local v = byz[0]:clone()
-      byz:free()
-      return v
+    node:wrap("sharing", function(sharing)
+      return { combine = function(n, r, got, ...)
+        for _, x in ipairs(seen) do x:free() end
+        seen = {}
+        for i, x in ipairs(got) do seen[i] = x:clone() end
+        return sharing.combine(n, r, got, ...)
+      end }
     end)
-    return { startup = function(n) n.log:write("byzantine_attack: this node sends %s vectors", name) end }
+    local gen = tensor.generator(node.cfg.seed * 31 + node.uid)
+    return {
+      startup = function(n) n.log:write("byzantine_attack: this node sends %s vectors", name) end,
+      outgoing = function(_, flat)
+        local honest = tensor.stack({ flat, table.unpack(seen) }, 0)
+        local byz = attacks.craft(entry, honest, node.cfg.nodes, f, gen)
+        honest:free()
+        local v = byz[0]:clone()
+        byz:free()
+        return v
+      end,
+    }
   end,
 }

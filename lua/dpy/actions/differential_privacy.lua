@@ -11,24 +11,6 @@
 local registry = require "dpy.registry"
 local privacy = require "dpy.privacy"
 
-local function check(opts)
-  local function positive(k, default)
-    local v = opts[k] == nil and default or opts[k]
-    if type(v) ~= "number" or v <= 0 then
-      error(string.format("differential_privacy: %s must be a number > 0, got %s", k, tostring(v)), 0)
-    end
-    return v
-  end
-  local mode = opts.mode or "sgd"
-  if mode ~= "sgd" and mode ~= "local" then
-    error(string.format("differential_privacy: mode must be 'sgd' or 'local', got '%s'", tostring(mode)), 0)
-  end
-  local o = { clip = positive("clip", 1.0), noise = positive("noise", 1.0),
-              delta = positive("delta", 1e-5), mode = mode }
-  if o.delta >= 1 then error("differential_privacy: delta must be < 1", 0) end
-  return o
-end
-
 -- DP-SGD: the trainer's step, privatized.
 local function dp_step(self, o, loss_name)
   local xb, yb, last = self.loader:next()
@@ -50,18 +32,26 @@ end
 return registry.register {
   kind = "action",
   name = "differential_privacy",
-  options = { clip = true, noise = true, delta = true, mode = true },
+  options = {
+    clip = { type = "number", above = 0, default = 1.0, doc = "the L2 norm each gradient (or update) is clipped to" },
+    noise = { type = "number", above = 0, default = 1.0, doc = "the noise multiplier sigma" },
+    delta = { type = "number", above = 0, below = 1, default = 1e-5, doc = "the delta of (epsilon, delta)" },
+    mode = { one_of = { "sgd", "local" }, default = "sgd", doc = "DP-SGD, or noise on the shared model" },
+  },
   doc = "DP-SGD (per-sample clipping + Gaussian noise, RDP accountant) or local DP on shared models",
   new = function(opts, node)
-    local o = check(opts)
-    if node.cfg.algorithm == "ps" then
+    local o = opts
+    if require("dpy.layout").algorithm(node.cfg).name == "ps" then
       error("differential_privacy: runs with dpsgd or fedavg (ps workers share raw gradients)", 0)
     end
     if not node.trainer then return {} end   -- a server does not train
     if o.mode == "sgd" then
       if node.task then error("differential_privacy: DP-SGD supports multiclass tasks only", 0) end
-      local trainer, loss_name = node.trainer, node.cfg.loss
-      trainer.step = function(self) return dp_step(self, o, loss_name) end
+      local loss_name = node.cfg.loss
+      local trainer = node:wrap("trainer", function(t)
+        t.step = function(self) return dp_step(self, o, loss_name) end
+        return t
+      end)
       local q = math.min(1, node.cfg.batch_size / node.indices:numel())
       return {
         startup = function(n)
@@ -74,14 +64,14 @@ return registry.register {
       }
     end
     local start
-    table.insert(node.outgoing, function(flat)
-      local update <close> = flat - start
-      local norm = update:norm():item()
-      if norm > o.clip then update:mul_(o.clip / norm) end
-      local noise <close> = require("dpy.tensor").randn(flat:numel())
-      return (start + update):add_(noise, o.noise * o.clip)
-    end)
     return {
+      outgoing = function(_, flat)
+        local update <close> = flat - start
+        local norm = update:norm():item()
+        if norm > o.clip then update:mul_(o.clip / norm) end
+        local noise <close> = require("dpy.tensor").randn(flat:numel())
+        return (start + update):add_(noise, o.noise * o.clip)
+      end,
       pre_train = function(n) if start then start:free() end; start = n.model:get_flat() end,
       post_exchange = function(n, r)
         n.metrics:add("epsilon", r, (privacy.epsilon(1, o.noise, r, o.delta)))

@@ -9,7 +9,12 @@ local data = require "dpy.data"
 return registry.register {
   kind = "action",
   name = "label_flipping",
-  options = { nodes = true, fraction = true, map = true, seed = true },
+  options = {
+    nodes = { type = "list", of = "integer", doc = "the poisoned uids" },
+    fraction = { type = "number", min = 0, max = 1, doc = "or a seeded fraction of the training nodes" },
+    map = { type = "table", doc = "{ [0] = new label, ... } (default y -> classes - 1 - y)" },
+    seed = { type = "integer", doc = "the seed of that choice (the run's)" },
+  },
   doc = "chosen nodes train on flipped labels (y -> classes - 1 - y, or map)",
   manifest = function(opts, cfg) return { poisoned = actions.choose_nodes(opts, cfg, "label_flipping") } end,
   new = function(opts, node)
@@ -20,8 +25,11 @@ return registry.register {
       map = {}
       for c = 0, classes - 1 do map[c] = classes - 1 - c end
     end
-    node.train_set = data.relabel(node.train_set, map)
-    node.loader.ds = node.train_set
+    local flipped = node:wrap("train_set", function(ds) return data.relabel(ds, map) end)
+    node:wrap("loader", function(loader)
+      loader.ds = flipped
+      return loader
+    end)
     node.poisoned = true
     return { startup = function(n) n.log:write("label_flipping: this node trains on flipped labels") end }
   end,

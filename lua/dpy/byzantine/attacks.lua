@@ -3,6 +3,7 @@
 -- honest workers' vectors (models or gradients), n the workers in all and f the Byzantine ones.
 -- label_flipping acts on data instead (the simulation and the label_flipping action).
 local tensor = require "dpy.tensor"
+local registry = require "dpy.registry"
 
 local M = {}
 
@@ -44,49 +45,70 @@ end
 local function mean_of(honest) return honest:mean(0) end
 
 M.ATTACKS = {
-  sign_flip = { options = { scale = true }, doc = "-scale x the honest mean (scale 1)",
+  sign_flip = {
+    options = { scale = { type = "number", default = 1, doc = "the multiple of the mean, negated" } },
+    doc = "-scale x the honest mean (scale 1)",
     craft = function(honest, _, f, o)
       local m <close> = mean_of(honest)
-      return rows(m * -(o.scale or 1), f)
+      return rows(m * -o.scale, f)
     end },
-  alie = { options = { z = true }, doc = "a little is enough: mean - z x std per coordinate (z from n and f)",
+  alie = {
+    options = { z = { type = "number", doc = "the number of standard deviations (from n and f)" } },
+    doc = "a little is enough: mean - z x std per coordinate (z from n and f)",
     craft = function(honest, n, f, o)
       local z = o.z or M.alie_z(n, f)
       local m <close> = mean_of(honest)
       local s <close> = honest:size(0) > 1 and honest:std(0) or m * 0
       return rows(m - s * z, f)
     end },
-  inner_product = { options = { epsilon = true }, doc = "inner product manipulation: -epsilon x the honest mean (0.1)",
+  inner_product = {
+    options = { epsilon = { type = "number", default = 0.1, doc = "the multiple of the mean, negated" } },
+    doc = "inner product manipulation: -epsilon x the honest mean (0.1)",
     craft = function(honest, _, f, o)
       local m <close> = mean_of(honest)
-      return rows(m * -(o.epsilon or 0.1), f)
+      return rows(m * -o.epsilon, f)
     end },
-  gaussian = { options = { sigma = true, mu = true }, doc = "N(mu, sigma^2) per coordinate (0, 1), drawn fresh",
+  gaussian = {
+    options = { sigma = { type = "number", min = 0, default = 1, doc = "standard deviation" },
+                mu = { type = "number", default = 0, doc = "mean" } },
+    doc = "N(mu, sigma^2) per coordinate (0, 1), drawn fresh",
     craft = function(honest, _, f, o, gen)
       local r = tensor.randn(f, honest:size(1), { generator = gen })
-      return r:mul_(o.sigma or 1):add_(o.mu or 0)
+      return r:mul_(o.sigma):add_(o.mu)
     end },
-  mimic = { options = { worker = true }, doc = "a copy of one honest worker's vector (worker 0)",
-    craft = function(honest, _, f, o) return rows(honest[o.worker or 0], f) end },
+  mimic = {
+    options = { worker = { type = "integer", min = 0, default = 0, doc = "the honest worker copied" } },
+    doc = "a copy of one honest worker's vector (worker 0)",
+    craft = function(honest, _, f, o) return rows(honest[o.worker], f) end },
   infinity = { options = {}, doc = "+inf in every coordinate",
     craft = function(honest, _, f) return tensor.full({ f, honest:size(1) }, math.huge) end },
   nan = { options = {}, doc = "NaN in every coordinate",
     craft = function(honest, _, f) return tensor.full({ f, honest:size(1) }, 0 / 0) end },
 }
 
---- attacks.craft(entry, honest, n, f [, generator]) -> f x d tensor; entry "sign_flip" or
--- { "sign_flip", scale = 1.5 }.
+-- Each attack is a component of kind "attack": new(cfg) returns function(honest, n, f,
+-- generator) -> f x d tensor; a user's attack file follows the same contract.
+for name, a in pairs(M.ATTACKS) do
+  registry.register {
+    kind = "attack", name = name, options = a.options, doc = a.doc,
+    new = function(o) return function(honest, n, f, gen) return a.craft(honest, n, f, o, gen) end end,
+  }
+end
+registry.register {
+  kind = "attack", name = "label_flipping", data = true,
+  doc = "acts on data: Byzantine workers train on flipped labels (the simulation; the label_flipping action)",
+  new = function()
+    return function() error("label_flipping acts on data: it crafts no vectors", 2) end
+  end,
+}
+
+--- attacks.craft(entry, honest, n, f [, generator]) -> f x d tensor; entry "sign_flip",
+-- { "sign_flip", scale = 1.5 }, or the path of an attack file.
 function M.craft(entry, honest, n, f, gen)
-  local name = type(entry) == "table" and entry[1] or entry
-  local a = M.ATTACKS[name]
-  if not a then
-    local names = {}
-    for k in pairs(M.ATTACKS) do names[#names + 1] = k end
-    table.sort(names)
-    error(string.format("no attack named '%s'; valid: %s, label_flipping", tostring(name),
-                        table.concat(names, ", ")), 2)
-  end
-  return a.craft(honest, n, f, type(entry) == "table" and entry or {}, gen)
+  local spec, err = registry.check("attack", entry)
+  if not spec then error(err, 2) end
+  if spec.data then error(string.format("attack '%s' acts on data: it crafts no vectors", spec.name), 2) end
+  return registry.build("attack", entry)(honest, n, f, gen)
 end
 
 return M

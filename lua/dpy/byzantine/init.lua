@@ -26,7 +26,6 @@ local options = require "dpy.options"
 local trainer = require "dpy.trainer"
 local aggregators = require "dpy.aggregators"
 local attacks = require "dpy.byzantine.attacks"
-require "dpy.components"
 require "dpy.partition"
 
 local M = { attacks = attacks }

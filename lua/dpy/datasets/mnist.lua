@@ -1,14 +1,9 @@
---- Built-in dataset mnist: MNIST in its IDX files.
+--- Built-in dataset mnist: MNIST (idx files); ctx.train selects the split.
 local registry = require "dpy.registry"
 local data = require "dpy.data"
 
 return registry.register {
-  kind = "dataset",
-  name = "mnist",
-  doc = "MNIST (IDX files, gzipped or not); ctx.train selects the training or the test split",
-  options = {
-    dir = { type = "path", default = data.MNIST_DIR,
-            doc = "the folder of train-images-idx3-ubyte(.gz), ..., t10k-labels-idx1-ubyte(.gz)" },
-  },
+  kind = "dataset", name = "mnist", doc = "MNIST (idx files)",
+  options = { dir = { type = "path", doc = "the directory holding the files (/usr/share/datasets/mnist)" } },
   new = function(cfg, ctx) return data.mnist { dir = cfg.dir, train = ctx.train ~= false } end,
 }

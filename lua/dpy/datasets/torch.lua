@@ -1,19 +1,23 @@
---- Built-in dataset torch: images and labels from files of PyTorch's torch.save (and of
--- dpy.tensor's t:save): a tuple or list (images, labels), a dict of them, or one tensor a file.
+--- The torch dataset: images and labels from torch.save files (PyTorch >= 1.6, or dpy.tensor's
+-- t:save): a tuple or list (images, labels), a dict of tensors, or one tensor a file; see data.torch.
 local registry = require "dpy.registry"
 local data = require "dpy.data"
 
-local OPTIONS = data.array_options("torch")
+local M = {}
 
-return registry.register {
-  kind = "dataset",
-  name = "torch",
-  doc = "uint8 or float32 images and integer labels from torch.save files; ctx.train selects "
-        .. "the training or the test split",
-  options = OPTIONS,
+M.options = data.array_options("torch")
+
+--- torch.load{dir, train = true, ...} -> dataset (data.torch)
+M.load = data.torch
+
+M.spec = registry.register {
+  kind = "dataset", name = "torch", options = M.options,
+  doc = "uint8 or float32 images and integer labels from torch.save files; ctx.train selects the split",
   new = function(cfg, ctx)
     local o = { train = ctx.train ~= false }
-    for k in pairs(OPTIONS) do o[k] = cfg[k] end
-    return data.torch(o)
+    for key in pairs(M.options) do o[key] = cfg[key] end
+    return M.load(o)
   end,
 }
+
+return M

@@ -8,7 +8,7 @@ return registry.register {
   name = "cnn",
   doc = "conv 1->16 5x5 pad 2, relu, maxpool 2; conv 16->32 5x5 pad 2, relu, maxpool 2; "
         .. "linear 1568->128, relu; linear 128->classes",
-  options = { classes = true },
+  options = { classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" } },
   new = function(cfg, ctx)
     local classes = cfg.classes or (ctx.dataset and ctx.dataset.classes) or 10
     return nn.sequential {

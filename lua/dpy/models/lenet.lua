@@ -7,7 +7,7 @@ return registry.register {
   name = "lenet",
   doc = "conv 3->6 5x5, relu, maxpool 2; conv 6->16 5x5, relu, maxpool 2; "
         .. "linear 400->120, relu; linear 120->84, relu; linear 84->classes",
-  options = { classes = true },
+  options = { classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" } },
   new = function(cfg, ctx)
     local classes = cfg.classes or (ctx.dataset and ctx.dataset.classes) or 10
     return nn.sequential {

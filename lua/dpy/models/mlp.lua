@@ -6,7 +6,11 @@ return registry.register {
   kind = "model",
   name = "mlp",
   doc = "flatten, then linear + relu per hidden size, then linear to classes",
-  options = { classes = true, hidden = true, inputs = true },
+  options = {
+    classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" },
+    hidden = { type = "list", of = "integer", default = { 200, 200 }, doc = "the hidden layers' sizes" },
+    inputs = { type = "integer", min = 1, doc = "inputs (the product of the dataset's shape)" },
+  },
   new = function(cfg, ctx)
     local ds = ctx.dataset
     local classes = cfg.classes or (ds and ds.classes) or 10
@@ -16,7 +20,7 @@ return registry.register {
       for _, s in ipairs(ds and ds.shape or { 1, 28, 28 }) do inputs = inputs * s end
     end
     local layers = { nn.flatten() }
-    for _, h in ipairs(cfg.hidden or { 200, 200 }) do
+    for _, h in ipairs(cfg.hidden) do
       layers[#layers + 1] = nn.linear(inputs, h)
       layers[#layers + 1] = nn.relu()
       inputs = h

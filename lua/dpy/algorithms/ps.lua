@@ -1,0 +1,89 @@
+--- Algorithm ps (a synchronous parameter server): node 0 holds the model. Each round the workers
+-- pull it, compute the gradient of local_steps batches (their mean) and push it; the server
+-- applies the mean of the workers' gradients with its optimizer.
+local registry = require "dpy.registry"
+local nn = require "dpy.nn"
+local host = require "dpy.host.core"
+local exchange = require "dpy.exchange"
+
+local function live_workers(node)
+  local workers = {}
+  for u = 1, node.cfg.nodes - 1 do
+    if not (node.dropped and node.dropped[u]) then workers[#workers + 1] = u end
+  end
+  return workers
+end
+
+-- The mean gradient into .grad of each parameter, then one optimizer step.
+local function apply(node, mean)
+  node.optimizer:zero_grad()
+  local off = 0
+  for _, p in ipairs(node.model:parameters()) do
+    local k = p:numel()
+    local gp = mean:narrow(0, off, k):view(p:size())
+    local loss = (p * gp):sum()   -- d loss / d p = gp
+    loss:backward()
+    off = off + k
+  end
+  node.optimizer:step()
+end
+
+local function serve(node, r)
+  local t0 = host.clock()
+  node:fire("pre_exchange", r)
+  local flat = node.model:get_flat()
+  local workers = live_workers(node)
+  exchange.send_model(node, workers, r, flat)
+  local sum, n = flat:mul(0), 0
+  for _, u in ipairs(workers) do
+    local g = exchange.receive(node, u, r)
+    if g then
+      sum:add_(g)
+      g:free()
+      n = n + 1
+    end
+  end
+  if n > 0 then apply(node, sum / n) end
+  node.exchange_seconds = host.clock() - t0
+  node:fire("post_exchange", r)
+  return nil, 0
+end
+
+local function round(node, r)
+  if node.is_server then return serve(node, r) end
+  local cfg = node.cfg
+  local t0 = host.clock()
+  local model = exchange.receive(node, 0, r)
+  if not model then return nil, 0 end
+  node.model:set_flat(model)
+  node:fire("pre_train", r)
+  node.endpoint:acquire(r)
+  local t1 = host.clock()
+  node.optimizer:zero_grad()
+  local sum = 0
+  local loss_fn = nn[cfg.loss]
+  for _ = 1, cfg.local_steps do
+    local x, y = node.loader:next()
+    local out = node.model(x)
+    local l = loss_fn(out, y)
+    l:backward()
+    sum = sum + l:item()
+    x:free(); y:free(); out:free(); l:free()
+  end
+  local grad = node.model:grad_flat() / cfg.local_steps
+  local secs = host.clock() - t1
+  node.endpoint:release()
+  node:fire("post_train", r)
+  node:fire("pre_exchange", r)
+  exchange.send_model(node, 0, r, grad)
+  grad:free()
+  node.exchange_seconds = host.clock() - t0 - secs
+  node:fire("post_exchange", r)
+  return sum / cfg.local_steps, secs
+end
+
+return registry.register {
+  kind = "algorithm", name = "ps", server = true,
+  doc = "parameter server: node 0 applies the mean of the workers' gradients with its optimizer",
+  new = function() return round end,
+}

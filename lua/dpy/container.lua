@@ -1,0 +1,208 @@
+--- dpy.container: builds a node's components from the config (dependency injection) and locks
+-- them after init. The components — data, model, optimizer, trainer, graph, sharing rule,
+-- transform chain, algorithm, metrics, log, actions — fill named slots of the node table. Until
+-- the `init` event has run, an action may wrap a slot with node:wrap(slot, function(old) return
+-- new end); after it, assigning or removing a slot raises an error naming it. Other keys of the
+-- node (an action's own state, the round) stay free.
+-- An action's handlers may also declare `outgoing = function(node, flat, round) -> tensor`: a
+-- modifier of the model vector the node sends, applied in action order before the transforms,
+-- declared once at build time.
+local tensor = require "dpy.tensor"
+local registry = require "dpy.registry"
+local config = require "dpy.config"
+local data = require "dpy.data"
+local trainer = require "dpy.trainer"
+local metrics = require "dpy.metrics"
+local log = require "dpy.log"
+local layout = require "dpy.layout"
+local random = require "dpy.random"
+local transforms = require "dpy.transforms"
+local options = require "dpy.options"
+
+local M = {}
+
+--- The events an action may handle, in the order a run fires them.
+M.EVENTS = { init = true, startup = true, pre_train = true, post_train = true,
+             pre_exchange = true, post_exchange = true, shutdown = true }
+
+--- The slots of the container.
+M.SLOTS = {}
+for _, k in ipairs { "uid", "cfg", "dir", "endpoint", "log", "metrics", "train_set", "test_set", "task",
+                     "model", "optimizer", "loader", "trainer", "indices", "local_steps", "graph", "sharing",
+                     "chain", "algorithm", "test_indices", "evaluates", "is_server", "handlers",
+                     "modifiers" } do
+  M.SLOTS[k] = true
+end
+
+--- What a node offers (its methods); M.Node.__index is the table of them.
+local Node = {}
+
+local function slot_error(node, k, locked)
+  return string.format("node %d: '%s' is a component of the node's container%s; an action replaces "
+                       .. "a component with node:wrap('%s', function(old) return new end), in its new() "
+                       .. "or its init handler", rawget(node, "_c").uid, k,
+                       locked and ", locked after init: it cannot be replaced now" or "", k)
+end
+
+local function new_node(slots)
+  local locked = false
+  local node = { _c = slots }
+  return setmetatable(node, {
+    __index = function(_, k)
+      local v = slots[k]
+      if v ~= nil then return v end
+      if k == "outgoing" then
+        error("node.outgoing is gone: an action declares its modifier of the sent model once, as "
+              .. "`outgoing = function(node, flat, round) return tensor end` in the table its new() returns", 2)
+      end
+      return Node[k]
+    end,
+    __newindex = function(t, k, v)
+      if M.SLOTS[k] then
+        error(slot_error(t, k, locked), 2)
+      end
+      rawset(t, k, v)
+    end,
+    __lock = function() locked = true end,
+    __locked = function() return locked end,
+  })
+end
+
+--- node:wrap(slot, fn): replaces component slot by fn(current) (which must return the new one);
+-- only while the container is built and during init. Raises otherwise.
+function Node:wrap(k, fn)
+  local mt = getmetatable(self)
+  if not M.SLOTS[k] then
+    error(string.format("node:wrap: no component slot '%s'%s", tostring(k), options.suggest(k, M.SLOTS)), 2)
+  end
+  if mt.__locked() then error(slot_error(self, k, true), 2) end
+  local new = fn(self._c[k])
+  if new == nil then error(string.format("node:wrap('%s'): the function returned nil", k), 2) end
+  self._c[k] = new
+  return new
+end
+
+--- Locks the container (after the init event).
+function M.lock(node) getmetatable(node).__lock() end
+
+--- node:train([steps = local_steps]) -> mean loss
+function Node:train(steps)
+  if not self.trainer then error("node " .. self.uid .. " is a server: it does not train", 2) end
+  return self.trainer:run(steps or self.local_steps)
+end
+
+--- node:evaluate() -> test loss, test accuracy
+function Node:evaluate()
+  return trainer.evaluate(self.model, self.test_set, { batch_size = self.cfg.eval_batch_size,
+                                                       indices = self.test_indices, loss = self.cfg.loss,
+                                                       task = self.task })
+end
+
+--- node:neighbours() -> the uids this node exchanges with (graph algorithms)
+function Node:neighbours()
+  return self.graph and self.graph.adj[self.uid] or {}
+end
+
+--- node:fire(event, ...) runs the actions' handlers of event.
+function Node:fire(event, ...)
+  for _, h in ipairs(self.handlers[event] or {}) do h(self, ...) end
+end
+
+--- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
+function M.evaluates(cfg, uid)
+  if layout.has_server(cfg) then return uid == 0 end
+  if not cfg.eval_nodes or cfg.eval_nodes >= cfg.nodes then return true end
+  local all = {}
+  for u = 0, cfg.nodes - 1 do all[u + 1] = u end
+  random.new(cfg.seed):shuffle(all)
+  for i = 1, cfg.eval_nodes do if all[i] == uid then return true end end
+  return false
+end
+
+-- Builds the config's actions on node: their handlers by event, and their outgoing modifiers.
+local function build_actions(node, list)
+  local handlers, modifiers = {}, {}
+  for _, entry in ipairs(list or {}) do
+    local spec = registry.spec("action", entry, 2)
+    local returned = registry.build("action", entry, node) or {}
+    for event, h in pairs(returned) do
+      if event == "outgoing" then
+        options.check_type(h, "function", string.format("action '%s': outgoing", spec.name), 0)
+        modifiers[#modifiers + 1] = h
+      elseif not M.EVENTS[event] then
+        error(string.format("action '%s': unknown event '%s'%s (events: init, startup, pre_train, "
+                            .. "post_train, pre_exchange, post_exchange, shutdown; and outgoing, a modifier)",
+                            spec.name, tostring(event), options.suggest(event, M.EVENTS)), 0)
+      else
+        handlers[event] = handlers[event] or {}
+        table.insert(handlers[event], h)
+      end
+    end
+  end
+  return handlers, modifiers
+end
+
+local function split_lines(s)
+  local out = {}
+  for line in (s or ""):gmatch("[^\n]+") do out[#out + 1] = line end
+  return out
+end
+
+--- Builds the node's components; returns the node table that actions see (not yet locked).
+-- args = { config, dir, seed, overrides, t0 } (see l_nodes.c).
+function M.build(ep, args)
+  local uid = ep:uid()
+  local cfg = config.load(args.config, split_lines(args.overrides))
+  if args.seed then cfg.seed = math.tointeger(tonumber(args.seed)) end
+  local c = { uid = uid, cfg = cfg, dir = args.dir, endpoint = ep }
+  local node = new_node(c)
+  node.round, node.t0 = 0, tonumber(args.t0)
+  c.log = assert(log.open(string.format("%s/%d.log", args.dir, uid), uid))
+  c.metrics = metrics.new(uid, string.format("%s/%d.metrics.json", args.dir, uid))
+  -- the same initial model on every node; data order and dropout from the node's own stream
+  tensor.manual_seed(cfg.seed)
+  c.train_set = registry.build("dataset", cfg.dataset, { train = true })
+  c.test_set = registry.build("dataset", cfg.dataset, { train = false })
+  local shape_of = c.train_set
+  if cfg.task == "binary" then
+    c.task = trainer.binary(cfg.positive_classes, c.train_set.classes)
+    shape_of = setmetatable({ classes = 1 }, { __index = c.train_set })
+  end
+  c.model = registry.build("model", cfg.model, { dataset = shape_of })
+  tensor.manual_seed(cfg.seed * 1000003 + uid + 1)
+  local server = layout.has_server(cfg)
+  c.is_server = server and uid == 0
+  if not c.is_server then
+    local parts_n = server and cfg.nodes - 1 or cfg.nodes
+    c.indices = layout.load_part(args.dir, server and uid or uid + 1, parts_n)
+    c.loader = data.loader(c.train_set, { batch_size = cfg.batch_size, indices = c.indices })
+  end
+  c.optimizer = registry.build("optimizer", cfg.optimizer, { model = c.model })
+  if c.loader then
+    c.trainer = trainer.new { model = c.model, optimizer = c.optimizer, loader = c.loader, loss = cfg.loss,
+                              task = c.task }
+    c.local_steps = cfg.local_epochs and cfg.local_epochs * #c.loader or cfg.local_steps
+  end
+  local algorithm = registry.spec("algorithm", cfg.algorithm)
+  if algorithm.graph then
+    c.graph = layout.load_graph(args.dir)
+    c.sharing = registry.build("sharing", cfg.sharing, node)
+  end
+  c.chain = transforms.chain(cfg.transforms)
+  if cfg.test_samples then c.test_indices = tensor.arange(math.min(cfg.test_samples, data.size(c.test_set))) end
+  c.evaluates = M.evaluates(cfg, uid)
+  c.algorithm = registry.build("algorithm", cfg.algorithm, node)
+  c.handlers, c.modifiers = build_actions(node, cfg.actions)
+  return node
+end
+
+--- Builds node and runs its init event, then locks its container and the registry.
+function M.open(ep, args)
+  local node = M.build(ep, args)
+  node:fire("init")
+  M.lock(node)
+  registry.freeze()
+  return node
+end
+
+return M

@@ -1,0 +1,111 @@
+--- dpy.exchange: what every algorithm does to move vectors between nodes — send (the outgoing
+-- modifiers, then the transform chain), receive (decode, or handle a dead or silent peer as
+-- on_peer_failure says), the round's live neighbours, and training inside a compute slot.
+-- Algorithms (lua/dpy/algorithms/*.lua, or a user's file) call these; a user's algorithm follows
+-- the same contract.
+local registry = require "dpy.registry"
+local host = require "dpy.host.core"
+
+local M = {}
+
+M.MODEL = 0   -- channel of model (and gradient) vectors
+M.COUNT = 1   -- fedavg: a client's sample count, beside its model
+
+-- Decodes a received payload; nil and a log line when it was encoded by another chain or is
+-- malformed (the message is dropped; the peer stays).
+local function decode(node, peer, r, x, encoding)
+  local chain = node.chain
+  local why
+  if encoding ~= chain.id then
+    why = string.format("encoded by transform chain %08x, but this node decodes %08x (%s)",
+                        encoding, chain.id, chain.id == 0 and "no transforms" or chain.label)
+  else
+    local v, err = chain:decode(x)
+    if v then return v end
+    why = "malformed: " .. err
+  end
+  if x then x:free() end
+  node.log:write("round %d: rejected node %d's payload: %s", r, peer, why)
+  node.rejected_payloads = (node.rejected_payloads or 0) + 1
+  return nil
+end
+
+--- exchange.receive(node, peer, r) -> the float32 vector peer sent for round r, decoded; or nil
+-- when the peer is dropped (on_peer_failure = "continue") or its payload rejected. Raises when
+-- the peer failed and on_peer_failure is "abort".
+function M.receive(node, peer, r)
+  local cfg = node.cfg
+  local x, why = node.endpoint:recv(peer, M.MODEL, r, cfg.peer_timeout, node.chain.wire_dtype)
+  if x then return decode(node, peer, r, x, why) end
+  local what = why == "dead" and "is gone" or string.format("sent nothing for %g s", cfg.peer_timeout)
+  if cfg.on_peer_failure == "abort" then
+    error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)
+  end
+  node.log:write("round %d: peer %d %s; continuing without it", r, peer, what)
+  node.dropped = node.dropped or {}
+  node.dropped[peer] = true
+  return nil
+end
+
+--- exchange.send(node, peer, r, t [, channel]): t as it is, to peer (a uid or a list of uids:
+-- they share one copy of the bytes); a failed send raises or is logged, per on_peer_failure.
+function M.send(node, peer, r, t, channel)
+  local ok, err = node.endpoint:send(peer, channel or M.MODEL, r, t, channel and 0 or node.chain.id)
+  if not ok then
+    if node.cfg.on_peer_failure == "abort" then error(string.format("round %d: %s", r, err), 0) end
+    node.log:write("round %d: send failed (%s); continuing", r, err)
+  end
+end
+
+-- What a node sends of flat: the actions' outgoing modifiers, then the transform chain. Each
+-- step's bytes in and out go to the metrics (once per round).
+local function encode(node, flat, r)
+  local t = flat
+  for _, modify in ipairs(node.modifiers) do
+    local u = modify(node, t, r)
+    if t ~= flat and u ~= t then t:free() end
+    t = u
+  end
+  local sizes = node.encoded_round ~= r and {} or nil
+  local payload = node.chain:encode(t, sizes)
+  if payload ~= t and t ~= flat then t:free() end
+  for i, size in ipairs(sizes or {}) do
+    node.metrics:add(node.chain:metric(i, "in"), r, size[1])
+    node.metrics:add(node.chain:metric(i, "out"), r, size[2])
+  end
+  node.encoded_round = r
+  return payload
+end
+
+--- exchange.send_model(node, peer, r, flat): what the node shares of flat (modifiers, then
+-- transforms) to peer (a uid or a list), then frees what encoding made.
+function M.send_model(node, peer, r, flat)
+  local payload = encode(node, flat, r)
+  M.send(node, peer, r, payload)
+  if payload ~= flat then payload:free() end
+end
+
+--- exchange.neighbours(node, r) -> the round's graph, and its neighbours of node still alive
+-- (a dynamic graph is derived anew each round, by every node alone).
+function M.neighbours(node, r)
+  local g = node.graph
+  if g.dynamic then
+    g = registry.build("graph", node.cfg.graph, { nodes = node.cfg.nodes, seed = node.cfg.seed, round = r })
+  end
+  local live = {}
+  for _, v in ipairs(g.adj[node.uid]) do
+    if not (node.dropped and node.dropped[v]) then live[#live + 1] = v end
+  end
+  return g, live
+end
+
+--- exchange.train(node, steps) -> mean loss, seconds: trains in a compute slot (acquired unless
+-- already held) and keeps it: the caller releases it once its compute is done.
+function M.train(node, steps)
+  node.endpoint:acquire(node.round)
+  local t0 = host.clock()
+  local loss = node.trainer:run(steps)
+  return loss, host.clock() - t0
+end
+
+return M

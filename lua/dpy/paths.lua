@@ -1,0 +1,47 @@
+--- dpy.paths: file paths as strings (no file system access but the current directory): absolute,
+-- normalized (".", ".." and repeated slashes resolved by name; symbolic links are not followed),
+-- and one path relative to a directory.
+local M = {}
+
+local cwd
+
+--- The current directory (asked once per process).
+function M.cwd()
+  if not cwd then
+    local p = io.popen("pwd")
+    cwd = p and p:read("l")
+    if p then p:close() end
+    cwd = cwd or os.getenv("PWD") or "."
+  end
+  return cwd
+end
+
+--- The normalized absolute path of path (relative to base, default the current directory).
+function M.absolute(path, base)
+  if path:sub(1, 1) ~= "/" then path = (base or M.cwd()) .. "/" .. path end
+  local parts = {}
+  for part in path:gmatch("[^/]+") do
+    if part == ".." then
+      parts[#parts] = nil
+    elseif part ~= "." then
+      parts[#parts + 1] = part
+    end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+--- The directory part of path ("." when it has none).
+function M.dirname(path)
+  local dir = path:match("^(.*)/[^/]*$")
+  return dir == "" and "/" or dir or "."
+end
+
+--- path relative to the directory dir (both made absolute), or nil when path is not inside dir.
+function M.relative(path, dir)
+  local p, d = M.absolute(path), M.absolute(dir)
+  if d == "/" then return p:sub(2) end
+  if p:sub(1, #d + 1) ~= d .. "/" then return nil end
+  return p:sub(#d + 2)
+end
+
+return M

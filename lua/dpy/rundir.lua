@@ -1,0 +1,194 @@
+--- dpy.rundir: what a run directory holds, besides the results, to rerun its run bit for bit:
+-- config.effective.lua (every key as run, a runnable config), a copy of every file the run used
+-- (included configs, component files, ...) at its path relative to the config's directory, and for
+-- manifest.json the command, the files and the commit of dpy-lua's own tree. Everything is
+-- read and checked first (prepare), and only then written (write).
+local serialize = require "dpy.serialize"
+local paths = require "dpy.paths"
+local metrics = require "dpy.metrics"
+local host = require "dpy.host.core"
+
+local M = {}
+
+M.EFFECTIVE = "config.effective.lua"
+
+-- The run directory's own top-level names, which a copied file must not take.
+local OWN = { ["config.lua"] = true, [M.EFFECTIVE] = true, ["config.json"] = true, ["manifest.json"] = true,
+              ["graph.json"] = true, ["partition.pt"] = true, ["addresses.json"] = true, rendezvous = true,
+              _files = true }
+local OWN_PATTERNS = { "^%d+%.log$", "^%d+%.metrics%.json$", "^progress%-%d+%.json$", "^process%-%d+%.out$",
+                       "^pid%-%d+$" }
+
+local function own(rel)
+  if OWN[rel:match("^[^/]+")] then return true end
+  if rel:find("/", 1, true) then return false end
+  for _, p in ipairs(OWN_PATTERNS) do
+    if rel:match(p) then return true end
+  end
+  return false
+end
+
+local function quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+--- Whether path names a directory.
+function M.is_dir(path)
+  return exists(path .. "/.")
+end
+
+--- The files the run uses: what config.load returned (included configs, component files, file
+-- options, modules); each { path = as the run names it, source = its absolute path, file = where it
+-- goes in the run directory, text }. Raises naming a file it cannot read.
+function M.used_files(config_path, included)
+  local base = paths.absolute(paths.dirname(config_path))
+  local list, seen = {}, {}
+  local function add(path, full, what)
+    local source = paths.absolute(full)
+    if seen[source] then return end
+    seen[source] = true
+    local f, err = io.open(full, "rb")
+    local text = f and f:read("a")
+    if f then
+      if not text then err = full .. ": not a file" end
+      f:close()
+    end
+    if not text then error(string.format("%s: cannot read %s (%s): %s", config_path, path, what, err), 0) end
+    local rel = paths.relative(source, base)
+    if not rel or own(rel) then rel = "_files" .. source end   -- outside the config's directory
+    list[#list + 1] = { path = path, source = source, file = rel, text = text }
+  end
+  for _, inc in ipairs(included or {}) do add(inc.path, inc.full, "used by the config") end
+  return list
+end
+
+--- The text of config.effective.lua for cfg; raises naming a value that is not plain.
+function M.effective(cfg)
+  local ok, text = pcall(serialize.assignments, cfg, "config")
+  if not ok then error("the run directory cannot record the config: " .. text, 0) end
+  return "-- The effective config of this run: every key as run (defaults filled in, the command line's\n"
+         .. "-- overrides and --seed applied). `dpy-lua run <this directory>` reruns it.\n" .. text
+end
+
+--- Reads and checks everything the run directory will hold; opts = { config (path), included }.
+function M.prepare(cfg, opts)
+  return { effective = M.effective(cfg), files = M.used_files(opts.config or "./config.lua", opts.included) }
+end
+
+--- Raises when dir holds a run already, unless force; returns whether it must be replaced.
+function M.claim(dir, force)
+  if not exists(dir .. "/manifest.json") then return false end
+  if not force then
+    error(string.format("%s holds a run already: choose another --out, or add --force to replace it", dir), 0)
+  end
+  return true
+end
+
+--- Writes config.effective.lua and the copies of prepare's files into dir (which exists).
+function M.write(dir, prepared)
+  local ok, err = host.write_atomic(dir .. "/" .. M.EFFECTIVE, prepared.effective)
+  if not ok then error(err, 0) end
+  for _, f in ipairs(prepared.files) do
+    local sub = f.file:match("^(.*)/[^/]+$")
+    if sub then
+      ok, err = host.mkdir_p(dir .. "/" .. sub)
+      if not ok then error(err, 0) end
+    end
+    ok, err = host.write_atomic(dir .. "/" .. f.file, f.text)
+    if not ok then error(err, 0) end
+  end
+end
+
+--- Removes the run directory dir and all it holds (--force).
+function M.remove(dir)
+  local ok = os.execute("rm -rf -- " .. quote(dir))
+  if not ok then error("cannot remove " .. dir, 0) end
+end
+
+local function git(dir, args)
+  local p = io.popen("git -C " .. quote(dir) .. " " .. args .. " 2>/dev/null")
+  if not p then return nil end
+  local out = p:read("a")
+  return p:close() and out or nil
+end
+
+--- The git checkout holding dir: { commit, dirty, dir = its top level }, or nil when none.
+function M.git(dir)
+  local commit = (git(dir, "rev-parse HEAD") or ""):match("^%x+")
+  if not commit then return nil end
+  local status = git(dir, "status --porcelain")
+  local top = (git(dir, "rev-parse --show-toplevel") or ""):match("[^\n]+")
+  return { commit = commit, dirty = status ~= nil and status ~= "", dir = top }
+end
+
+-- The directory holding dpy/ (this file is <it>/dpy/rundir.lua).
+local function lua_tree()
+  local src = debug.getinfo(1, "S").source
+  return paths.absolute(src:match("^@(.*)/dpy/[^/]+$") or ".")
+end
+
+--- The manifest's record of how the run came about: the command, dpy-lua's own commit (of its
+-- Lua tree, and of the binary's tree when that is another checkout), the files, the run it reruns.
+function M.manifest(prepared, opts)
+  local exe = host.exe()
+  local lua_git = M.git(lua_tree())
+  local bin_git = exe and M.git(paths.dirname(exe))
+  if bin_git and lua_git and bin_git.dir == lua_git.dir then bin_git = nil end
+  local files = {}
+  for i, f in ipairs(prepared.files) do files[i] = { path = f.path, source = f.source, file = f.file } end
+  return {
+    command = { argv = opts.argv or {}, cwd = paths.cwd() },
+    dpy_lua_git = lua_git, binary = exe, binary_git = bin_git,
+    files = #files > 0 and files or nil, rerun_of = opts.rerun_of,
+  }
+end
+
+--- The run directory dir as a config to rerun: { dir, config = its config.effective.lua, files
+-- and cwd (from its manifest) }, or nil and a message.
+function M.rerun(dir)
+  dir = dir:gsub("(.)/+$", "%1")
+  local config = dir .. "/" .. M.EFFECTIVE
+  if not exists(config) then return nil, dir .. ": not a run directory (no " .. M.EFFECTIVE .. ")" end
+  local manifest = metrics.read(dir .. "/manifest.json") or {}
+  return { dir = dir, config = config, files = manifest.files or {}, cwd = (manifest.command or {}).cwd }
+end
+
+--- Points the config at other copies of the files it uses: every string value in cfg that names
+-- one of files (as the run named it, or its absolute path from cwd) becomes base .. its file.
+-- Returns the changed keys as "KEY=VALUE" overrides (what the nodes are given), and { key = value }.
+function M.localize(cfg, files, base, cwd)
+  local function swap(v)
+    if type(v) == "string" then
+      for _, f in ipairs(files) do
+        if v == f.path or (cwd and paths.absolute(v, cwd) == f.source) then return base .. f.file end
+      end
+    elseif type(v) == "table" then
+      local copy, changed = {}, false
+      for k, x in pairs(v) do
+        copy[k] = swap(x)
+        changed = changed or copy[k] ~= x
+      end
+      if changed then return copy end
+    end
+    return v
+  end
+  local keys, overrides, changed = {}, {}, {}
+  for k in pairs(cfg) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local v = swap(cfg[k])
+    if v ~= cfg[k] then
+      changed[k] = v
+      overrides[#overrides + 1] = k .. "=" .. serialize.value(v)
+    end
+  end
+  return overrides, changed
+end
+
+return M

@@ -1,0 +1,50 @@
+--- Sharing rules named after every aggregator of dpy.aggregators (the non-pre-aggregations):
+-- the node's own model and those received, aggregated by the rule — { "trimmed_mean", f = 1 },
+-- { "krum", f = 1 }, { "median", beta = 0.2, pre = { "nnm" } } (beta: f = floor(beta * n) each
+-- round; the pre-aggregations take the sharing's f unless they set one). One file registers the
+-- family, since each is the same wrapper around its rule.
+local registry = require "dpy.registry"
+local aggregators = require "dpy.aggregators"
+
+local function robust(name, rule)
+  local schema = aggregators.schema(name)
+  schema.beta = { type = "number", min = 0, below = 0.5, doc = "f = floor(beta * n) each round" }
+  schema.pre = { list_of = "aggregator", doc = "pre-aggregations applied first (nnm, bucketing, static_clipping)" }
+  registry.register {
+    kind = "sharing", name = name, options = schema,
+    doc = "the node's own model and those received, aggregated by " .. name .. ": " .. rule.doc,
+    validate = function(o)
+      if o.f ~= nil and o.beta ~= nil then return "give f or beta, not both" end
+      if name == "trimmed_mean" and o.f == nil and o.beta == nil then return "give f or beta (one of them)" end
+      for i, p in ipairs(o.pre or {}) do
+        local pre = type(p) == "table" and p[1] or p
+        if not (aggregators.RULES[pre] and aggregators.RULES[pre].pre) then
+          return string.format("pre[%d]: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping)", i, pre)
+        end
+      end
+    end,
+    new = function(o)
+      return { combine = function(node, r, got)
+        local own = node.model:get_flat()
+        local all = { own }
+        for i, x in ipairs(got) do all[i + 1] = x end
+        local f = o.f or math.floor((o.beta or 0) * #all)
+        local entry, pre = aggregators.with_f(o, f), {}
+        for i, p in ipairs(o.pre or {}) do pre[i] = aggregators.with_f(p, f) end
+        local ok, result = pcall(aggregators.aggregate, entry, all, pre)
+        own:free()
+        if not ok then
+          error(string.format("round %d: node %d: %s (its own model and %d received)", r, node.uid,
+                              tostring(result):gsub("^[^:]*:%d+: ", ""), #got), 0)
+        end
+        node.model:set_flat(result)
+        result:free()
+      end }
+    end,
+  }
+end
+
+for name, rule in pairs(aggregators.RULES) do
+  if not rule.pre then robust(name, rule) end
+end
+

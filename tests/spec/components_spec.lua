@@ -1,0 +1,275 @@
+-- Components: one option check for every kind, the user's own components by path (relative to
+-- the config), the container locked after init, and outgoing modifiers declared once.
+local registry = require "dpy.registry"
+local config = require "dpy.config"
+local tensor = require "dpy.tensor"
+local aggregators = require "dpy.aggregators"
+
+-- Writes files (name -> text) into a fresh directory; returns it.
+local function files(map)
+  local dir = tmpdir()
+  for name, text in pairs(map) do
+    local sub = name:match("^(.*)/[^/]*$")
+    if sub then assert(require("dpy.host.core").mkdir_p(dir .. "/" .. sub)) end
+    write_file(dir .. "/" .. name, text)
+  end
+  return dir
+end
+
+local function load_error(text, name)
+  local dir = files { [name or "c.lua"] = text }
+  local ok, err = pcall(config.load, dir .. "/" .. (name or "c.lua"))
+  assert.is_false(ok, "the config loaded")
+  return err
+end
+
+describe("component options", function()
+  it("are checked for every kind: an unknown key names the nearest valid one", function()
+    local cases = {
+      { "sharing = { 'trimmed_mean', F = 2 }", "sharing 'trimmed_mean': unknown option 'F' %(did you mean 'f'%?%)" },
+      { "graph = { 'regular', degre = 4 }", "graph 'regular': unknown option 'degre' %(did you mean 'degree'%?%)" },
+      { "partition = { 'dirichlet', alpah = 1 }", "partitioner 'dirichlet': unknown option 'alpah'" },
+      { "optimizer = { 'sgd', lr = 0.1, momentun = 0.9 }", "unknown option 'momentun' %(did you mean 'momentum'%?%)" },
+      { "transforms = { { 'zstd', levle = 3 } }", "transforms%[1%]: transform 'zstd': unknown option 'levle'" },
+      { "actions = { { 'label_flipping', fration = 0.2 } }",
+        "actions%[1%]: action 'label_flipping': unknown option 'fration'" },
+      { "model = { 'mlp', hiden = { 10 } }", "model 'mlp': unknown option 'hiden' %(did you mean 'hidden'%?%)" },
+      { "dataset = { 'mnist', dri = '/x' }", "dataset 'mnist': unknown option 'dri' %(did you mean 'dir'%?%)" },
+      { "actions = { { 'byzantine_attack', attack = { 'alie', zz = 1 } } }",
+        "action 'byzantine_attack': option 'attack': attack 'alie': unknown option 'zz'" },
+      { "sharing = { 'median', f = 1, pre = { { 'nnm', ff = 1 } } }",
+        "option 'pre'%[1%]: aggregator 'nnm': unknown option 'ff'" },
+    }
+    for i, c in ipairs(cases) do
+      local err = load_error("nodes = 4\n" .. c[1] .. "\n")
+      assert.matches("c.lua:2: .*" .. c[2], err, "case " .. i)
+    end
+  end)
+
+  it("check types and ranges the same way", function()
+    local cases = {
+      { "sharing = { 'trimmed_mean', f = 1.5 }", "option 'f' must be an integer >= 0, got 1.5" },
+      { "sharing = { 'trimmed_mean', f = -1 }", "option 'f' must be an integer >= 0, got %-1" },
+      { "sharing = { 'multi_krum', f = 1, m = 0 }", "option 'm' must be an integer >= 1, got 0" },
+      { "sharing = { 'trimmed_mean', beta = 0.5 }", "option 'beta' must be a number >= 0 and < 0.5, got 0.5" },
+      { "graph = { 'erdos_renyi', p = 2 }", "option 'p' must be a number > 0 and <= 1, got 2" },
+      { "optimizer = { 'sgd', lr = -1 }", "option 'lr' must be a number > 0, got %-1" },
+      { "transforms = { { 'uniform_asymmetric_quantization', bits = 12 } }",
+        "option 'bits' must be 1..8 or 16, got 12" },
+      { "actions = { { 'differential_privacy', mode = 'locl' } }",
+        [[option 'mode' must be one of "sgd", "local", got "locl" %(did you mean 'local'%?%)]] },
+      { "actions = { { 'label_flipping', nodes = { 1, 'x' } } }", "option 'nodes' must be a list of integers" },
+    }
+    for i, c in ipairs(cases) do
+      local err = load_error("nodes = 4\n" .. c[1] .. "\n")
+      assert.matches("c.lua:2: .*" .. c[2], err, "case " .. i)
+    end
+  end)
+
+  it("are checked in the Lua API too: aggregators refuse F and a fractional f", function()
+    local v = { tensor.new { 1, 2 }, tensor.new { 3, 4 }, tensor.new { 5, 6 } }
+    assert.error_matches(function() aggregators.trimmed_mean(v, { F = 1 }) end,
+                         "aggregators.trimmed_mean: unknown option 'F' %(did you mean 'f'%?%)")
+    assert.error_matches(function() aggregators.trimmed_mean(v, { f = 0.5 }) end,
+                         "option 'f' must be an integer >= 0, got 0.5")
+    assert.error_matches(function() aggregators.multi_krum(v, { f = 0, m = 0 }) end, "option 'm' must be")
+  end)
+
+  it("fill their defaults before a component is built", function()
+    local t = registry.build("transform", "zstd")
+    assert.are.equal("zstd(level=3)", t.label)
+  end)
+end)
+
+-- A complete set of a user's components, one per kind, in folders beside the config.
+local USER = {
+  ["models/tiny.lua"] = [[
+    local registry = require "dpy.registry"
+    local nn = require "dpy.nn"
+    return registry.register { kind = "model", name = "tiny",
+      options = { hidden = { type = "integer", min = 1, default = 8 } },
+      new = function(cfg, ctx)
+        return nn.sequential { nn.flatten(), nn.linear(784, cfg.hidden), nn.relu(),
+                               nn.linear(cfg.hidden, ctx.dataset.classes) }
+      end }
+  ]],
+  ["data/slice.lua"] = [[
+    local registry = require "dpy.registry"
+    local data = require "dpy.data"
+    local util = require "util"   -- the config's own module, found from its directory
+    return registry.register { kind = "dataset", name = "slice",
+      options = { dir = { type = "path", required = true } },
+      new = function(cfg, ctx) return util.fashion(cfg.dir, ctx.train ~= false) end }
+  ]],
+  ["util.lua"] = [[
+    local data = require "dpy.data"
+    return { fashion = function(dir, train) return data.fashion_mnist { dir = dir, train = train } end }
+  ]],
+  ["rules/half.lua"] = [[
+    -- a sharing rule: keep half of the own model, the rest from the neighbours' mean
+    local registry = require "dpy.registry"
+    return registry.register { kind = "sharing", name = "half",
+      new = function()
+        return { combine = function(node, _, got)
+          local w = {}
+          for i = 1, #got do w[i] = 0.5 / #got end
+          node.model:mix(#got > 0 and 0.5 or 1, got, w)
+        end }
+      end }
+  ]],
+  ["parts/halves.lua"] = [[
+    local registry = require "dpy.registry"
+    local partition = require "dpy.partition"
+    return registry.register { kind = "partitioner", name = "halves",
+      new = function(_, ctx) return partition.iid(ctx.labels, ctx.nodes, { seed = 7 }) end }
+  ]],
+  ["graphs/line.lua"] = [[
+    local registry = require "dpy.registry"
+    return registry.register { kind = "graph", name = "line",
+      new = function(_, ctx)
+        local adj = {}
+        for u = 0, ctx.nodes - 1 do
+          adj[u] = {}
+          if u > 0 then adj[u][#adj[u] + 1] = u - 1 end
+          if u < ctx.nodes - 1 then adj[u][#adj[u] + 1] = u + 1 end
+        end
+        return { n = ctx.nodes, adj = adj }
+      end }
+  ]],
+  ["actions/count.lua"] = [[
+    local registry = require "dpy.registry"
+    return registry.register { kind = "action", name = "count",
+      new = function()
+        local calls = 0
+        return {
+          outgoing = function(_, flat, r) calls = calls + 1; return flat end,
+          post_exchange = function(node, r) node.metrics:add("modifier_calls", r, calls); calls = 0 end,
+        }
+      end }
+  ]],
+}
+
+describe("a user's components", function()
+  it("load by path, relative to the config, for every kind, from any directory", function()
+    local map = { ["exp/c.lua"] = TINY_RUN .. [[
+      model = "models/tiny.lua"
+      dataset = { "data/slice.lua", dir = "/usr/share/datasets/fashion-mnist" }
+      sharing = "rules/half.lua"
+      partition = "parts/halves.lua"
+      graph = "graphs/line.lua"
+      actions = { "actions/count.lua" }
+    ]] }
+    for name, text in pairs(USER) do map["exp/" .. name] = text end
+    local dir = files(map)
+    local code, _, err = sh("cd / && " .. shell_quote(DPY_BIN) .. " run " .. dir .. "/exp/c.lua --out " .. dir
+                            .. "/out -q")
+    assert.are.equal(0, code, err)
+    local m = node_metrics(dir .. "/out", 1)
+    -- a line: node 1 sends to 2 neighbours in one send, its modifier runs once a round
+    assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, m.modifier_calls)
+    assert.matches('"n":4', read_file(dir .. "/out/graph.json"))
+    assert.matches("%[%[1%],%[0,2%],%[1,3%],%[2%]%]", read_file(dir .. "/out/graph.json"))
+    -- the tiny model: 784 x 8 + 8 + 8 x 10 + 10 values
+    assert.are.equal(2 * (6370 * 4 + 40), m.bytes_sent[1][2])
+  end)
+
+  it("are validated at config load, with the config's file and line", function()
+    local err = load_error("nodes = 4\nmodel = 'models/nothere.lua'\n")
+    assert.matches("c.lua:2: model: cannot read model file .*/models/nothere.lua", err)
+    local dir = files { ["m.lua"] = "return 42\n", ["c.lua"] = "model = 'm.lua'\n" }
+    local ok, e = pcall(config.load, dir .. "/c.lua")
+    assert.is_false(ok)
+    assert.matches("c.lua:1: model: .*/m.lua: a model file must register one spec of kind 'model'", e)
+    dir = files { ["m.lua"] = USER["models/tiny.lua"], ["c.lua"] = "model = { 'm.lua', hiden = 3 }\n" }
+    ok, e = pcall(config.load, dir .. "/c.lua")
+    assert.is_false(ok)
+    assert.matches("c.lua:1: model: model 'tiny': unknown option 'hiden' %(did you mean 'hidden'%?%)", e)
+  end)
+
+  it("run in the Byzantine simulation: an aggregator, a pre-aggregation and an attack by path", function()
+    local dir = files {
+      ["first.lua"] = [[
+        local registry = require "dpy.registry"
+        return registry.register { kind = "aggregator", name = "first",
+          new = function() return function(x) return x[0]:clone() end end }]],
+      ["double.lua"] = [[
+        local registry = require "dpy.registry"
+        return registry.register { kind = "aggregator", name = "double", pre = true,
+          new = function() return function(x) return x * 2 end end }]],
+      ["zeros.lua"] = [[
+        local registry = require "dpy.registry"
+        local tensor = require "dpy.tensor"
+        return registry.register { kind = "attack", name = "zeros",
+          new = function() return function(honest, _, f) return tensor.zeros(f, honest:size(1)) end end }]],
+    }
+    local data = require "dpy.data"
+    local sim = require("dpy.byzantine").simulation {
+      model = { "mlp", hidden = { 4 } }, train_set = data.fashion_mnist {}, n = 4, f = 1, batch_size = 8,
+      attack = dir .. "/zeros.lua", aggregator = dir .. "/first.lua", pre_aggregation = { dir .. "/double.lua" },
+    }
+    local snap = sim:step()
+    assert.are.equal(0, snap.byzantine_parameters:abs():sum():item())
+    -- each honest worker's model is twice the first model it gathered (its own, then the others)
+    local local_params = snap.local_parameters
+    assert.is_true(snap.parameters[0]:allclose(local_params[0] * 2))
+  end)
+
+  it("resolve path options against the config's directory", function()
+    local dir = files { ["c.lua"] = "graph = { 'file', path = 'g.edges' }\n" }
+    local cfg = config.load(dir .. "/c.lua")
+    assert.are.equal(dir .. "/g.edges", cfg.graph.path)
+  end)
+end)
+
+describe("the container", function()
+  local function action(body)
+    local dir = files { ["a.lua"] = [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "action", name = "a", new = function(_, node) ]] .. body .. [[ end }
+    ]] }
+    return "actions = { '" .. dir .. "/a.lua' }\n"
+  end
+
+  it("refuses to replace a component after init, naming it", function()
+    local code, _, err = run_config(TINY_RUN .. action(
+      "return { post_train = function(n) n.sharing = { combine = function() end } end }"))
+    assert.are.equal(1, code)
+    assert.matches("node %d: 'sharing' is a component of the node's container, locked after init", err)
+  end)
+
+  it("lets an action wrap a component while it is built", function()
+    local code, _, err, out = run_config(TINY_RUN .. action([[
+      local calls = 0
+      node:wrap("sharing", function(s)
+        return { combine = function(...) calls = calls + 1; return s.combine(...) end }
+      end)
+      return { post_exchange = function(n, r) n.metrics:add("combines", r, calls) end }]]))
+    assert.are.equal(0, code, err)
+    assert.are.same({ { 1, 1 }, { 2, 2 }, { 3, 3 } }, node_metrics(out, 0).combines)
+  end)
+
+  it("names the old outgoing list instead of stacking modifiers round after round", function()
+    local code, _, err = run_config(TINY_RUN .. action(
+      "return { pre_exchange = function(n) table.insert(n.outgoing, function(f) return f end) end }"))
+    assert.are.equal(1, code)
+    assert.matches("node.outgoing is gone: an action declares its modifier of the sent model once", err)
+  end)
+end)
+
+describe("configs/examples/custom", function()
+  it("runs: its own CSV dataset, model and sharing rule #e2e", function()
+    local dir = tmpdir()
+    assert.are.equal(0, (sh("cp -r " .. shell_quote(REPO .. "/configs/examples/custom") .. " " .. dir)))
+    local code, out, err = sh(shell_quote(DPY_BIN) .. " " .. dir .. "/custom/make_data.lua " .. dir
+                              .. "/custom/data 1200")
+    assert.are.equal(0, code, err)
+    assert.matches("train.csv: 1200 rows", out)
+    code, out, err = sh(shell_quote(DPY_BIN) .. " run " .. dir .. "/custom/experiment.lua --out " .. dir
+                        .. "/out rounds=2 eval_every=2 local_steps=2 test_samples=200")
+    assert.are.equal(0, code, err)
+    assert.matches("final test accuracy", out)
+    local m = node_metrics(dir .. "/out", 0)
+    assert.are.same(2, m.test_accuracy[1][1])
+    assert.is_true(m.test_accuracy[1][2] > 0.3, "it learns")
+  end)
+end)
