@@ -86,6 +86,15 @@ static int h_listdir(lua_State *L) {
     return 1;
 }
 
+/* host.cwd() -> the current directory | nil, err */
+static int h_cwd(lua_State *L) {
+    char buf[PATH_MAX];
+    if (getcwd(buf, sizeof buf) == NULL)
+        return luaL_fileresult(L, 0, ".");
+    lua_pushstring(L, buf);
+    return 1;
+}
+
 /* host.clock() -> seconds from a monotonic clock */
 static int h_clock(lua_State *L) {
     struct timespec ts;
@@ -251,7 +260,7 @@ static int h_pid(lua_State *L) {
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
     {"pid", h_pid}, {"catch_interrupt", h_catch_interrupt}, {"interrupted", h_interrupted},
-    {"write_atomic", h_write_atomic}, {"listdir", h_listdir}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
+    {"write_atomic", h_write_atomic}, {"listdir", h_listdir}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {NULL, NULL}};
 

@@ -10,61 +10,64 @@ local options = require "dpy.options"
 
 local M = {}
 
+-- The options, declared once for every rule that takes them (the C binding refuses a value of the
+-- wrong type or range, naming the option and the rule). f has no default here: an entry without
+-- one takes the simulation's or the sharing's f (with_f), a direct call 0.
+local OPT = {
+  f = { type = "integer", min = 0, doc = "Byzantine inputs to tolerate (0 in a direct call)" },
+  m = { type = "integer", min = 1, doc = "inputs averaged, at most n - f (default n - f)" },
+  max_iter = { type = "integer", min = 1, default = 100, doc = "Weiszfeld steps at most" },
+  tol = { type = "number", above = 0, default = 1e-6,
+          doc = "stop after a step that moves z by at most tol x max(|z|, eps)" },
+  eps = { type = "number", above = 0, default = 1e-8, doc = "distances floored at eps in the weights" },
+  radius = { type = "number", above = 0, doc = "the clipping norm (required)" },
+  iterations = { type = "integer", min = 1, default = 1, doc = "clipping steps L" },
+  center = { doc = "a d-vector dpy.Tensor of finite values to start from (zeros)" },
+  bucket = { type = "integer", min = 1, default = 1, doc = "inputs per bucket" },
+  seed = { type = "integer", min = 0, default = 0, doc = "the shuffle's seed" },
+}
+
+local function taking(...)
+  local t = {}
+  for _, k in ipairs { ... } do t[k] = OPT[k] end
+  return t
+end
+
 --- The rules: options, what they tolerate, and what they do. pre = true: a pre-aggregation
--- (rows in, rows out), composed in front of an aggregator.
+-- (rows in, rows out), composed in front of an aggregator. Ties go to the lowest row index.
 M.RULES = {
   mean = { options = {}, tolerates = "f = 0 (no robustness)", doc = "the coordinate-wise mean" },
-  median = { options = { f = true }, tolerates = "n > 2f",
+  median = { options = taking "f", tolerates = "n > 2f",
              doc = "the coordinate-wise median (the mean of the two middle values when n is even)" },
-  trimmed_mean = { options = { f = true }, tolerates = "n > 2f",
+  trimmed_mean = { options = taking "f", tolerates = "n > 2f",
                    doc = "per coordinate, the mean after dropping the f largest and f smallest values" },
-  krum = { options = { f = true }, tolerates = "n > 2f + 2",
+  krum = { options = taking "f", tolerates = "n > 2f + 2",
            doc = "the input whose n - f - 2 nearest others are closest (sum of squared distances)" },
-  multi_krum = { options = { f = true, m = true }, tolerates = "n > 2f + 2, 1 <= m <= n - f",
+  multi_krum = { options = taking("f", "m"), tolerates = "n > 2f + 2, 1 <= m <= n - f",
                  doc = "the mean of the m inputs with the best Krum scores (m = n - f by default)" },
-  geometric_median = { options = { f = true, tol = true, max_iter = true, eps = true }, tolerates = "n > 2f",
-                       doc = "Weiszfeld's iterations from the mean (tol 1e-6 relative, max_iter 100, "
+  geometric_median = { options = taking("f", "tol", "max_iter", "eps"), tolerates = "n > 2f",
+                       doc = "Weiszfeld's iterations from the mean (tol 1e-6 relative to |z|, max_iter 100, "
                              .. "distances floored at eps 1e-8); non-finite inputs are left out" },
-  centered_clipping = { options = { f = true, radius = true, iterations = true, center = true },
-                        tolerates = "n > 2f",
+  centered_clipping = { options = taking("f", "radius", "iterations", "center"), tolerates = "n > 2f",
                         doc = "from center (zeros), L = iterations steps of v += mean of (x - v) "
                               .. "clipped to norm radius" },
-  bulyan = { options = { f = true }, tolerates = "n >= 4f + 3",
+  bulyan = { options = taking "f", tolerates = "n >= 4f + 3",
              doc = "n - 2f inputs chosen by Krum one at a time, then per coordinate the mean of the "
                    .. "n - 4f values closest to their median" },
-  meamed = { options = { f = true }, tolerates = "n > 2f",
+  meamed = { options = taking "f", tolerates = "n > 2f",
              doc = "per coordinate, the mean of the n - f values closest to the median" },
-  mda = { options = { f = true }, tolerates = "n > 2f, C(n, f) <= 10^6",
+  mda = { options = taking "f", tolerates = "n > 2f, C(n, f) <= 10^6",
           doc = "minimum-diameter averaging: the mean of the n - f inputs of smallest diameter" },
-  nnm = { pre = true, options = { f = true }, tolerates = "n > 2f",
-          doc = "nearest-neighbour mixing: each input becomes the mean of its n - f nearest (itself included)" },
-  bucketing = { pre = true, options = { bucket = true, seed = true }, tolerates = "any n",
+  nnm = { pre = true, options = taking "f", tolerates = "n > 2f",
+          doc = "nearest-neighbour mixing: each input becomes the mean of its n - f nearest (itself first)" },
+  bucketing = { pre = true, options = taking("bucket", "seed"), tolerates = "any n",
                 doc = "a seeded shuffle, then the mean of each bucket of `bucket` inputs" },
-  static_clipping = { pre = true, options = { radius = true }, tolerates = "any n",
+  static_clipping = { pre = true, options = taking "radius", tolerates = "any n",
                       doc = "each input scaled down to norm at most radius" },
 }
 
---- What each option of the rules accepts (dpy.options rules); RULES[name].options lists which
--- options a rule takes.
-M.OPTION_RULES = {
-  f = { type = "integer", min = 0, doc = "the number of Byzantine inputs tolerated" },
-  m = { type = "integer", min = 1, doc = "multi_krum: how many inputs are averaged (n - f)" },
-  tol = { type = "number", above = 0, doc = "geometric_median: relative step that stops (1e-6)" },
-  max_iter = { type = "integer", min = 1, doc = "geometric_median: most iterations (100)" },
-  eps = { type = "number", above = 0, doc = "geometric_median: distance floor (1e-8)" },
-  radius = { type = "number", above = 0, doc = "clipping radius" },
-  iterations = { type = "integer", min = 1, doc = "centered_clipping: steps (1)" },
-  center = true,
-  bucket = { type = "integer", min = 1, doc = "bucketing: inputs per bucket" },
-  seed = { type = "integer", doc = "bucketing: the shuffle's seed (0)" },
-}
-
 --- The dpy.options schema of rule name.
-function M.schema(name)
-  local schema = {}
-  for k in pairs(M.RULES[name].options) do schema[k] = M.OPTION_RULES[k] end
-  return schema
-end
+function M.schema(name) return M.RULES[name].options end
 
 local function matrix(vectors)
   if tensor.is_tensor(vectors) then return vectors, false end

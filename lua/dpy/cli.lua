@@ -87,9 +87,6 @@ function M.run(args)
       io.stderr:write("dpy-lua: cannot rerun ", rerun.dir, " into itself: choose another --out\n")
       return 1
     end
-    local moved, changed = require("dpy.rundir").localize(cfg, rerun.files, paths.absolute(rerun.dir) .. "/", rerun.cwd)
-    for k, v in pairs(changed) do cfg[k] = v end
-    table.move(moved, 1, #moved, #overrides + 1, overrides)
   end
   local opts = { dir = dir, source = source, included = included, argv = { "run", table.unpack(args) },
                  quiet = a.quiet, config = config_path, overrides = overrides, force = a.force,

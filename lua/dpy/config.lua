@@ -6,6 +6,7 @@
 -- what it changes.
 local registry = require "dpy.registry"
 local options = require "dpy.options"
+local paths = require "dpy.paths"
 
 local M = {}
 
@@ -170,7 +171,7 @@ function load_into(path, values, depth, included)
   if not f then error(string.format("cannot read config: %s", err), 0) end
   local source = f:read("a")
   f:close()
-  local dir = registry.absolute(path:match("^(.*)/[^/]*$") or ".")
+  local dir = paths.absolute(paths.dirname(path))
   add_config_dir(dir)
   local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, dir, depth, included))
   if not chunk then error(lerr, 0) end
@@ -225,7 +226,7 @@ function M.load(path, overrides)
     if values[k] == nil then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
-  add_used(included, values, registry.absolute(path:match("^(.*)/[^/]*$") or "."))
+  add_used(included, values, paths.absolute(paths.dirname(path)))
   return values, source, included
 end
 

@@ -13,7 +13,6 @@ local layout = require "dpy.layout"
 local metrics = require "dpy.metrics"
 local progress = require "dpy.progress"
 local options = require "dpy.options"
-local paths = require "dpy.paths"
 local rundir = require "dpy.rundir"
 local dpy = require "dpy"
 
@@ -124,7 +123,9 @@ end
 -- remote; returns those directories.
 local function upload(opts, used)
   local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
-  local files = { { opts.dir .. "/config.lua", "config.lua" }, { opts.dir .. "/partition.pt", "partition.pt" },
+  local files = { { opts.dir .. "/config.lua", "config.lua" },
+                  { opts.dir .. "/" .. rundir.EFFECTIVE, rundir.EFFECTIVE },
+                  { opts.dir .. "/partition.pt", "partition.pt" },
                   { opts.dir .. "/addresses.json", "addresses.json" } }
   if exists(opts.dir .. "/graph.json") then files[#files + 1] = { opts.dir .. "/graph.json", "graph.json" } end
   for _, f in ipairs(used) do files[#files + 1] = { opts.dir .. "/" .. f.file, f.file } end
@@ -146,12 +147,11 @@ end
 
 -- Starts process p on its remote, in the background of a shell that waits for it: its pid is kept
 -- for stopping it, and its exit status (128 + the signal when killed) becomes the channel's.
-local function start_process(cfg, opts, p, remote, session, rdir, moved)
-  local args = { M.quote(remote.dpy_lua), "node", "config.lua", "--process", p, "--dir", ".", "--run-id",
-                 opts.run_id, "--seed", cfg.seed }
-  for _, o in ipairs(opts.overrides or {}) do args[#args + 1] = M.quote(o) end
-  for _, o in ipairs(moved) do args[#args + 1] = M.quote(o) end   -- the files where upload put them
-  args[#args + 1] = "processes=" .. cfg.processes   -- last: the mapping decides
+-- The remote's node runs the effective config (overrides and seed applied), whose files name the
+-- run directory's copies that upload put beside it.
+local function start_process(cfg, opts, p, remote, session, rdir)
+  local args = { M.quote(remote.dpy_lua), "node", rundir.EFFECTIVE, "--process", p, "--dir", ".", "--run-id",
+                 opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
   return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }",
                                      M.quote(rdir), table.concat(args, " "), p, p))
 end
@@ -218,8 +218,6 @@ function M.run_job(cfg, opts)
   local prepared = require("dpy.experiment").write_run_files(cfg, {
     dir = opts.dir, source = opts.source, included = opts.included, config = opts.config, argv = opts.argv,
     run_id = opts.run_id, launcher = "dispatch", force = opts.force })
-  -- on a remote, the files lie at their run directory paths, relative to its cwd
-  local moved = rundir.localize(cfg, prepared.files, "", paths.cwd())
   local info = layout.prepare(cfg, opts.dir)
   must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
   local bar = progress.new()
@@ -229,7 +227,7 @@ function M.run_job(cfg, opts)
   local rdirs, channels = upload(opts, prepared.files), {}
   for p = 0, cfg.processes - 1 do
     local i = owner[p + 1]
-    channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], rdirs[i], moved)
+    channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], rdirs[i])
   end
   -- watch: stop everything on a failure (after a grace period) or on Ctrl-C
   host.catch_interrupt()

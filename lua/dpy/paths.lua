@@ -5,14 +5,9 @@ local M = {}
 
 local cwd
 
---- The current directory (asked once per process).
+--- The current directory (asked once per Lua state; dpy-lua never changes it).
 function M.cwd()
-  if not cwd then
-    local p = io.popen("pwd")
-    cwd = p and p:read("l")
-    if p then p:close() end
-    cwd = cwd or os.getenv("PWD") or "."
-  end
+  cwd = cwd or assert(require("dpy.host.core").cwd())
   return cwd
 end
 

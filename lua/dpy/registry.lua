@@ -7,6 +7,7 @@
 -- it returns registry.register { kind = ..., name = ..., new = ... }, and its options are checked
 -- the same way. new(cfg, ctx) gets the options with their defaults filled in.
 local options = require "dpy.options"
+local paths = require "dpy.paths"
 
 local M = {}
 
@@ -91,13 +92,6 @@ function M.is_path(ref)
   return type(ref) == "string" and ref:match("%.lua$") ~= nil
 end
 
---- ref made absolute against base (a directory; default: the current one).
-function M.absolute(ref, base)
-  if ref:sub(1, 1) == "/" then return ref end
-  base = base or os.getenv("PWD") or "."
-  return (base .. "/" .. ref):gsub("/%./", "/")
-end
-
 -- The spec a user's file registers, loaded once per state; nil and a message when it fails.
 local function load_file(kind, path)
   if by_path[path] then return by_path[path] end
@@ -155,7 +149,7 @@ function M.check(kind, entry, base, used)
   if not M.KINDS[kind] then error(string.format("dpy.registry: unknown kind %q", tostring(kind)), 2) end
   local spec, err
   if M.is_path(name) then
-    name = M.absolute(name, base)
+    name = paths.absolute(name, base)
     spec, err = load_file(kind, name)
     if not spec then return nil, err end
     if used then used[#used + 1] = name end
@@ -183,7 +177,7 @@ function M.check(kind, entry, base, used)
     local rule = schema[k]
     if type(rule) == "table" then
       if rule.type == "path" then
-        resolved[k] = M.absolute(v, base)
+        resolved[k] = paths.absolute(v, base)
         if used and is_file(resolved[k]) then used[#used + 1] = resolved[k] end
       elseif rule.kind then
         local _, e, sub = M.check(rule.kind, v, base, used)

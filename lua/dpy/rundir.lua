@@ -76,9 +76,26 @@ function M.effective(cfg)
          .. "-- overrides and --seed applied). `dpy-lua run <this directory>` reruns it.\n" .. text
 end
 
+-- cfg with every string that names one of files (config.load makes them absolute) replaced by
+-- the copy's place in the run directory: relative, as a config's paths are relative to the config,
+-- so that config.effective.lua uses the copies wherever the directory goes.
+local function relocated(cfg, files)
+  local copy_of = {}
+  for _, f in ipairs(files) do copy_of[f.source] = f.file end
+  local function swap(v)
+    if type(v) == "string" then return copy_of[v] or v end
+    if type(v) ~= "table" then return v end
+    local out = {}
+    for k, x in pairs(v) do out[k] = swap(x) end
+    return out
+  end
+  return swap(cfg)
+end
+
 --- Reads and checks everything the run directory will hold; opts = { config (path), included }.
 function M.prepare(cfg, opts)
-  return { effective = M.effective(cfg), files = M.used_files(opts.config or "./config.lua", opts.included) }
+  local files = M.used_files(opts.config or "./config.lua", opts.included)
+  return { effective = M.effective(relocated(cfg, files)), files = files }
 end
 
 --- Raises when dir holds a run already, unless force; returns whether it must be replaced.
@@ -157,38 +174,6 @@ function M.rerun(dir)
   if not exists(config) then return nil, dir .. ": not a run directory (no " .. M.EFFECTIVE .. ")" end
   local manifest = metrics.read(dir .. "/manifest.json") or {}
   return { dir = dir, config = config, files = manifest.files or {}, cwd = (manifest.command or {}).cwd }
-end
-
---- Points the config at other copies of the files it uses: every string value in cfg that names
--- one of files (as the run named it, or its absolute path from cwd) becomes base .. its file.
--- Returns the changed keys as "KEY=VALUE" overrides (what the nodes are given), and { key = value }.
-function M.localize(cfg, files, base, cwd)
-  local function swap(v)
-    if type(v) == "string" then
-      for _, f in ipairs(files) do
-        if v == f.path or (cwd and paths.absolute(v, cwd) == f.source) then return base .. f.file end
-      end
-    elseif type(v) == "table" then
-      local copy, changed = {}, false
-      for k, x in pairs(v) do
-        copy[k] = swap(x)
-        changed = changed or copy[k] ~= x
-      end
-      if changed then return copy end
-    end
-    return v
-  end
-  local keys, overrides, changed = {}, {}, {}
-  for k in pairs(cfg) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for _, k in ipairs(keys) do
-    local v = swap(cfg[k])
-    if v ~= cfg[k] then
-      changed[k] = v
-      overrides[#overrides + 1] = k .. "=" .. serialize.value(v)
-    end
-  end
-  return overrides, changed
 end
 
 return M

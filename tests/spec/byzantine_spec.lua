@@ -223,6 +223,57 @@ describe("byzantine.simulation", function()
     assert.is_true(results.trimmed_mean > 0.6, "trimmed_mean: " .. results.trimmed_mean)
   end)
 
+  local function all_finite(t)
+    for _, v in ipairs(t:flatten():totable()) do
+      if v ~= v or v == math.huge or v == -math.huge then return false end
+    end
+    return true
+  end
+
+  it("keeps every honest model finite under the nan attack: median alone, after NNM, after bucketing", function()
+    local bucketing = { "bucketing", bucket = 2, seed = 1 }   -- 5 received: 3 buckets
+    for _, c in ipairs { { "nan", "all", {} }, { "nan", "all", { "nnm" } }, { "nan", "all", { bucketing } },
+                         { "infinity", "all", { "nnm" } }, { "infinity", "all", { bucketing } },
+                         { "nan", "sampled", { "nnm" } } } do
+      local s = sim { attack = c[1], byzantine_reach = c[2], aggregator = { "median" }, pre_aggregation = c[3] }
+      for _, snap in ipairs(s:run(2)) do
+        local what = string.format("%s, %s, pre %s", c[1], c[2], c[3][1] and (c[3][1][1] or c[3][1]) or "none")
+        assert.is_true(all_finite(snap.parameters), what)
+        assert.is_true(all_finite(snap.mixed_parameters), what)
+      end
+    end
+  end)
+
+  it("snapshots the mixed models, and how many Byzantine models each honest worker received", function()
+    -- n = 3, f = 1 under "all": each worker aggregates its own local model and the Byzantine one
+    local s = sim { n = 3, f = 1, byzantine_reach = "all", aggregator = "mean", attack = { "sign_flip", scale = 2 } }
+    local snap = s:step()
+    assert.are.same({ 2, s.d }, snap.mixed_parameters:size())
+    assert.is_true(snap.mixed_parameters:eq(snap.parameters):all():item())
+    for i = 0, 1 do
+      local want = (snap.local_parameters[i] + snap.byzantine_parameters[0]) / 2
+      assert.is_true(snap.mixed_parameters[i]:allclose(want, 1e-5, 1e-7))
+      assert.is_false(snap.mixed_parameters[i]:allclose(snap.local_parameters[i], 1e-5, 1e-7))
+    end
+    assert.are.same({ 1, 1 }, snap.byzantine_received:totable())
+    assert.are.same({ 2, 2, 2, 2 }, sim { n = 6, f = 2, byzantine_reach = "all" }:step().byzantine_received:totable())
+    -- "sampled": n - f - 1 of the n - 1 others; with the mean and +inf attackers, a worker's model
+    -- is finite exactly when it received none
+    local seen = {}
+    for seed = 1, 20 do
+      local snap2 = sim { n = 6, f = 2, seed = seed, aggregator = "mean", attack = "infinity" }:step()
+      local got = snap2.byzantine_received:totable()
+      assert.are.equal(4, #got)
+      for i, c in ipairs(got) do
+        assert.is_true(c >= 0 and c <= 2 and math.type(c) == "integer")
+        assert.are.equal(c == 0, all_finite(snap2.parameters[i - 1]), "worker " .. i .. " received " .. c)
+        seen[c] = true
+      end
+      if seen[0] and seen[1] and seen[2] then break end
+    end
+    assert.is_true(seen[0] and seen[1] and seen[2], "0, 1 and 2 drawn")
+  end)
+
   it("refuses bad options with a message", function()
     assert.has_error(function() sim { f = 6 } end, "byzantine.simulation: f must be an integer in 0..n-1")
     assert.has_error(function() sim { aggregatr = "mean" } end,

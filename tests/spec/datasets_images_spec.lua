@@ -125,7 +125,7 @@ describe("image_folder", function()
     assert.matches("test_dir or test_fraction, not both", err_of(function()
       build { "image_folder", root = root, test_dir = test_dir, test_fraction = 0.2 }
     end))
-    assert.matches("channels must be 1 or 3",
+    assert.matches("dataset 'image_folder': option 'channels' must be one of 1, 3, got 2",
                    err_of(function() build { "image_folder", root = root, channels = 2 } end))
     assert.matches("size must be {height, width}", err_of(function()
       build { "image_folder", root = root, size = { 8 } }
@@ -319,7 +319,7 @@ describe("camelyon17", function()
     os.remove(d .. "/patches/patient_099_node_4/patch_patient_099_node_4_x_500_y_600.png")
     assert.matches("cannot open .*/patches/patient_099_node_4/patch_patient_099_node_4_x_500_y_600%.png",
                    err_of(function() build { "camelyon17", dir = d } end))
-    assert.matches("test_split must be", err_of(function()
+    assert.matches("option 'test_split' must be one of \"test\", \"val\", \"id_val\", got \"ood\"", err_of(function()
       build({ "camelyon17", dir = dir, test_split = "ood" }, false)
     end))
   end)

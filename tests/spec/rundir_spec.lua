@@ -69,8 +69,13 @@ describe("a run directory", function()
       assert.truthy(effective:find("\n" .. line .. "\n", 1, true), "missing: " .. line)
     end
     assert.is_nil(effective:find("include", 1, true))
-    assert.are.same(config.load(dir .. "/c.lua", { "local_steps=2", "optimizer={'sgd',lr=0.05}" }),
-                    config.load(out1 .. "/config.effective.lua"))
+    -- the same config, but for the files it uses: the run directory's copies (relative to it)
+    local original = config.load(dir .. "/c.lua", { "local_steps=2", "optimizer={'sgd',lr=0.05}" })
+    local rerun = config.load(out1 .. "/config.effective.lua")
+    assert.are.equal(dir .. "/acts/noisy.lua", original.actions[1][1])
+    assert.are.equal(out1 .. "/acts/noisy.lua", rerun.actions[1][1])
+    rerun.actions[1][1] = original.actions[1][1]
+    assert.are.same(original, rerun)
 
     -- every file, at its path relative to the config's directory
     assert.are.equal(source, read_file(out1 .. "/config.lua"))

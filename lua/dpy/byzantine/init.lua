@@ -13,7 +13,8 @@
 -- (local_parameters); the attack crafts f Byzantine models from the honest local models; each
 -- honest worker then gathers n - f models — its own, and under byzantine_reach = "all" every
 -- Byzantine model plus n - 2f - 1 other honest ones drawn uniformly, under "sampled" n - f - 1
--- drawn uniformly from the n - 1 others — and replaces its model with their aggregate.
+-- drawn uniformly from the n - 1 others, honest or not (so 0 to f Byzantine ones) — and
+-- replaces its model with their aggregate (mixed_parameters, as in the krum library's snapshot).
 -- Server (mode = "server", a parameter server): one global model; the honest workers send their
 -- momentum vectors computed at it, the attack crafts f more from them, the server aggregates all
 -- n and steps: w = w - lr x aggregate.
@@ -175,21 +176,26 @@ function Sim:_byzantine(honest, at)
   return out
 end
 
--- The rows worker i (1-based) receives: its own, then the others of its received set.
+-- The rows worker i (1-based) receives — its own, then the others of its received set — and how
+-- many of them are Byzantine.
 function Sim:_received(i, local_params, byz)
-  local chosen = { local_params[i - 1] }
-  local others = {}
-  for j = 1, self.h do if j ~= i then others[#others + 1] = local_params[j - 1] end end
+  local chosen, count = { local_params[i - 1] }, self.f
+  local others = {}   -- honest workers by index, Byzantine ones by h + j
+  for j = 1, self.h do if j ~= i then others[#others + 1] = j end end
+  local take = self.n - 2 * self.f - 1
   if self.reach == "all" then
     for j = 1, self.f do chosen[#chosen + 1] = byz[j - 1] end
-    self.rng:shuffle(others)
-    for j = 1, self.n - 2 * self.f - 1 do chosen[#chosen + 1] = others[j] end
   else
-    for j = 1, self.f do others[#others + 1] = byz[j - 1] end
-    self.rng:shuffle(others)
-    for j = 1, self.n - self.f - 1 do chosen[#chosen + 1] = others[j] end
+    for j = 1, self.f do others[#others + 1] = self.h + j end
+    take, count = self.n - self.f - 1, 0
   end
-  return chosen
+  self.rng:shuffle(others)
+  for t = 1, take do
+    local j = others[t]
+    if j > self.h then count = count + 1 end
+    chosen[#chosen + 1] = j > self.h and byz[j - self.h - 1] or local_params[j - 1]
+  end
+  return chosen, count
 end
 
 local function snapshot(self, t)
@@ -203,8 +209,9 @@ local function snapshot(self, t)
 end
 
 --- sim:step() -> snapshot { step, parameters, momentum, honest_gradients, local_parameters,
--- byzantine_parameters (f x d; server: byzantine_gradients), losses } (tensors are copies; with
--- snapshots = false only step and losses)
+-- byzantine_parameters (f x d; server: byzantine_gradients), mixed_parameters (the aggregates,
+-- = parameters), byzantine_received (n - f counts), losses } (tensors are copies; with
+-- snapshots = false only step and losses; the server has no mixed_parameters nor byzantine_received)
 function Sim:step()
   self.t = self.t + 1
   if self.mode == "server" then
@@ -222,14 +229,18 @@ function Sim:step()
   local grads, losses = self:_local_step(function(i) return self.params[i - 1] end)
   local local_params = self.params - self.momentum * self.lr
   local byz = self:_byzantine(local_params, function(i) return self.params[i - 1] end)
+  local received = {}
   for i = 1, self.h do
-    local agg = aggregators.aggregate(self.aggregator, self:_received(i, local_params, byz), self.pre)
+    local rows
+    rows, received[i] = self:_received(i, local_params, byz)
+    local agg = aggregators.aggregate(self.aggregator, rows, self.pre)
     self.params[i - 1]:copy_(agg)
     agg:free()
   end
-  return snapshot(self, { parameters = self.params:clone(), momentum = self.momentum:clone(),
-                          honest_gradients = grads, local_parameters = local_params,
-                          byzantine_parameters = byz, losses = tensor.new(losses) })
+  return snapshot(self, { parameters = self.params:clone(), mixed_parameters = self.params:clone(),
+                          momentum = self.momentum:clone(), honest_gradients = grads,
+                          local_parameters = local_params, byzantine_parameters = byz,
+                          byzantine_received = tensor.new(received), losses = tensor.new(losses) })
 end
 
 --- sim:run(k) -> the list of k snapshots

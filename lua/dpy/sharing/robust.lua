@@ -7,7 +7,8 @@ local registry = require "dpy.registry"
 local aggregators = require "dpy.aggregators"
 
 local function robust(name, rule)
-  local schema = aggregators.schema(name)
+  local schema = {}   -- the rule's options, and the sharing's own
+  for k, v in pairs(aggregators.schema(name)) do schema[k] = v end
   schema.beta = { type = "number", min = 0, below = 0.5, doc = "f = floor(beta * n) each round" }
   schema.pre = { list_of = "aggregator", doc = "pre-aggregations applied first (nnm, bucketing, static_clipping)" }
   registry.register {

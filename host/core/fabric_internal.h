@@ -1,0 +1,196 @@
+/*
+** fabric_internal.h: what the parts of the fabric share (not a public header; see fabric.h).
+**   message.c     payloads shared by local receivers, and the messages that carry them
+**   inbox.c       per-node inboxes: round buffering, waking the receiver
+**   faults.c      seeded fault injection (drop, duplicate, corrupt, delay)
+**   accounting.c  traffic per node and channel, rejected packets and the last reason
+**   tcp.c         connections, the I/O thread, framing, checking packets from other processes
+**   fabric.c      the public API that ties them together
+*/
+#ifndef DPY_FABRIC_INTERNAL_H
+#define DPY_FABRIC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "fabric.h"
+#include "wire.h"
+
+/* {==== message.c ====} */
+
+/* Payload bytes, shared by every local receiver of one send (no copy per receiver). */
+typedef struct {
+    atomic_int refs;
+    size_t len;
+    unsigned char data[];
+} payload;
+
+typedef struct msg {
+    struct msg *next;
+    uint32_t sender, round, encoding;
+    uint16_t channel;
+    double deliver_at;              /* monotonic seconds (a mock delay); 0: at once */
+    payload *p;
+} msg;
+
+payload *dpy_payload_new(size_t len, int refs);   /* NULL when out of memory */
+void dpy_payload_release(payload *p);             /* NULL-safe; frees with the last reference */
+
+/* The payload whose bytes data is (its header is written to, even when the bytes are not) */
+static inline payload *dpy_payload_of(const void *data) {
+    return (payload *)((uintptr_t)data - offsetof(payload, data));
+}
+
+/* A message holding p (takes the caller's reference), to be delivered at once; NULL: no memory. */
+msg *dpy_msg_new(uint32_t sender, uint16_t channel, uint32_t round, uint32_t encoding, payload *p);
+void dpy_msg_free(msg *m);                        /* drops its payload reference too */
+
+/* {==== inbox.c ====} */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    msg *head;
+    dpy_traffic traffic[DPY_MAX_CHANNELS];   /* the node's counters, under mu (accounting.c) */
+    /* what the node waits for, if it waits: a delivery wakes it only for that message (a woken
+    ** thread takes a core from a training one, so wake-ups for other messages are waste) */
+    int waiting;
+    uint32_t want_sender, want_round;
+    uint16_t want_channel;
+} inbox;
+
+void dpy_inbox_init(inbox *in);
+/* Frees the messages still waiting, then the lock. */
+void dpy_inbox_destroy(inbox *in);
+/* Appends m (takes ownership), waking the receiver if it waits for this message. */
+void dpy_inbox_put(inbox *in, msg *m);
+/* Wakes the receiver whatever it waits for (a sender may have gone). */
+void dpy_inbox_wake(inbox *in);
+/* Whether sender can no longer send (asked only while no message of the round is ready). */
+typedef int (*dpy_inbox_gone_fn)(void *ctx, uint32_t sender);
+/* dpy_fabric_recv on one inbox: on DPY_RECV_OK *out holds the payload (the reference is the
+** caller's) and *encoding, when not NULL, the sender's encoding. */
+dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uint32_t round,
+                               double timeout, dpy_inbox_gone_fn gone, void *ctx, payload **out,
+                               uint32_t *encoding);
+
+/* {==== faults.c ====} */
+
+typedef struct {
+    double drop, duplicate, corrupt, delay;   /* probabilities per message; the longest delay */
+    pthread_mutex_t mu;                       /* the generator */
+    uint64_t rng;
+} faults;
+
+/* What fault injection decided for one message. */
+typedef struct { int copies, corrupt; double delay; } fate;
+
+void dpy_faults_init(faults *fl, const dpy_fabric_opts *o);
+void dpy_faults_destroy(faults *fl);
+fate dpy_faults_decide(faults *fl, size_t len);
+/* Makes an encoded header's checksum wrong: the receiving process rejects the packet. */
+void dpy_faults_corrupt_header(uint8_t hdr[DPY_WIRE_HEADER]);
+
+/* {==== accounting.c ====} */
+
+typedef struct {
+    pthread_mutex_t mu;
+    uint64_t count;
+    char last[320];
+} rejects;
+
+/* One message sent (sent != 0) or taken; the caller holds the inbox's lock. */
+void dpy_traffic_add(dpy_traffic *t, int sent, size_t payload_len);
+/* One message sent by the node of inbox in (takes its lock). */
+void dpy_traffic_sent(inbox *in, uint16_t channel, size_t payload_len);
+/* dpy_fabric_traffic for the node of inbox in. */
+void dpy_traffic_read(inbox *in, unsigned channel, dpy_traffic *out);
+
+void dpy_rejects_init(rejects *r);
+void dpy_rejects_destroy(rejects *r);
+void dpy_rejects_add(rejects *r, const char *why);
+uint64_t dpy_rejects_read(rejects *r, char *last, size_t len);
+
+/* {==== tcp.c ====} */
+
+typedef struct {
+    int fd;                         /* the connection to this process, -1 if none */
+    int alive;                      /* under the fabric's mu */
+    pthread_mutex_t write_mu;       /* one writer at a time per connection */
+} peer;
+
+typedef struct conn {               /* read state of one connection (I/O thread only) */
+    int fd, process;                /* process -1 until its HELLO */
+    uint8_t hdr[DPY_WIRE_HEADER];
+    size_t hdr_got, got;
+    dpy_header h;
+    payload *pending;               /* the packet being read, straight into its payload */
+    struct conn *next;
+} conn;
+
+/* Connects to every lower-indexed process (retrying while it starts), accepts the others, and
+** waits until all are identified. */
+int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen);
+/* Sends d.copies copies of one packet to receiver's process (d.copies > 0). */
+int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
+                 uint32_t round, uint32_t encoding, const void *data, size_t len, fate d,
+                 char *err, size_t errlen);
+/* Joins the I/O thread and closes every connection (safe when never started). */
+void dpy_tcp_stop(dpy_fabric *f);
+
+/* {==== fabric.c ====} */
+
+struct dpy_fabric {
+    dpy_fabric_opts o;
+    int32_t *node_process;
+    unsigned char *gone;            /* by uid: a local node that has finished (under mu) */
+    inbox *inboxes;                 /* by uid; only this process's nodes are used */
+    peer *peers;                    /* by process */
+    pthread_mutex_t mu;             /* gone, peers' alive, connected */
+    faults faults;
+    rejects rejects;
+    /* tcp.c's */
+    pthread_cond_t cv;              /* signalled when a connection is identified (with mu) */
+    int connected;
+    int listen_fd, epfd, wake[2];
+    pthread_t io;
+    int io_started;
+    volatile int stopping;
+    conn *conns;
+};
+
+/* A process went away: whoever waits for one of its nodes is told at once. */
+void dpy_fabric_process_gone(dpy_fabric *f, int process);
+
+static inline int dpy_fabric_local(const dpy_fabric *f, uint32_t node) {
+    return node < f->o.nodes && f->node_process[node] == f->o.process;
+}
+
+/* {==== the clock: monotonic seconds ====} */
+
+static inline double dpy_fabric_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline struct timespec dpy_fabric_at(double t) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    return ts;
+}
+
+/* A condition variable whose timed waits use the monotonic clock. */
+static inline void dpy_fabric_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+#endif

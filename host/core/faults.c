@@ -1,0 +1,43 @@
+/* faults.c: fault injection ("mock"), seeded so a run's faults repeat: each message is dropped,
+** duplicated, corrupted and delayed with the configured probabilities (see fabric.h). */
+#include "fabric_internal.h"
+
+void dpy_faults_init(faults *fl, const dpy_fabric_opts *o) {
+    fl->drop = o->drop;
+    fl->duplicate = o->duplicate;
+    fl->corrupt = o->corrupt;
+    fl->delay = o->delay;
+    fl->rng = o->fault_seed;
+    pthread_mutex_init(&fl->mu, NULL);
+}
+
+void dpy_faults_destroy(faults *fl) { pthread_mutex_destroy(&fl->mu); }
+
+/* splitmix64 draw in [0, 1); caller holds fl->mu */
+static double draw(faults *fl) {
+    uint64_t z = (fl->rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+/* The draws come in a fixed order (drop, then duplicate if kept, corrupt if there are bytes,
+** delay), so a seed gives the same faults for the same sends. */
+fate dpy_faults_decide(faults *fl, size_t len) {
+    fate d = {1, 0, 0};
+    if (fl->drop > 0 || fl->duplicate > 0 || fl->corrupt > 0 || fl->delay > 0) {
+        pthread_mutex_lock(&fl->mu);
+        if (draw(fl) < fl->drop)
+            d.copies = 0;
+        else if (draw(fl) < fl->duplicate)
+            d.copies = 2;
+        d.corrupt = len > 0 && draw(fl) < fl->corrupt;
+        d.delay = fl->delay > 0 ? fl->delay * draw(fl) : 0;
+        pthread_mutex_unlock(&fl->mu);
+    }
+    return d;
+}
+
+void dpy_faults_corrupt_header(uint8_t hdr[DPY_WIRE_HEADER]) {
+    hdr[32] ^= 0x5a;   /* the checksum's first byte (wire.h) */
+}
