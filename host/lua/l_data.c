@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data_image.h"
+#include "dpy_arrays.h"
 #include "dpy_core.h"
 #include "dpy_lua.h"
 
@@ -110,22 +111,21 @@ static int d_read_idx(lua_State *L) {
     return 1;
 }
 
-/*
-** data.core.read_cifar(path, label_bytes, label_index) -> images, labels | nil, err
-** images: uint8 n x 3 x 32 x 32, labels: uint8 n (both read-only)
-*/
-static int d_read_cifar(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
-    int label_bytes = (int)luaL_checkinteger(L, 2);
-    int label_index = (int)luaL_checkinteger(L, 3);
+/* Reads a CIFAR batch, binary (label_key NULL) or Python, into two read-only boxes, or nil, err. */
+static int push_cifar(lua_State *L, const char *path, int label_bytes, int label_index,
+                      const char *label_key) {
     dpy_tensor_box *images = dpy_newtensor(L);
     dpy_tensor_box *labels = dpy_newtensor(L);
     char err[512], key[4200];
-    snprintf(key, sizeof key, "%s#%d.%d", path, label_bytes, label_index);
+    if (label_key)
+        snprintf(key, sizeof key, "%s#py.%s", path, label_key);
+    else
+        snprintf(key, sizeof key, "%s#%d.%d", path, label_bytes, label_index);
     pthread_mutex_lock(&g_cache_lock);
     if (!cache_get(key, images, labels)) {
         dpy_cifar c;
-        if (dpy_cifar_read(path, label_bytes, label_index, &c, err, sizeof err) != 0) {
+        if ((label_key ? dpy_cifar_py_read(path, label_key, &c, err, sizeof err)
+                       : dpy_cifar_read(path, label_bytes, label_index, &c, err, sizeof err)) != 0) {
             pthread_mutex_unlock(&g_cache_lock);
             return io_fail(L, err);
         }
@@ -147,6 +147,17 @@ static int d_read_cifar(lua_State *L) {
     dpy_tensor_filled(L, images);
     dpy_tensor_filled(L, labels);
     return 2;
+}
+
+/*
+** data.core.read_cifar(path, label_bytes, label_index) -> images, labels | nil, err
+** images: uint8 n x 3 x 32 x 32, labels: uint8 n (both read-only)
+*/
+static int d_read_cifar(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    int label_bytes = (int)luaL_checkinteger(L, 2);
+    int label_index = (int)luaL_checkinteger(L, 3);
+    return push_cifar(L, path, label_bytes, label_index, NULL);
 }
 
 static int read_numbers(lua_State *L, int arg, double *out, int max) {
@@ -444,11 +455,183 @@ static int d_shared(lua_State *L) {
 
 /* }==== */
 
+/* {==== NumPy, torch.save and CIFAR-pickle datasets (dpy_arrays.h) ====} */
+
+/*
+** data.core.read_cifar_py(path, label_key) -> images, labels | nil, err
+** a CIFAR-10/100 Python batch; label_key "labels", "fine_labels" or "coarse_labels"
+*/
+static int d_read_cifar_py(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    return push_cifar(L, path, 0, 0, luaL_checkstring(L, 2));
+}
+
+#define ARRAY_NAMES 16
+
+/* The list of strings at arg into names (pointers into the strings on the stack). */
+static int check_names(lua_State *L, int arg, const char **names) {
+    luaL_checktype(L, arg, LUA_TTABLE);
+    int n = (int)luaL_len(L, arg);
+    luaL_argcheck(L, n <= ARRAY_NAMES, arg, "too many names");
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, arg, i + 1);
+        names[i] = lua_tostring(L, -1);
+        luaL_argcheck(L, names[i] != NULL, arg, "names must be strings");
+        lua_pop(L, 1);   /* the table still holds the string */
+    }
+    return n;
+}
+
+typedef struct {
+    const char *path;
+    const char *names[ARRAY_NAMES];
+    int nnames, position;
+} array_source;
+
+static int read_source(int torch, const array_source *src, dpy_array *out, char *err, size_t errlen) {
+    return torch ? dpy_torch_read(src->path, src->names, src->nnames, src->position, out, err, errlen)
+                 : dpy_npy_read(src->path, src->names, src->nnames, out, err, errlen);
+}
+
+static dpy_err wrap_array(dpy_tensor **out, dpy_array *a) {
+    dpy_dtype t = a->type == DPY_ARRAY_U8 ? DPY_UINT8 : a->type == DPY_ARRAY_F32 ? DPY_FLOAT32 : DPY_INT64;
+    dpy_err e = dpy_tensor_wrap(out, a->data, a->nbytes, t, a->dims, a->ndim, free);
+    if (e == DPY_OK)
+        a->data = NULL;   /* the tensor's now */
+    return e;
+}
+
+/*
+** Loads and converts both arrays, and fills the boxes: images, labels, and stats (float64: the
+** channels' means, their standard deviations, then the largest label). Calls no Lua.
+*/
+static int load_arrays(int torch, const array_source *isrc, const array_source *lsrc,
+                       dpy_layout layout, dpy_tensor_box *images, dpy_tensor_box *labels,
+                       dpy_tensor_box *stats, char *err, size_t errlen) {
+    dpy_array x, y;
+    memset(&y, 0, sizeof y);
+    double st[2 * 16 + 1];
+    int rc = read_source(torch, isrc, &x, err, errlen);
+    if (rc == 0)
+        rc = read_source(torch, lsrc, &y, err, errlen);
+    if (rc == 0) {
+        char what[8400];
+        if (strcmp(isrc->path, lsrc->path) != 0)
+            snprintf(what, sizeof what, "%s and %s", isrc->path, lsrc->path);
+        else
+            snprintf(what, sizeof what, "%s", isrc->path);
+        rc = dpy_dataset_arrays(&x, &y, layout, what, err, errlen);
+    }
+    if (rc == 0)
+        rc = dpy_array_channel_stats(&x, st, st + x.dims[1], 16, err, errlen);
+    if (rc == 0) {
+        int c = (int)x.dims[1];
+        int64_t max = 0, n = y.dims[0], sshape[1] = {2 * c + 1};
+        for (int64_t i = 0; i < n; i++)
+            max = ((int64_t *)y.data)[i] > max ? ((int64_t *)y.data)[i] : max;
+        st[2 * c] = (double)max;
+        if (wrap_array(&images->h, &x) != DPY_OK || wrap_array(&labels->h, &y) != DPY_OK ||
+            dpy_tensor_from_data(&stats->h, st, sizeof *st * (size_t)(2 * c + 1), DPY_FLOAT64,
+                                 sshape, 1) != DPY_OK)
+            rc = dpy_fail(err, errlen, "torch: %s", dpy_torch_errmsg());
+    }
+    dpy_array_free(&x);
+    dpy_array_free(&y);
+    return rc;
+}
+
+/* Shares the cached tensors of key into the three boxes: 1 when all are there. */
+static int arrays_cached(const char *key, size_t klen, dpy_tensor_box *images,
+                         dpy_tensor_box *labels, dpy_tensor_box *stats) {
+    char skey[8400];
+    snprintf(skey, sizeof skey, "%.*s#stats", (int)klen, key);
+    if (cache_get(key, images, labels) && cache_get(skey, stats, NULL))
+        return 1;
+    dpy_tensor_drop(images);   /* a partial hit: load afresh */
+    dpy_tensor_drop(labels);
+    dpy_tensor_drop(stats);
+    return 0;
+}
+
+/*
+** data.core.read_arrays(format, images_path, images_names, labels_path, labels_names [, layout])
+**   -> images, labels, stats | nil, err
+** format "npy" (.npy files, .npz archives) or "torch" (torch.save files); *_names: the npz
+** members or dict keys tried in order (a file of one array needs none; from a torch tuple or
+** list, images are element 0 and labels element 1); layout "auto" (default), "nchw" or "nhwc".
+** images: uint8 or float32 N x C x H x W, labels: int64 N, both read-only and read once per
+** process; stats: {mean = {...}, std = {...}, max_label = k} of these images and labels.
+*/
+static int d_read_arrays(lua_State *L) {
+    static const char *const formats[] = {"npy", "torch", NULL};
+    static const char *const layouts[] = {"auto", "nchw", "nhwc", NULL};
+    int torch = luaL_checkoption(L, 1, NULL, formats);
+    array_source isrc = {.path = luaL_checkstring(L, 2), .position = 0};
+    isrc.nnames = check_names(L, 3, isrc.names);
+    array_source lsrc = {.path = luaL_checkstring(L, 4), .position = 1};
+    lsrc.nnames = check_names(L, 5, lsrc.names);
+    dpy_layout layout = (dpy_layout)luaL_checkoption(L, 6, "auto", layouts);
+    luaL_Buffer kb;   /* the cache key: everything that makes the result */
+    luaL_buffinit(L, &kb);
+    const array_source *srcs[2] = {&isrc, &lsrc};
+    lua_pushfstring(L, "arrays|%s|%s", formats[torch], layouts[layout]);
+    luaL_addvalue(&kb);
+    for (int k = 0; k < 2; k++) {
+        lua_pushfstring(L, "|%s|", srcs[k]->path);
+        luaL_addvalue(&kb);
+        for (int i = 0; i < srcs[k]->nnames; i++) {
+            lua_pushfstring(L, "%s,", srcs[k]->names[i]);
+            luaL_addvalue(&kb);
+        }
+    }
+    luaL_pushresult(&kb);
+    size_t klen;
+    const char *key = lua_tolstring(L, -1, &klen);
+    dpy_tensor_box *images = dpy_newtensor(L);   /* boxes first: nothing below raises */
+    dpy_tensor_box *labels = dpy_newtensor(L);
+    dpy_tensor_box *stats = dpy_newtensor(L);
+    char err[1024];
+    pthread_mutex_lock(&g_cache_lock);
+    if (!arrays_cached(key, klen, images, labels, stats)) {
+        if (load_arrays(torch, &isrc, &lsrc, layout, images, labels, stats, err, sizeof err) != 0) {
+            pthread_mutex_unlock(&g_cache_lock);
+            return io_fail(L, err);
+        }
+        char skey[8400];
+        snprintf(skey, sizeof skey, "%.*s#stats", (int)klen, key);
+        cache_put(key, images, labels);
+        cache_put(skey, stats, NULL);
+        dpy_heap_trim();   /* the readers' transient buffers */
+    }
+    pthread_mutex_unlock(&g_cache_lock);
+    images->flags = labels->flags = DPY_TF_READONLY;
+    dpy_tensor_filled(L, images);
+    dpy_tensor_filled(L, labels);
+    /* stats: the tensor's values into a table, then the tensor goes */
+    const double *st = dpy_tensor_data(stats->h);
+    int c = (int)dpy_tensor_size(images->h, 1);
+    lua_createtable(L, 0, 3);
+    for (int k = 0; k < 2; k++) {
+        lua_createtable(L, c, 0);
+        for (int i = 0; i < c; i++) {
+            lua_pushnumber(L, st[k * c + i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        lua_setfield(L, -2, k ? "std" : "mean");
+    }
+    lua_pushinteger(L, (lua_Integer)st[2 * c]);
+    lua_setfield(L, -2, "max_label");
+    dpy_tensor_drop(stats);
+    lua_remove(L, -2);   /* the stats box */
+    return 3;
+}
+
 static const luaL_Reg functions[] = {{"read_idx", d_read_idx}, {"read_cifar", d_read_cifar},
                                      {"batch", d_batch},
                                      {"list_dir", d_list_dir}, {"image_probe", d_image_probe},
                                      {"read_images", d_read_images},
                                      {"channel_stats", d_channel_stats}, {"shared", d_shared},
+                                     {"read_arrays", d_read_arrays}, {"read_cifar_py", d_read_cifar_py},
                                      {NULL, NULL}};
 
 int luaopen_dpy_data_core(lua_State *L) {

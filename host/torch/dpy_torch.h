@@ -186,8 +186,8 @@ DPY_API dpy_err dpy_tensor_clamp(dpy_tensor **out, const dpy_tensor *a, double l
 /* dtype < 0 keeps the dtype; device NULL keeps the device. */
 DPY_API dpy_err dpy_tensor_to(dpy_tensor **out, const dpy_tensor *a, int dtype,
                               const char *device) DPY_NOEXCEPT;
-/* Image batch from a dataset: images[idx] (uint8, N x C x H x W) as float32 scaled to [0,1]
-** then (x - mean[c]) / std[c] (nchan 0: no normalization); labels[idx] as int64. */
+/* Image batch from a dataset: images[idx] (N x C x H x W) as float32, scaled to [0,1] when they
+** are uint8, then (x - mean[c]) / std[c] (nchan 0: no normalization); labels[idx] as int64. */
 DPY_API dpy_err dpy_tensor_batch(dpy_tensor **x, dpy_tensor **y, const dpy_tensor *images,
                                  const dpy_tensor *labels, const dpy_tensor *idx,
                                  const double *mean, const double *std, int nchan) DPY_NOEXCEPT;

@@ -586,7 +586,10 @@ dpy_err dpy_tensor_batch(dpy_tensor **x, dpy_tensor **y, const dpy_tensor *image
                          const double *std, int nchan) noexcept {
     *x = *y = nullptr;
     return dpy_guard([&] {
-        auto xb = images->v.index_select(0, idx->v).to(torch::kFloat32).div_(255.0);
+        // uint8 pixels are scaled to [0, 1]; float images (NumPy, torch.save datasets) are as given
+        auto xb = images->v.index_select(0, idx->v).to(torch::kFloat32);
+        if (images->v.scalar_type() == torch::kByte)
+            xb.div_(255.0);
         if (nchan > 0) {
             if (xb.dim() != 4 || xb.size(1) != nchan)
                 dpy_invalid("normalization has " + std::to_string(nchan) +

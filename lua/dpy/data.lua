@@ -1,8 +1,9 @@
 --- dpy.data: datasets read from their real file formats, and batch loaders.
--- A dataset is { images = uint8 N x C x H x W, labels = uint8 N, classes, mean, std, name };
--- its tensors are read-only and shared by every node of the process (loaded once). A dataset with
--- a natural partition (writers, hospitals) also has groups, an int64 N tensor of group ids >= 0
--- (the "natural" partitioner's input), and may name them: group_names[id + 1].
+-- A dataset is { images = N x C x H x W (uint8, or float32 from NumPy / PyTorch files), labels
+-- (uint8 or int64) N, classes, mean, std, name, shape }; its tensors are read-only and shared
+-- by every node of the process (loaded once). A dataset with a natural partition (writers,
+-- hospitals) also has groups, an int64 N tensor of group ids >= 0 (the "natural" partitioner's
+-- input), and may name them: group_names[id + 1].
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
@@ -12,18 +13,45 @@ local M = {}
 
 M.FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
+--- Where each built-in dataset comes from: the end of the message for a missing file.
+M.SOURCES = {
+  fashion_mnist = "install Debian's dataset-fashion-mnist, or put the four *-ubyte.gz files of "
+    .. "https://github.com/zalandoresearch/fashion-mnist there",
+  mnist = "put the four *-ubyte.gz files of https://ossci-datasets.s3.amazonaws.com/mnist/ (the "
+    .. "copy torchvision uses of http://yann.lecun.com/exdb/mnist/) there",
+  cifar10 = "unpack cifar-10-binary.tar.gz or cifar-10-python.tar.gz of "
+    .. "https://www.cs.toronto.edu/~kriz/cifar.html there",
+  cifar100 = "unpack cifar-100-binary.tar.gz or cifar-100-python.tar.gz of "
+    .. "https://www.cs.toronto.edu/~kriz/cifar.html there",
+  numpy = "write it with numpy.savez(path, images=x, labels=y), or each array with numpy.save",
+  torch = "write it with torch.save((images, labels), path) or torch.save({'images': x, "
+    .. "'labels': y}, path)",
+}
+
 local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
   return f ~= nil
 end
 
+-- "(option dir = "x")", or "(option dir, default x)" when the default was used.
+local function dir_option(opts, dir)
+  if opts.dir then return string.format("option dir = %q", opts.dir) end
+  return string.format("option dir, default %q", dir)
+end
+
+-- The message for a dataset whose files are not there: which file, which option, where to get it.
+local function missing(name, what, dir, opts)
+  return string.format("dataset %s: no %s in %s (%s); %s", name, what, dir, dir_option(opts, dir),
+                       M.SOURCES[name])
+end
+
 -- The idx file of base in dir, gzipped or not.
-local function idx_path(dir, base)
+local function idx_path(name, dir, base, opts)
   for _, p in ipairs { dir .. "/" .. base, dir .. "/" .. base .. ".gz" } do
     if exists(p) then return p end
   end
-  return nil, string.format("%s: no %s or %s.gz (is the dataset installed?)", dir, base, base)
+  return nil, missing(name, base .. " or " .. base .. ".gz", dir, opts)
 end
 
 --- data.cache_dir() -> where gzipped idx files are kept decompressed, to be mapped (nil: read
@@ -37,8 +65,8 @@ function M.cache_dir()
   return home and home ~= "" and home .. "/.cache/dpy-lua" or nil
 end
 
-local function read_idx(dir, base)
-  local path, err = idx_path(dir, base)
+local function read_idx(name, dir, base, opts)
+  local path, err = idx_path(name, dir, base, opts)
   if not path then error(err, 0) end
   local t, rerr = core.read_idx(path, M.cache_dir())
   if not t then error(rerr, 0) end
@@ -52,8 +80,8 @@ local function idx_dataset(name, default_dir, mean, std)
     options.check(opts, { dir = true, train = true }, "data." .. name, 2)
     local dir = opts.dir or default_dir
     local prefix = opts.train == false and "t10k" or "train"
-    local images = read_idx(dir, prefix .. "-images-idx3-ubyte")
-    local labels = read_idx(dir, prefix .. "-labels-idx1-ubyte")
+    local images = read_idx(name, dir, prefix .. "-images-idx3-ubyte", opts)
+    local labels = read_idx(name, dir, prefix .. "-labels-idx1-ubyte", opts)
     if images:dim() ~= 3 or labels:dim() ~= 1 or images:size(0) ~= labels:size(0) then
       error(string.format("%s: images %s and labels %s do not match", dir,
                           table.concat(images:size(), "x"), table.concat(labels:size(), "x")), 0)
@@ -63,15 +91,66 @@ local function idx_dataset(name, default_dir, mean, std)
   end
 end
 
+M.MNIST_DIR = "/usr/share/datasets/mnist"
 --- data.fashion_mnist{dir = "/usr/share/datasets/fashion-mnist", train = true}
 M.fashion_mnist = idx_dataset("fashion_mnist", M.FASHION_MNIST_DIR, 0.2860, 0.3530)
---- data.mnist{dir = ..., train = true}
-M.mnist = idx_dataset("mnist", "/usr/share/datasets/mnist", 0.1307, 0.3081)
+--- data.mnist{dir = "/usr/share/datasets/mnist", train = true}
+M.mnist = idx_dataset("mnist", M.MNIST_DIR, 0.1307, 0.3081)
 
-local function read_cifar(files, label_bytes, label_index)
+-- Each CIFAR in its two layouts: the binary version and the Python (pickle) one; files[split]
+-- are the split's batches, sub the folder the archive unpacks to.
+local CIFAR = {
+  cifar10 = {
+    binary = { sub = "cifar-10-batches-bin", test = { "test_batch.bin" }, train = {} },
+    python = { sub = "cifar-10-batches-py", test = { "test_batch" }, train = {} },
+  },
+  cifar100 = {
+    binary = { sub = "cifar-100-binary", train = { "train.bin" }, test = { "test.bin" } },
+    python = { sub = "cifar-100-python", train = { "train" }, test = { "test" } },
+  },
+}
+for i = 1, 5 do
+  CIFAR.cifar10.binary.train[i] = string.format("data_batch_%d.bin", i)
+  CIFAR.cifar10.python.train[i] = string.format("data_batch_%d", i)
+end
+M.CIFAR10_DIR = "/usr/share/datasets/cifar-10-batches-bin"
+M.CIFAR100_DIR = "/usr/share/datasets/cifar-100-binary"
+
+-- The folder and format of a CIFAR split: format "binary", "python" or "auto" (the first of
+-- dir, dir/<binary folder>, dir/<python folder> holding the split's first batch, binary first).
+local function cifar_layout(name, opts, default_dir, split)
+  local format = opts.format or "auto"
+  if format ~= "auto" and format ~= "binary" and format ~= "python" then
+    error(string.format("data.%s: format must be 'auto', 'binary' or 'python', got %s", name,
+                        tostring(format)), 3)
+  end
+  local dir = opts.dir or default_dir
+  local formats = format == "auto" and { "binary", "python" } or { format }
+  local tried = {}
+  for _, where in ipairs { "", "sub" } do
+    for _, f in ipairs(formats) do
+      local layout = CIFAR[name][f]
+      local d = where == "" and dir or dir .. "/" .. layout.sub
+      if exists(d .. "/" .. layout[split][1]) then return d, f, layout[split] end
+      tried[#tried + 1] = (where == "" and "" or layout.sub .. "/") .. layout[split][1]
+    end
+  end
+  error(missing(name, table.concat(tried, " or "), dir, opts), 0)
+end
+
+-- Reads the split's batches in one of the two layouts: images, labels (uint8, read-only).
+local function read_cifar(name, opts, default_dir, label_bytes, label_index, label_key)
+  local dir, format, files = cifar_layout(name, opts, default_dir, opts.train == false and "test" or "train")
   local images, labels = {}, {}
-  for i, path in ipairs(files) do
-    local x, y = core.read_cifar(path, label_bytes, label_index)
+  for i, file in ipairs(files) do
+    local path = dir .. "/" .. file
+    if not exists(path) then error(missing(name, file, dir, opts), 0) end
+    local x, y
+    if format == "python" then
+      x, y = core.read_cifar_py(path, label_key)
+    else
+      x, y = core.read_cifar(path, label_bytes, label_index)
+    end
     if not x then error(y, 0) end
     images[i], labels[i] = x, y
   end
@@ -79,36 +158,172 @@ local function read_cifar(files, label_bytes, label_index)
   return tensor.cat(images), tensor.cat(labels)
 end
 
---- data.cifar10{dir = ..., train = true}: the binary version (data_batch_1.bin ... test_batch.bin)
+--- data.cifar10{dir, train = true, format = "auto"}: the binary version (data_batch_1.bin ...
+-- test_batch.bin) or the Python one (data_batch_1 ... test_batch, what torchvision downloads);
+-- "auto" looks in dir and in its cifar-10-batches-bin/ and cifar-10-batches-py/ folders.
 function M.cifar10(opts)
   opts = opts or {}
-  options.check(opts, { dir = true, train = true }, "data.cifar10", 2)
-  local dir = opts.dir or "/usr/share/datasets/cifar-10-batches-bin"
-  local files = {}
-  if opts.train == false then
-    files[1] = dir .. "/test_batch.bin"
-  else
-    for i = 1, 5 do files[i] = string.format("%s/data_batch_%d.bin", dir, i) end
-  end
-  local images, labels = read_cifar(files, 1, 0)
+  options.check(opts, { dir = true, train = true, format = true }, "data.cifar10", 2)
+  local images, labels = read_cifar("cifar10", opts, M.CIFAR10_DIR, 1, 0, "labels")
   return { name = "cifar10", images = images, labels = labels, classes = 10,
            mean = { 0.4914, 0.4822, 0.4465 }, std = { 0.2470, 0.2435, 0.2616 }, shape = { 3, 32, 32 } }
 end
 
---- data.cifar100{dir = ..., train = true, label = "fine" | "coarse"}: the binary version
+--- data.cifar100{dir, train = true, label = "fine" | "coarse", format = "auto"}: the binary
+-- version (train.bin, test.bin) or the Python one (train, test)
 function M.cifar100(opts)
   opts = opts or {}
-  options.check(opts, { dir = true, train = true, label = true }, "data.cifar100", 2)
-  local dir = opts.dir or "/usr/share/datasets/cifar-100-binary"
+  options.check(opts, { dir = true, train = true, label = true, format = true }, "data.cifar100", 2)
   local coarse = opts.label == "coarse"
   if opts.label ~= nil and not coarse and opts.label ~= "fine" then
     error("data.cifar100: label must be 'fine' or 'coarse'", 2)
   end
-  local images, labels = read_cifar({ dir .. (opts.train == false and "/test.bin" or "/train.bin") },
-                                    2, coarse and 0 or 1)
+  local images, labels = read_cifar("cifar100", opts, M.CIFAR100_DIR, 2, coarse and 0 or 1,
+                                    coarse and "coarse_labels" or "fine_labels")
   return { name = "cifar100", images = images, labels = labels, classes = coarse and 20 or 100,
            mean = { 0.5071, 0.4865, 0.4409 }, std = { 0.2673, 0.2564, 0.2762 }, shape = { 3, 32, 32 } }
 end
+
+-- {==== datasets from arrays: NumPy and PyTorch files ====}
+
+local ARRAY_FORMATS = {
+  numpy = { core = "npy", ext = ".npz", one = ".npy" },
+  torch = { core = "torch", ext = ".pt", one = ".pt" },
+}
+
+--- data.array_options(kind) -> the option schema of data.numpy ("numpy") and data.torch
+-- ("torch"), which their dataset components declare too
+function M.array_options(kind)
+  local f = ARRAY_FORMATS[kind]
+  local split_file = "the %s split's file, holding its images and labels (a name in dir, or an "
+                     .. "absolute path)"
+  local one = "the %s split's %s alone (a " .. f.one .. " file in dir), with %s; instead of %s_file"
+  return {
+    dir = { type = "path", doc = "the folder of the files" },
+    train_file = { type = "string", default = "train" .. f.ext, doc = split_file:format("training") },
+    test_file = { type = "string", default = "test" .. f.ext, doc = split_file:format("test") },
+    train_images = { type = "string", doc = one:format("training", "images", "train_labels", "train") },
+    train_labels = { type = "string", doc = one:format("training", "labels", "train_images", "train") },
+    test_images = { type = "string", doc = one:format("test", "images", "test_labels", "test") },
+    test_labels = { type = "string", doc = one:format("test", "labels", "test_images", "test") },
+    images = { type = "string", doc = "the images' name in a split's file (" .. (kind == "numpy"
+               and "the .npz member, without .npy" or "the dict key") .. "); default: the first "
+               .. "there of images, x, data, x_<split>, <split>_images"
+               .. (kind == "torch" and "; from a tuple or list, its element 0" or "") },
+    labels = { type = "string", doc = "the labels' name in a split's file; default: the first "
+               .. "there of labels, y, targets, y_<split>, <split>_labels"
+               .. (kind == "torch" and "; from a tuple or list, its element 1" or "") },
+    layout = { type = "string", one_of = { "auto", "nchw", "nhwc" }, default = "auto",
+               doc = "4-d images are N x C x H x W (nchw) or N x H x W x C (nhwc); auto: nhwc when "
+               .. "the last dim is 1 or 3 and dim 1 is not" },
+    classes = { type = "integer", min = 1, doc = "default: the largest training label + 1" },
+    mean = { type = "list", of = "number", doc = "per channel (on the [0, 1] scale of uint8 images); default: "
+             .. "the training images' mean" },
+    std = { type = "list", of = "number", doc = "per channel; default: the training images' standard deviation" },
+  }
+end
+
+-- The split's file names: an absolute one as it is, else in dir (which must then be given).
+local function in_dir(kind, opts, option, file)
+  if file:sub(1, 1) == "/" then return file end
+  if not opts.dir then
+    error(string.format("data.%s: option dir is required (the folder of %s), or give %s as an "
+                        .. "absolute path", kind, file, option), 0)
+  end
+  return opts.dir .. "/" .. file
+end
+
+-- The images and labels sources of a split: path, names, and the option each path came from.
+local function array_sources(kind, opts, split)
+  local f = ARRAY_FORMATS[kind]
+  local inames = opts.images and { opts.images }
+                 or { "images", "x", "data", "x_" .. split, split .. "_images" }
+  local lnames = opts.labels and { opts.labels }
+                 or { "labels", "y", "targets", "y_" .. split, split .. "_labels" }
+  local ifile, lfile = opts[split .. "_images"], opts[split .. "_labels"]
+  if (ifile == nil) ~= (lfile == nil) then
+    error(string.format("data.%s: %s_images and %s_labels go together", kind, split, split), 0)
+  end
+  if ifile then
+    return { in_dir(kind, opts, split .. "_images", ifile), inames, split .. "_images" },
+           { in_dir(kind, opts, split .. "_labels", lfile), lnames, split .. "_labels" }
+  end
+  local option = split .. "_file"
+  local path = in_dir(kind, opts, option, opts[option] or split .. f.ext)
+  return { path, inames, option }, { path, lnames, option }
+end
+
+-- images, labels, stats of a split (all checked: a missing file names its option).
+local function read_split(kind, opts, split)
+  local isrc, lsrc = array_sources(kind, opts, split)
+  for _, src in ipairs { isrc, lsrc } do
+    if not exists(src[1]) then
+      local option = opts[src[3]] and string.format("option %s = %q", src[3], opts[src[3]])
+                     or string.format("option %s, default %q", src[3], split .. ARRAY_FORMATS[kind].ext)
+      error(string.format("dataset %s: no file %s (%s%s); %s", kind, src[1], option,
+                          opts.dir and string.format(", dir = %q", opts.dir) or "", M.SOURCES[kind]), 0)
+    end
+  end
+  local x, y, stats = core.read_arrays(ARRAY_FORMATS[kind].core, isrc[1], isrc[2], lsrc[1], lsrc[2],
+                                       opts.layout or "auto")
+  if not x then error(y, 0) end
+  return x, y, stats
+end
+
+-- mean and std, when given, have one entry per channel (and std's are > 0)
+local function check_channels(kind, opts, key, channels)
+  local v = opts[key]
+  if v == nil then return end
+  if #v ~= channels then
+    error(string.format("data.%s: %s must be a list of %d numbers (one per channel)", kind, key,
+                        channels), 0)
+  end
+  for i = 1, channels do
+    if v[i] ~= v[i] or (key == "std" and v[i] <= 0) then
+      error(string.format("data.%s: %s[%d] must be a number%s", kind, key, i,
+                          key == "std" and " > 0" or ""), 0)
+    end
+  end
+end
+
+local function arrays_dataset(kind, opts)
+  opts = opts or {}
+  local schema = M.array_options(kind)
+  schema.train = true
+  options.check(opts, schema, "data." .. kind, 3)
+  local split = opts.train == false and "test" or "train"
+  local images, labels, stats = read_split(kind, opts, split)
+  local channels = images:size(1)
+  check_channels(kind, opts, "mean", channels)
+  check_channels(kind, opts, "std", channels)
+  -- classes, mean and std come from the training split, whichever split this is
+  local train = stats
+  if split == "test" and not (opts.classes and opts.mean and opts.std) then
+    local x, y
+    x, y, train = read_split(kind, opts, "train")
+    x:free()
+    y:free()
+  end
+  local classes = opts.classes or train.max_label + 1
+  if stats.max_label >= classes then
+    error(string.format("data.%s: the %s labels go up to %d, but classes = %d", kind, split,
+                        stats.max_label, classes), 0)
+  end
+  local std = opts.std or {}
+  for c = 1, channels do std[c] = std[c] or (train.std[c] > 0 and train.std[c] or 1) end
+  return { name = kind, images = images, labels = labels, classes = classes,
+           mean = opts.mean or train.mean, std = std,
+           shape = { channels, images:size(2), images:size(3) } }
+end
+
+--- data.numpy{dir, train = true, train_file = "train.npz", test_file = "test.npz", train_images,
+-- train_labels, test_images, test_labels, images, labels, layout = "auto", classes, mean, std}:
+-- .npz archives (numpy.savez, savez_compressed) or .npy files (numpy.save); see array_options
+function M.numpy(opts) return arrays_dataset("numpy", opts) end
+
+--- data.torch{dir, train = true, train_file = "train.pt", test_file = "test.pt", ...}: files of
+-- torch.save (a tensor, a tuple or list (images, labels), or a dict of them), as data.numpy
+function M.torch(opts) return arrays_dataset("torch", opts) end
 
 --- data.shared(key, build) -> tensors, info: the first call for key in the process runs
 -- build() -> {name = dpy.Tensor, ...}, info (a table of plain values: strings, numbers, lists) and
