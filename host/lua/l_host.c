@@ -1,7 +1,6 @@
 /* l_host.c: dpy.host.core, what the Lua framework needs from the host: files, clocks, terminal,
 ** memory figures and versions. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -43,46 +42,6 @@ static int h_mkdir_p(lua_State *L) {
         return 2;
     }
     lua_pushboolean(L, 1);
-    return 1;
-}
-
-/* The result of scandir, owned by a userdata box so that a raise while copying it frees it. */
-typedef struct { struct dirent **list; int n; } dir_box;
-
-static int dir_box_free(lua_State *L) {
-    dir_box *b = lua_touserdata(L, 1);
-    for (int i = 0; i < b->n; i++)
-        free(b->list[i]);
-    free(b->list);
-    b->list = NULL;
-    b->n = 0;
-    return 0;
-}
-
-static int not_dots(const struct dirent *e) {
-    return strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-}
-
-/* host.listdir(path) -> { names, sorted bytewise; no "." or ".." } | nil, err */
-static int h_listdir(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
-    dir_box *b = lua_newuserdatauv(L, sizeof *b, 0);   /* the box first: nothing held yet */
-    b->list = NULL;
-    b->n = 0;
-    if (luaL_newmetatable(L, "dpy.DirList")) {
-        lua_pushcfunction(L, dir_box_free);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_setmetatable(L, -2);
-    int n = scandir(path, &b->list, not_dots, alphasort);
-    if (n < 0)
-        return luaL_fileresult(L, 0, path);
-    b->n = n;
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) {
-        lua_pushstring(L, b->list[i]->d_name);
-        lua_rawseti(L, -2, i + 1);
-    }
     return 1;
 }
 
@@ -260,7 +219,7 @@ static int h_pid(lua_State *L) {
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
     {"pid", h_pid}, {"catch_interrupt", h_catch_interrupt}, {"interrupted", h_interrupted},
-    {"write_atomic", h_write_atomic}, {"listdir", h_listdir}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
+    {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {NULL, NULL}};
 

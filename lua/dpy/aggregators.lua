@@ -94,7 +94,7 @@ end
 -- rule takes one and the entry gives none; keys that are not the rule's options (a sharing's pre
 -- and beta) are left out.
 function M.with_f(entry, f)
-  local schema = registry.spec("aggregator", entry, 2).options or {}
+  local schema = registry.spec("aggregator", type(entry) == "table" and entry[1] or entry, 2).options or {}
   local out = { type(entry) == "table" and entry[1] or entry }
   for k, v in pairs(type(entry) == "table" and entry or {}) do
     if k ~= 1 and schema[k] then out[k] = v end

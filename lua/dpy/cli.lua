@@ -45,7 +45,10 @@ end
 
 local function load_config(path, overrides)
   local config = require "dpy.config"
-  local ok, cfg, source, included = pcall(config.load, path, overrides)
+  local ok, cfg, source, included = pcall(function()
+    local values, text, inc = config.load(path, overrides)
+    return values, text, config.files(values, path, inc)
+  end)
   if not ok then
     io.stderr:write("dpy-lua: ", tostring(cfg), "\n")
     return nil

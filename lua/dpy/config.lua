@@ -83,10 +83,8 @@ function M.check(key, value, base, used)
     return nil, resolved
   end
   if s.list_of then
-    if type(value) ~= "table" then
-      return string.format("config key '%s' must be a list of %s entries, got %s", key, s.list_of,
-                           options.show(value))
-    end
+    local bad = options.check_value(value, s)
+    if bad then return string.format("config key '%s' %s", key, bad) end
     local list = {}
     for i, entry in ipairs(value) do
       local _, err, resolved = registry.check(s.list_of, entry, base, used)
@@ -135,7 +133,7 @@ local function sandbox(values, dir, depth, included)
   local function include(path)
     if type(path) ~= "string" then error("include: a path expected", 2) end
     if depth >= 8 then error("include: nested too deep (a cycle?)", 2) end
-    local full = path:sub(1, 1) == "/" and path or dir .. "/" .. path
+    local full = paths.absolute(path, dir)
     included[#included + 1] = { path = path, full = full }
     load_into(full, values, depth + 1, included)
   end
@@ -187,10 +185,13 @@ function load_into(path, values, depth, included)
   return source
 end
 
--- Adds to files ({ path, full }) every file the config uses — component files, path options that
--- name files, modules required from its directory — once each; path is relative to dir when the
--- file lies under it, else absolute.
-local function add_used(files, values, dir)
+--- config.files(cfg, path, included) -> every file the config at path uses: included (what
+-- config.load returned: the configs it included), then its component files, path options naming
+-- files and the modules it required from its directory, once each ({ path, full }: path relative
+-- to the config's directory when the file lies under it, else absolute). Only the launcher needs
+-- this list (the run directory keeps the files, dispatch uploads them); nodes never ask for it.
+function M.files(values, path, included)
+  local files, dir = { table.unpack(included or {}) }, paths.absolute(paths.dirname(path))
   local used = {}
   for k, v in pairs(values) do M.check(k, v, dir, used) end
   local function under(p) return p:sub(1, #dir + 1) == dir .. "/" end
@@ -206,12 +207,12 @@ local function add_used(files, values, dir)
       files[#files + 1] = { path = under(full) and full:sub(#dir + 2) or full, full = full }
     end
   end
+  return files
 end
 
 --- Loads path and applies the overrides (a list of "KEY=VALUE"); returns the config with every
--- default filled in, its source, and the files it uses: { {path, full}, ... } — the configs it
--- included (path as written), then its component files, file options and required modules (path
--- relative to the config's directory, or absolute); raises with file and line.
+-- default filled in, its source, and the configs it included ({ {path = as written, full}, ... });
+-- raises with file and line.
 function M.load(path, overrides)
   local values, included = {}, {}
   local source = load_into(path, values, 0, included)
@@ -226,7 +227,6 @@ function M.load(path, overrides)
     if values[k] == nil then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
-  add_used(included, values, paths.absolute(paths.dirname(path)))
   return values, source, included
 end
 

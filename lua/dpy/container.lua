@@ -37,17 +37,34 @@ end
 --- What a node offers (its methods); M.Node.__index is the table of them.
 local Node = {}
 
+-- Each node's private state, out of the reach of the node table: its slots and whether it is locked.
+local STATE = setmetatable({}, { __mode = "k" })
+
 local function slot_error(node, k, locked)
   return string.format("node %d: '%s' is a component of the node's container%s; an action replaces "
                        .. "a component with node:wrap('%s', function(old) return new end), in its new() "
-                       .. "or its init handler", rawget(node, "_c").uid, k,
+                       .. "or its init handler", STATE[node].slots.uid, k,
                        locked and ", locked after init: it cannot be replaced now" or "", k)
 end
 
+-- What node:wrap re-points when a slot changes: the components built from the old one.
+local DEPENDENTS = {
+  train_set = function(c, new) if c.loader then c.loader.ds = new end end,
+  loader = function(c, new) if c.trainer then c.trainer.loader = new end end,
+  optimizer = function(c, new) if c.trainer then c.trainer.opt = new end end,
+  model = function(c)
+    if c.optimizer then
+      return "the optimizer was built from its parameters: a different network is a model component "
+             .. "(config key model, or the path of a model file)"
+    end
+  end,
+}
+
 local function new_node(slots)
-  local locked = false
-  local node = { _c = slots }
+  local node = {}
+  STATE[node] = { slots = slots, locked = false }
   return setmetatable(node, {
+    __metatable = "dpy.Node",   -- getmetatable cannot reach, setmetatable cannot replace, the lock
     __index = function(_, k)
       local v = slots[k]
       if v ~= nil then return v end
@@ -58,32 +75,40 @@ local function new_node(slots)
       return Node[k]
     end,
     __newindex = function(t, k, v)
-      if M.SLOTS[k] then
-        error(slot_error(t, k, locked), 2)
-      end
+      if M.SLOTS[k] then error(slot_error(t, k, STATE[t].locked), 2) end
       rawset(t, k, v)
     end,
-    __lock = function() locked = true end,
-    __locked = function() return locked end,
   })
 end
 
---- node:wrap(slot, fn): replaces component slot by fn(current) (which must return the new one);
--- only while the container is built and during init. Raises otherwise.
+--- node:wrap(slot, fn): replaces component slot by fn(current) (which must return the new one),
+-- and re-points the components built from it (the loader at a new training set, the trainer at a
+-- new loader or optimizer); only while the container is built and during init. Raises otherwise.
 function Node:wrap(k, fn)
-  local mt = getmetatable(self)
+  local state = STATE[self]
   if not M.SLOTS[k] then
     error(string.format("node:wrap: no component slot '%s'%s", tostring(k), options.suggest(k, M.SLOTS)), 2)
   end
-  if mt.__locked() then error(slot_error(self, k, true), 2) end
-  local new = fn(self._c[k])
+  if state.locked then error(slot_error(self, k, true), 2) end
+  local refuse = DEPENDENTS[k] and DEPENDENTS[k](state.slots)
+  if refuse then error(string.format("node:wrap('%s'): %s", k, refuse), 2) end
+  local new = fn(state.slots[k])
   if new == nil then error(string.format("node:wrap('%s'): the function returned nil", k), 2) end
-  self._c[k] = new
+  if DEPENDENTS[k] then DEPENDENTS[k](state.slots, new) end
+  state.slots[k] = new
   return new
 end
 
---- Locks the container (after the init event).
-function M.lock(node) getmetatable(node).__lock() end
+--- Locks the container (after the init event); raises when a slot was set around it (rawset).
+function M.lock(node)
+  for k in pairs(M.SLOTS) do
+    if rawget(node, k) ~= nil then
+      error(string.format("node %d: '%s' was set on the node table itself (rawset), around the container",
+                          STATE[node].slots.uid, k), 0)
+    end
+  end
+  STATE[node].locked = true
+end
 
 --- node:train([steps = local_steps]) -> mean loss
 function Node:train(steps)
@@ -128,7 +153,7 @@ local function build_actions(node, list)
     for event, h in pairs(returned) do
       if event == "outgoing" then
         options.check_type(h, "function", string.format("action '%s': outgoing", spec.name), 0)
-        modifiers[#modifiers + 1] = h
+        modifiers[#modifiers + 1] = { action = spec.name, modify = h }
       elseif not M.EVENTS[event] then
         error(string.format("action '%s': unknown event '%s'%s (events: init, startup, pre_train, "
                             .. "post_train, pre_exchange, post_exchange, shutdown; and outgoing, a modifier)",
@@ -155,7 +180,7 @@ function M.build(ep, args)
   local cfg = config.load(args.config, split_lines(args.overrides))
   if args.seed then cfg.seed = math.tointeger(tonumber(args.seed)) end
   local c = { uid = uid, cfg = cfg, dir = args.dir, endpoint = ep }
-  local node = new_node(c)
+  local node = new_node(c)   -- c: the slots, filled here; after this function only node:wrap changes them
   node.round, node.t0 = 0, tonumber(args.t0)
   c.log = assert(log.open(string.format("%s/%d.log", args.dir, uid), uid))
   c.metrics = metrics.new(uid, string.format("%s/%d.metrics.json", args.dir, uid))

@@ -439,4 +439,18 @@ function Loader:epoch()
   end
 end
 
+--- data.component{ name, doc, options, load } -> the registered spec of a dataset component
+-- whose new(cfg, ctx) calls load with the options given and train = ctx.train ~= false (the
+-- contract every built-in dataset follows).
+function M.component(spec)
+  return require("dpy.registry").register {
+    kind = "dataset", name = spec.name, doc = spec.doc, options = spec.options,
+    new = function(cfg, ctx)
+      local o = { train = ctx.train ~= false }
+      for k in pairs(spec.options) do o[k] = cfg[k] end
+      return spec.load(o)
+    end,
+  }
+end
+
 return M

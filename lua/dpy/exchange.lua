@@ -4,6 +4,8 @@
 -- Algorithms (lua/dpy/algorithms/*.lua, or a user's file) call these; a user's algorithm follows
 -- the same contract.
 local registry = require "dpy.registry"
+local tensor = require "dpy.tensor"
+local options = require "dpy.options"
 local host = require "dpy.host.core"
 
 local M = {}
@@ -61,8 +63,12 @@ end
 -- step's bytes in and out go to the metrics (once per round).
 local function encode(node, flat, r)
   local t = flat
-  for _, modify in ipairs(node.modifiers) do
-    local u = modify(node, t, r)
+  for _, m in ipairs(node.modifiers) do
+    local u = m.modify(node, t, r)
+    if not tensor.is_tensor(u) then
+      error(string.format("round %d: action '%s': outgoing returned %s, not a dpy.Tensor", r, m.action,
+                          options.show(u)), 0)
+    end
     if t ~= flat and u ~= t then t:free() end
     t = u
   end

@@ -349,7 +349,8 @@ local GRAPHS = {
                               beta = { type = "number", min = 0, max = 1, default = 0.1,
                                        doc = "rewiring probability" } },
                   build = function(n, c, seed) return M.small_world(n, c.k, c.beta, seed) end },
-  file = { options = { path = { type = "path", required = true, doc = "a DecentralizePy graph file (graph.from_file)" },
+  file = { options = { path = { type = "path", required = true, exists = "file",
+                                doc = "a DecentralizePy graph file (graph.from_file)" },
                        format = { one_of = { "edges", "adjacency" },
                                   doc = "its format; default: the one its content allows" } },
            build = function(n, c)

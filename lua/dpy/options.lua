@@ -5,8 +5,10 @@
 --   { type = "integer" | "number" | "string" | "boolean" | "table" | "function" | "list" | "path",
 --     of = element type (lists), min =, max = (inclusive), above =, below = (strict),
 --     one_of = { values }, check = function(v) -> nil | message, default =, doc = "..." }
--- "list" is a table of positional entries (of `of`); "path" is a string naming a file, resolved
--- against the config's directory where a config names it (registry.resolve_paths).
+-- "list" is a table of positional entries (of `of`); "path" is a string naming a file or a
+-- directory, made absolute against the config's directory where a config names it (exists =
+-- "file": it must be a readable file). `required = true`: the option must be given. `kind =` and
+-- `list_of =` name a registry kind: the value is one component entry of it, or a list of them.
 local M = {}
 
 --- Levenshtein distance between two short strings.
@@ -107,16 +109,20 @@ function M.show(value)
   if type(value) == "string" then return string.format("the string %q", value) end
   if type(value) == "number" then return tostring(value) end
   if type(value) == "table" then return "a table" end
+  if value == nil then return "nil" end
   return type(value) .. " " .. tostring(value)
 end
 
 --- nil when value satisfies rule, else a message ("must be an integer >= 0, got 1.5").
 function M.check_value(value, rule)
   if rule == true then return nil end
+  if rule.list_of and not is_list(value) then
+    return string.format("must be a list of %s entries, got %s", rule.list_of, M.show(value))
+  end
   if rule.one_of then
     for _, v in ipairs(rule.one_of) do if v == value then return nil end end
     return string.format("must be %s, got %s%s", M.describe(rule),
-                         type(value) == "string" and string.format("%q", value) or tostring(value),
+                         type(value) == "string" and string.format("%q", value) or M.show(value),
                          M.suggest(value, rule.one_of))
   end
   if rule.type and not has_type(value, rule.type) then
@@ -139,11 +145,15 @@ function M.check_value(value, rule)
 end
 
 --- nil when every key of opts is in schema and its value satisfies the key's rule, else a
--- message naming the option; positional entries ([1], the component name) are skipped.
+-- message naming the option; [1] (a component entry's name) is skipped, any other position refused.
 function M.problem(opts, schema, what)
   local keys = {}
-  for k in pairs(opts) do
-    if math.type(k) ~= "integer" then keys[#keys + 1] = tostring(k) end
+  for k, v in pairs(opts) do
+    if math.type(k) ~= "integer" then
+      keys[#keys + 1] = tostring(k)
+    elseif k ~= 1 then
+      return string.format("%s: options are named (key = value), got %s at position [%d]", what, M.show(v), k)
+    end
   end
   table.sort(keys)   -- the same key reported first, run after run
   for _, k in ipairs(keys) do

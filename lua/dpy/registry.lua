@@ -12,11 +12,11 @@ local paths = require "dpy.paths"
 local M = {}
 
 --- Where the built-ins of each kind live: a folder of lua/dpy holding one file per component,
--- or a module registering several.
+-- and/or a module registering a family of them.
 M.KINDS = {
   action = { folder = "actions" }, algorithm = { folder = "algorithms" },
   dataset = { folder = "datasets" }, model = { folder = "models" },
-  optimizer = { module = "dpy.optim" }, sharing = { folder = "sharing" },
+  optimizer = { module = "dpy.optim" }, sharing = { folder = "sharing", module = "dpy.sharing.robust" },
   aggregator = { module = "dpy.aggregators" }, attack = { module = "dpy.byzantine.attacks" },
   graph = { module = "dpy.graph" }, partitioner = { module = "dpy.partition" },
   transform = { module = "dpy.transforms" },
@@ -64,14 +64,13 @@ local function dpy_dir()
   return path and path:match("^(.*)/registry%.lua$")
 end
 
--- Loads the built-ins of kind: the module, or the file of one name (nil: every file) of the folder.
+-- Loads the built-ins of kind: its module (which registers a family), then the file of one name
+-- in its folder, or (name nil) every file there. A name found by its file lists no folder, so a
+-- node's start-up reads no directory.
 local function load_builtins(kind, name)
   local home = M.KINDS[kind]
-  if home.module then
-    require(home.module)
-    return
-  end
-  if loaded_kinds[kind] then return end
+  if home.module then require(home.module) end
+  if not home.folder or loaded_kinds[kind] then return end
   local module = "dpy." .. home.folder .. "."
   if name then
     if type(name) == "string" and name:match("^[%w_]+$") and package.searchpath(module .. name, package.path) then
@@ -79,8 +78,8 @@ local function load_builtins(kind, name)
     end
     return
   end
-  local dir = dpy_dir()
-  for _, file in ipairs(dir and require("dpy.host.core").listdir(dir .. "/" .. home.folder) or {}) do
+  local _, files = require("dpy.data.core").list_dir(assert(dpy_dir()) .. "/" .. home.folder)
+  for _, file in ipairs(files or {}) do
     local base = file:match("^([%w_]+)%.lua$")
     if base then require(module .. base) end
   end
@@ -94,7 +93,13 @@ end
 
 -- The spec a user's file registers, loaded once per state; nil and a message when it fails.
 local function load_file(kind, path)
-  if by_path[path] then return by_path[path] end
+  local known = by_path[path]
+  if known and known.kind ~= kind then
+    return nil, string.format("%s registers %s %s ('%s'), not %s %s", path,
+                              known.kind:match("^[aeiou]") and "an" or "a", known.kind, known.name,
+                              kind:match("^[aeiou]") and "an" or "a", kind)
+  end
+  if known then return known end
   local mine = { specs = {}, depth = 0 }
   -- registrations made by the modules the file requires are theirs, made as usual
   local function counted_require(name)
@@ -178,7 +183,11 @@ function M.check(kind, entry, base, used)
     if type(rule) == "table" then
       if rule.type == "path" then
         resolved[k] = paths.absolute(v, base)
-        if used and is_file(resolved[k]) then used[#used + 1] = resolved[k] end
+        local file = is_file(resolved[k])
+        if rule.exists == "file" and not file then
+          return nil, string.format("%s: option '%s': no readable file %s", what, k, resolved[k])
+        end
+        if used and file then used[#used + 1] = resolved[k] end
       elseif rule.kind then
         local _, e, sub = M.check(rule.kind, v, base, used)
         if e then return nil, string.format("%s: option '%s': %s", what, k, e) end

@@ -66,6 +66,21 @@ describe("component options", function()
     end
   end)
 
+  it("are named: a positional value or a non-list where a list belongs is refused", function()
+    local cases = {
+      { "optimizer = { 'sgd', 0.5 }",
+        "optimizer 'sgd': options are named %(key = value%), got 0.5 at position %[2%]" },
+      { "actions = { noise = 'x.lua' }", "config key 'actions' must be a list of action entries, got a table" },
+      { "sharing = { 'median', f = 1, pre = 'nnm' }", "option 'pre' must be a list of aggregator entries" },
+      { "graph = { 'file', path = 'nothere.edges' }",
+        "graph 'file': option 'path': no readable file .*/nothere.edges" },
+    }
+    for i, c in ipairs(cases) do
+      local err = load_error("nodes = 4\n" .. c[1] .. "\n")
+      assert.matches("c.lua:2: .*" .. c[2], err, "case " .. i)
+    end
+  end)
+
   it("are checked in the Lua API too: aggregators refuse F and a fractional f", function()
     local v = { tensor.new { 1, 2 }, tensor.new { 3, 4 }, tensor.new { 5, 6 } }
     assert.error_matches(function() aggregators.trimmed_mean(v, { F = 1 }) end,
@@ -214,8 +229,26 @@ describe("a user's components", function()
     assert.is_true(snap.parameters[0]:allclose(local_params[0] * 2))
   end)
 
+  it("are one kind each: a file loaded as a model is refused as a sharing rule", function()
+    local dir = files { ["m.lua"] = USER["models/tiny.lua"], ["c.lua"] = "model = 'm.lua'\nsharing = 'm.lua'\n" }
+    local ok, e = pcall(config.load, dir .. "/c.lua")
+    assert.is_false(ok)
+    assert.matches("c.lua:2: sharing: .*/m.lua registers a model %('tiny'%), not a sharing", e)
+  end)
+
+  it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()
+    local dir = files { ["clip.lua"] = [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "aggregator", name = "clip", pre = true,
+        new = function() return function(x) return x:clamp(-1, 1) end end }]] }
+    local code, _, err, out = run_config(TINY_RUN .. "sharing = { 'median', beta = 0.2, pre = { 'nnm', '"
+                                         .. dir .. "/clip.lua' } }\n")
+    assert.are.equal(0, code, err)
+    assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
+  end)
+
   it("resolve path options against the config's directory", function()
-    local dir = files { ["c.lua"] = "graph = { 'file', path = 'g.edges' }\n" }
+    local dir = files { ["c.lua"] = "graph = { 'file', path = 'g.edges' }\n", ["g.edges"] = "2\n0 1\n" }
     local cfg = config.load(dir .. "/c.lua")
     assert.are.equal(dir .. "/g.edges", cfg.graph.path)
   end)
@@ -246,6 +279,34 @@ describe("the container", function()
       return { post_exchange = function(n, r) n.metrics:add("combines", r, calls) end }]]))
     assert.are.equal(0, code, err)
     assert.are.same({ { 1, 1 }, { 2, 2 }, { 3, 3 } }, node_metrics(out, 0).combines)
+  end)
+
+  it("re-points what was built from a wrapped component, and refuses to wrap the model", function()
+    local code, _, err, out = run_config(TINY_RUN .. action([[
+      local steps = 0
+      node:wrap("optimizer", function(opt)
+        return { zero_grad = function() opt:zero_grad() end, step = function() steps = steps + 1; opt:step() end }
+      end)
+      return { post_train = function(n, r) n.metrics:add("steps", r, steps) end }]]))
+    assert.are.equal(0, code, err)
+    assert.are.same({ { 1, 3 }, { 2, 6 }, { 3, 9 } }, node_metrics(out, 2).steps)
+    code, _, err = run_config(TINY_RUN .. action([[node:wrap("model", function(m) return m end) return {}]]))
+    assert.are.equal(1, code)
+    assert.matches("node:wrap%('model'%): the optimizer was built from its parameters", err)
+  end)
+
+  it("cannot be reached around: no slot table on the node, rawset is caught at the lock", function()
+    local code, _, err = run_config(TINY_RUN .. action([[
+      assert(node._c == nil and getmetatable(node) == "dpy.Node")
+      return { init = function(n) rawset(n, "sharing", {}) end }]]))
+    assert.are.equal(1, code)
+    assert.matches("'sharing' was set on the node table itself %(rawset%), around the container", err)
+  end)
+
+  it("names an outgoing modifier that returns no tensor", function()
+    local code, _, err = run_config(TINY_RUN .. action("return { outgoing = function() return nil end }"))
+    assert.are.equal(1, code)
+    assert.matches("round 1: action 'a': outgoing returned nil, not a dpy.Tensor", err)
   end)
 
   it("names the old outgoing list instead of stacking modifiers round after round", function()

@@ -25,11 +25,7 @@ return registry.register {
       map = {}
       for c = 0, classes - 1 do map[c] = classes - 1 - c end
     end
-    local flipped = node:wrap("train_set", function(ds) return data.relabel(ds, map) end)
-    node:wrap("loader", function(loader)
-      loader.ds = flipped
-      return loader
-    end)
+    node:wrap("train_set", function(ds) return data.relabel(ds, map) end)   -- the loader follows
     node.poisoned = true
     return { startup = function(n) n.log:write("label_flipping: this node trains on flipped labels") end }
   end,

@@ -6,7 +6,6 @@
 -- 0 and "id_val" where it is 1. The hospital of each patch is its group (groups, int64: the center
 -- number itself), the "natural" partitioner's input. mean and std default to the training
 -- split's per-channel statistics.
-local registry = require "dpy.registry"
 local data = require "dpy.data"
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
@@ -119,14 +118,7 @@ function M.load(o)
            mean = o.mean or info.mean, std = o.std or info.std, shape = { 3, 96, 96 } }
 end
 
-M.spec = registry.register {
-  kind = "dataset", name = "camelyon17", options = M.options,
-  doc = "Camelyon17-WILDS tumour patches, grouped by hospital; ctx.train selects the split",
-  new = function(cfg, ctx)
-    local o = { train = ctx.train ~= false }
-    for k in pairs(M.options) do o[k] = cfg[k] end
-    return M.load(o)
-  end,
-}
+M.spec = data.component { name = "camelyon17", options = M.options, load = M.load,
+  doc = "Camelyon17-WILDS tumour patches, grouped by hospital; ctx.train selects the split" }
 
 return M

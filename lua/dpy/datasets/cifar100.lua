@@ -1,10 +1,9 @@
 --- Built-in dataset cifar100: CIFAR-100, the binary version (train.bin, test.bin) or the Python
 -- one (train, test); ctx.train selects the split.
-local registry = require "dpy.registry"
 local data = require "dpy.data"
 
-return registry.register {
-  kind = "dataset", name = "cifar100",
+return data.component {
+  name = "cifar100", load = data.cifar100,
   doc = "CIFAR-100, the binary version (train.bin, test.bin) or the Python one (train, test)",
   options = { dir = { type = "path", doc = "the directory holding the files, or its parent "
                                             .. "(/usr/share/datasets/cifar-100-binary)" },
@@ -12,7 +11,4 @@ return registry.register {
               format = { one_of = { "auto", "binary", "python" }, default = "auto",
                          doc = "which version; auto: the one found in dir, cifar-100-binary/ or "
                                .. "cifar-100-python/, binary first" } },
-  new = function(cfg, ctx)
-    return data.cifar100 { dir = cfg.dir, label = cfg.label, format = cfg.format, train = ctx.train ~= false }
-  end,
 }

@@ -5,7 +5,6 @@
 -- user's samples. The writer of each sample is its group (groups, int64; group_names[id + 1] is
 -- the writer; ids are the writers' names in byte order): the "natural" partitioner's input.
 -- mean and std default to the training split's statistics.
-local registry = require "dpy.registry"
 local data = require "dpy.data"
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
@@ -162,14 +161,7 @@ function M.load(o)
            std = o.std or info.std, shape = { 1, 28, 28 } }
 end
 
-M.spec = registry.register {
-  kind = "dataset", name = "femnist", options = M.options,
-  doc = "FEMNIST in LEAF's JSON layout, grouped by writer; ctx.train selects the split",
-  new = function(cfg, ctx)
-    local o = { train = ctx.train ~= false }
-    for k in pairs(M.options) do o[k] = cfg[k] end
-    return M.load(o)
-  end,
-}
+M.spec = data.component { name = "femnist", options = M.options, load = M.load,
+  doc = "FEMNIST in LEAF's JSON layout, grouped by writer; ctx.train selects the split" }
 
 return M

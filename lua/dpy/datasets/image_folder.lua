@@ -5,7 +5,6 @@
 -- other files are skipped. Every image must have one size: the size option, else the first
 -- image's. The test split is test_dir (the same class names), or a seeded fraction held out of
 -- each class of root. mean and std default to the training split's per-channel statistics.
-local registry = require "dpy.registry"
 local data = require "dpy.data"
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
@@ -216,14 +215,7 @@ function M.load(o)
            shape = { channels, info.size[1], info.size[2] } }
 end
 
-M.spec = registry.register {
-  kind = "dataset", name = "image_folder", options = M.options,
-  doc = "root/<class>/<file>.png|jpg (torchvision's ImageFolder); ctx.train selects the split",
-  new = function(cfg, ctx)
-    local o = { train = ctx.train ~= false }
-    for k in pairs(M.options) do o[k] = cfg[k] end
-    return M.load(o)
-  end,
-}
+M.spec = data.component { name = "image_folder", options = M.options, load = M.load,
+  doc = "root/<class>/<file>.png|jpg (torchvision's ImageFolder); ctx.train selects the split" }
 
 return M

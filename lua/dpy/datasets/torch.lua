@@ -1,6 +1,5 @@
 --- The torch dataset: images and labels from torch.save files (PyTorch >= 1.6, or dpy.tensor's
 -- t:save): a tuple or list (images, labels), a dict of tensors, or one tensor a file; see data.torch.
-local registry = require "dpy.registry"
 local data = require "dpy.data"
 
 local M = {}
@@ -10,14 +9,7 @@ M.options = data.array_options("torch")
 --- torch.load{dir, train = true, ...} -> dataset (data.torch)
 M.load = data.torch
 
-M.spec = registry.register {
-  kind = "dataset", name = "torch", options = M.options,
-  doc = "uint8 or float32 images and integer labels from torch.save files; ctx.train selects the split",
-  new = function(cfg, ctx)
-    local o = { train = ctx.train ~= false }
-    for key in pairs(M.options) do o[key] = cfg[key] end
-    return M.load(o)
-  end,
-}
+M.spec = data.component { name = "torch", options = M.options, load = M.load,
+  doc = "uint8 or float32 images and integer labels from torch.save files; ctx.train selects the split" }
 
 return M

@@ -18,9 +18,10 @@ local function robust(name, rule)
       if o.f ~= nil and o.beta ~= nil then return "give f or beta, not both" end
       if name == "trimmed_mean" and o.f == nil and o.beta == nil then return "give f or beta (one of them)" end
       for i, p in ipairs(o.pre or {}) do
-        local pre = type(p) == "table" and p[1] or p
-        if not (aggregators.RULES[pre] and aggregators.RULES[pre].pre) then
-          return string.format("pre[%d]: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping)", i, pre)
+        local pre = registry.spec("aggregator", p)
+        if not pre.pre then
+          return string.format("pre[%d]: '%s' is not a pre-aggregation (nnm, bucketing, static_clipping, or a "
+                               .. "file whose spec says pre = true)", i, pre.name)
         end
       end
     end,
