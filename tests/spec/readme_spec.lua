@@ -553,3 +553,26 @@ describe("the README's config tables", function()
     end
   end)
 end)
+
+describe("the README's Byzantine robustness section", function()
+  it("quotes the messages the aggregators give", function()
+    local aggregators, tensor = require "dpy.aggregators", require "dpy.tensor"
+    local count = 0
+    for _, sp in ipairs(spans(section("Byzantine robustness"))) do
+      local rule, n, f = sp:match("^(%w+): n = (%d+), f = (%d+) is outside what it tolerates")
+      local orule, opt, got = sp:match("^[%w.]-(%w+): option '?(%w+)'? must be .-, got (%S+)$")
+      local ok, err
+      if rule then
+        ok, err = pcall(aggregators[rule], tensor.randn(tonumber(n), 3), { f = tonumber(f) })
+      elseif orule then
+        ok, err = pcall(aggregators[orule], tensor.randn(5, 3), { [opt] = tonumber(got) })
+      end
+      if rule or orule then
+        count = count + 1
+        assert.is_false(ok, sp)
+        assert.are.equal(sp, err:gsub("^.-:%d+: ", ""), "the README quotes")
+      end
+    end
+    assert.are.equal(2, count)
+  end)
+end)
