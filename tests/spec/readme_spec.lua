@@ -34,7 +34,7 @@
 -- Config tables (`| key | default | meaning |`): each key is a config key of dpy.config.SCHEMA and
 -- every default shown as a Lua value equals the schema's default (or, for the few the code applies
 -- per mode, CODE_DEFAULTS below, found in the named source); a default in words ("all", "the core
--- count") is one the schema leaves unset. Component entries shown in the meaning column
+-- count") is one the schema leaves unset; so does "`key` (default X)" in the text. Component entries shown in the meaning column
 -- (`{ "trimmed_mean", f = 1 }`) and `key = value` examples of the section pass dpy.config's check;
 -- the error messages the README quotes are the ones the code gives. Every schema key is documented.
 local config = require "dpy.config"
@@ -417,10 +417,10 @@ describe("the README's runs", function()
     for _, b in ipairs(blocks()) do
       if b.lang == "" and b.body:match("honest nodes:") then quoted = b end
     end
-    local config = assert(section("Results"):match("e%.g%. for `(configs/[%w_]+%.lua)`"),
+    local quoted_config = assert(section("Results"):match("e%.g%. for `(configs/[%w_]+%.lua)`"),
                           "Results names the config it quotes")
     local dir = tmpdir()
-    local code, out, err = sh("cd " .. shell_quote(REPO) .. " && " .. BIN .. " run " .. config .. " -q --out "
+    local code, out, err = sh("cd " .. shell_quote(REPO) .. " && " .. BIN .. " run " .. quoted_config .. " -q --out "
                               .. dir .. "/out" .. TINY)
     assert.are.equal(0, code, err)
     for line in quoted.body:gmatch("[^\n]+") do
@@ -495,6 +495,18 @@ describe("the README's config tables", function()
         end
       end
     end
+  end)
+
+  it("give the schema's defaults where the text says `key` (default X)", function()
+    local count = 0
+    for key, shown in text:gmatch("`([%w_]+)`[^`(|]-%(default `?([^`)]-)`?%)") do
+      local s = config.SCHEMA[key]
+      if s then
+        count = count + 1
+        assert.is_true(deep_equal(lua_value(shown), s.default), string.format("'%s' (default %s)", key, shown))
+      end
+    end
+    assert.is_true(count >= 2, "found positive_classes' and peer_timeout's")
   end)
 
   it("document every config key", function()
