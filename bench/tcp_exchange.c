@@ -45,7 +45,7 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf) 
     int32_t map[2] = {0, 1};
     dpy_fabric_opts o = {.run_id = 5, .nodes = 2, .max_payload = (uint32_t)size + 16, .process = proc,
                          .processes = 2, .node_process = map, .addresses = addrs,
-                         .connect_timeout = 20};
+                         .connect_timeout = 20, .key = key, .encrypt = encrypt};
     dpy_fabric *f;
     if (dpy_fabric_open(&f, &o, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
