@@ -1,6 +1,6 @@
 /* accounting.c: what the fabric counts. Traffic per node and channel (messages, payload and
 ** header bytes), kept in the node's inbox under its lock; and the packets this process rejected,
-** with the reason of the last one. */
+** with the reason of the last one, counted by kind and logged once per peer. */
 #include <stdio.h>
 #include <string.h>
 
@@ -41,18 +41,39 @@ void dpy_traffic_read(inbox *in, unsigned channel, dpy_traffic *out) {
     pthread_mutex_unlock(&in->mu);
 }
 
+const char *const dpy_reject_names[DPY_REJECT_KINDS] = {
+    "header", "hello", "duplicate_hello", "auth", "checksum", "misaddressed", "connection_cap",
+    "idle", "memory"};
+
 void dpy_rejects_init(rejects *r) {
+    memset(r, 0, sizeof *r);
     pthread_mutex_init(&r->mu, NULL);
-    r->count = 0;
-    r->last[0] = '\0';
 }
 
 void dpy_rejects_destroy(rejects *r) { pthread_mutex_destroy(&r->mu); }
 
-void dpy_rejects_add(rejects *r, const char *why) {
+void dpy_rejects_add(rejects *r, dpy_reject_kind kind, const char *peer, const char *why) {
     pthread_mutex_lock(&r->mu);
     r->count++;
+    r->by[kind]++;
     snprintf(r->last, sizeof r->last, "%s", why);
+    int first = peer != NULL;
+    for (int i = 0; i < r->nlogged && first; i++)
+        first = strcmp(r->logged[i], peer) != 0;
+    if (first && r->nlogged < DPY_REJECT_LOGGED)
+        snprintf(r->logged[r->nlogged++], sizeof r->logged[0], "%s", peer);
+    else
+        first = 0;
+    pthread_mutex_unlock(&r->mu);
+    if (first)
+        fprintf(stderr, "dpy-lua: process %d rejected %s from %s: %s (more from it are counted, "
+                "not logged)\n", r->process, kind == DPY_REJECT_CAP || kind == DPY_REJECT_IDLE ? "a connection" : "a packet",
+                peer, why);
+}
+
+void dpy_rejects_by(rejects *r, uint64_t counts[DPY_REJECT_KINDS]) {
+    pthread_mutex_lock(&r->mu);
+    memcpy(counts, r->by, sizeof r->by);
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -95,7 +95,7 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
             if (d.corrupt) {   /* what a receiver's checksum catches: counted, logged, dropped */
                 char why[128];
                 snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", sender, round);
-                dpy_rejects_add(&f->rejects, why);
+                dpy_rejects_add(&f->rejects, DPY_REJECT_CHECKSUM, NULL, why);
                 continue;
             }
             if (!shared) {
@@ -177,6 +177,10 @@ uint64_t dpy_fabric_rejected(dpy_fabric *f, char *last, size_t len) {
     return dpy_rejects_read(&f->rejects, last, len);
 }
 
+void dpy_fabric_rejected_by(dpy_fabric *f, uint64_t counts[DPY_REJECT_KINDS]) {
+    dpy_rejects_by(&f->rejects, counts);
+}
+
 /* {==== open and close ====} */
 
 int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen) {
@@ -186,6 +190,8 @@ int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_
                     o->process, o->processes);
     if (o->processes > 1 && !o->addresses)
         return dpy_fail(err, errlen, "%d processes need tcp addresses", o->processes);
+    if (o->processes > 1 && !o->key)
+        return dpy_fail(err, errlen, "%d processes need the run key", o->processes);
     for (uint32_t u = 0; u < o->nodes; u++)
         if (o->node_process[u] < 0 || o->node_process[u] >= o->processes)
             return dpy_fail(err, errlen, "node %u is mapped to process %d of %d", u,
@@ -209,10 +215,14 @@ int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_
     }
     memcpy(f->node_process, o->node_process, o->nodes * sizeof *f->node_process);
     f->o.node_process = f->node_process;
+    if (o->key)   /* the fabric's own copy: the caller's may go */
+        memcpy(f->key, o->key, DPY_KEY_BYTES);
+    f->o.key = o->key ? f->key : NULL;
     pthread_mutex_init(&f->mu, NULL);
     dpy_fabric_cond_init(&f->cv);
     dpy_faults_init(&f->faults, o);
     dpy_rejects_init(&f->rejects);
+    f->rejects.process = o->process;
     for (uint32_t u = 0; u < o->nodes; u++)
         dpy_inbox_init(&f->inboxes[u]);
     for (int p = 0; p < o->processes; p++) {
@@ -240,6 +250,7 @@ void dpy_fabric_close(dpy_fabric *f) {
     free(f->node_process);
     dpy_rejects_destroy(&f->rejects);
     dpy_faults_destroy(&f->faults);
+    memset(f->key, 0, sizeof f->key);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
     free(f);

@@ -25,6 +25,13 @@ typedef struct {
     const int32_t *node_process;     /* uid -> process index (nodes entries; copied) */
     const char *const *addresses;    /* per process "host:port" for tcp (processes > 1) */
     double connect_timeout;          /* seconds for the start barrier */
+    /* tcp security (auth.h): the run key (DPY_KEY_BYTES; required for processes > 1), payload
+    ** encryption, the most connections waiting for their handshake (0: 64; past it the oldest
+    ** goes), and the seconds one may take (0: 10) */
+    const uint8_t *key;
+    int encrypt;
+    int max_pending;
+    double hello_timeout;
     /* fault injection (mock): probabilities per message, and a delay */
     double drop, duplicate, corrupt, delay;
     uint64_t fault_seed;
@@ -79,6 +86,25 @@ void dpy_fabric_release(void *data);
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out);
 /* Packets rejected by this process's checks, and the reason of the last one ("" if none). */
 uint64_t dpy_fabric_rejected(dpy_fabric *f, char *last, size_t len);
+
+/* Why packets and connections are rejected: each is counted, and the first from each peer (a
+** process, or an address before its handshake) is logged on stderr. */
+typedef enum {
+    DPY_REJECT_HEADER,        /* a header that does not parse or check (framing lost) */
+    DPY_REJECT_HELLO,         /* a handshake that fails: no proof, wrong key, data before it */
+    DPY_REJECT_DUPLICATE,     /* a handshake claiming a process already connected */
+    DPY_REJECT_AUTH,          /* a packet whose tag fails: forged, altered or replayed */
+    DPY_REJECT_CHECKSUM,
+    DPY_REJECT_MISADDRESSED,
+    DPY_REJECT_CAP,           /* more connections waiting for their handshake than allowed */
+    DPY_REJECT_IDLE,          /* a connection that did not complete its handshake in time */
+    DPY_REJECT_MEMORY,
+    DPY_REJECT_KINDS
+} dpy_reject_kind;
+
+extern const char *const dpy_reject_names[DPY_REJECT_KINDS];
+/* The counts by kind (DPY_REJECT_KINDS entries). */
+void dpy_fabric_rejected_by(dpy_fabric *f, uint64_t counts[DPY_REJECT_KINDS]);
 /* Marks a local node as finished: whoever waits for its messages is told at once (after the
 ** messages it did send). */
 void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node);

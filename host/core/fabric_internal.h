@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "auth.h"
 #include "fabric.h"
 #include "wire.h"
 
@@ -96,10 +97,15 @@ void dpy_faults_corrupt_header(uint8_t hdr[DPY_WIRE_HEADER]);
 
 /* {==== accounting.c ====} */
 
+#define DPY_REJECT_LOGGED 64   /* peers whose first rejection was logged; past them, none is */
+
 typedef struct {
     pthread_mutex_t mu;
-    uint64_t count;
+    uint64_t count, by[DPY_REJECT_KINDS];
     char last[320];
+    char logged[DPY_REJECT_LOGGED][64];
+    int nlogged;
+    int process;                /* this process's index, for the log */
 } rejects;
 
 /* One message sent (sent != 0) or taken; the caller holds the inbox's lock. */
@@ -111,8 +117,11 @@ void dpy_traffic_read(inbox *in, unsigned channel, dpy_traffic *out);
 
 void dpy_rejects_init(rejects *r);
 void dpy_rejects_destroy(rejects *r);
-void dpy_rejects_add(rejects *r, const char *why);
+/* Counts one rejection; logs it when it is the first from peer ("process 3", an address; NULL:
+** never logged, as for injected faults). */
+void dpy_rejects_add(rejects *r, dpy_reject_kind kind, const char *peer, const char *why);
 uint64_t dpy_rejects_read(rejects *r, char *last, size_t len);
+void dpy_rejects_by(rejects *r, uint64_t counts[DPY_REJECT_KINDS]);
 
 /* {==== tcp.c ====} */
 
@@ -120,12 +129,20 @@ typedef struct {
     int fd;                         /* the connection to this process, -1 if none */
     int alive;                      /* under the fabric's mu */
     pthread_mutex_t write_mu;       /* one writer at a time per connection */
+    dpy_auth_dir tx;                /* sending: this connection's key and sequence (write_mu) */
 } peer;
+
+enum { CONN_HELLO, CONN_PROOF, CONN_READY };   /* waiting for its HELLO, for its PROOF; ready */
 
 typedef struct conn {               /* read state of one connection (I/O thread only) */
     int fd, process;                /* process -1 until its HELLO */
-    uint8_t hdr[DPY_WIRE_HEADER];
-    size_t hdr_got, got;
+    int state;
+    double since;                   /* when it was accepted (the handshake's deadline) */
+    char from[64];                  /* the remote address, for the log */
+    dpy_handshake hs;
+    dpy_auth_dir rx;                /* receiving: the connection's key and sequence */
+    uint8_t hdr[DPY_WIRE_HEADER], tag[DPY_TRAILER_BYTES];
+    size_t hdr_got, got, tag_got;
     dpy_header h;
     payload *pending;               /* the packet being read, straight into its payload */
     struct conn *next;
@@ -154,7 +171,8 @@ struct dpy_fabric {
     rejects rejects;
     /* tcp.c's */
     pthread_cond_t cv;              /* signalled when a connection is identified (with mu) */
-    int connected;
+    int connected, pending_conns;
+    uint8_t key[DPY_KEY_BYTES];
     int listen_fd, epfd, wake[2];
     pthread_t io;
     int io_started;

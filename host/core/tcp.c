@@ -1,7 +1,10 @@
 /* tcp.c: the path between processes. One connection per pair of processes (the higher index
-** connects, its first packet a HELLO naming it); an I/O thread per process reads every connection
-** (epoll, non-blocking), frames packets (wire.h) straight into their payloads, and checks each one
-** before it reaches an inbox. */
+** connects and proves it holds the run key: HELLO, CHALLENGE, PROOF; auth.h); an I/O thread per
+** process reads every connection (epoll, non-blocking), frames packets (wire.h) straight into
+** their payloads, and checks each one (header, tag, checksum) before it reaches an inbox.
+** A connection that has not completed its handshake is held at most hello_timeout seconds, and
+** at most max_pending of them at once (past it, the oldest goes): file descriptors stay bounded,
+** and nothing is allocated for a packet larger than a handshake's before the handshake. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,18 +19,24 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+
 #include "dpy_core.h"
 #include "fabric_internal.h"
 
 /* {==== writing ====} */
 
-static int send_all(int fd, const uint8_t *hdr, const void *data, size_t len) {
-    struct iovec iov[2] = {{(void *)hdr, DPY_WIRE_HEADER}, {(void *)data, len}};
+static int send_all(int fd, struct iovec *iov, int iovcnt) {
     struct msghdr mh;
     memset(&mh, 0, sizeof mh);
     mh.msg_iov = iov;
-    mh.msg_iovlen = len ? 2 : 1;
+    mh.msg_iovlen = (size_t)iovcnt;
     while (mh.msg_iovlen > 0) {
+        if (mh.msg_iov[0].iov_len == 0) {
+            mh.msg_iov++;
+            mh.msg_iovlen--;
+            continue;
+        }
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
@@ -52,26 +61,47 @@ static int send_all(int fd, const uint8_t *hdr, const void *data, size_t len) {
     return 0;
 }
 
+/* A handshake packet (no tag) from process `from` to process `to`. */
+static int send_handshake(dpy_fabric *f, int fd, uint16_t channel, int from, int to,
+                          const void *data) {
+    dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = (uint32_t)from,
+                    .receiver = (uint32_t)to, .length = dpy_wire_handshake_length(channel),
+                    .flags = f->o.encrypt ? DPY_FLAG_ENCRYPTED : 0};
+    uint8_t hdr[DPY_WIRE_HEADER];
+    dpy_wire_encode(hdr, &h);
+    struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)data, h.length}};
+    return send_all(fd, iov, 2);
+}
+
 int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                  uint32_t round, uint32_t encoding, const void *data, size_t len, fate d,
                  char *err, size_t errlen) {
     int p = f->node_process[receiver];
+    int enc = f->o.encrypt;
     dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = sender,
                     .receiver = receiver, .round = round, .length = (uint32_t)len,
-                    .checksum = dpy_wire_checksum(data, len), .encoding = encoding};
-    uint8_t hdr[DPY_WIRE_HEADER];
+                    .checksum = enc ? 0 : dpy_wire_checksum(data, len), .encoding = encoding,
+                    .flags = enc ? DPY_FLAG_ENCRYPTED : 0};
+    uint8_t hdr[DPY_WIRE_HEADER], tag[DPY_TRAILER_BYTES];
     dpy_wire_encode(hdr, &h);
     if (d.corrupt)
         dpy_faults_corrupt_header(hdr);
+    uint8_t *sealed = enc && len ? malloc(len) : NULL;   /* the ciphertext */
+    if (enc && len && !sealed)
+        return dpy_fail(err, errlen, "out of memory encrypting %zu bytes", len);
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     int rc = 0, why = 0;
-    for (int c = 0; c < d.copies && rc == 0; c++) {
+    for (int c = 0; c < d.copies && rc == 0; c++) {   /* each copy its own sequence number */
         errno = 0;
-        rc = pe->fd >= 0 ? send_all(pe->fd, hdr, data, len) : -1;
+        dpy_auth_seal(&pe->tx, enc, hdr, data, sealed, len, tag);
+        struct iovec iov[3] = {{hdr, sizeof hdr}, {enc ? sealed : (void *)data, len},
+                               {tag, sizeof tag}};
+        rc = pe->fd >= 0 ? send_all(pe->fd, iov, 3) : -1;
         why = pe->fd >= 0 ? errno : 0;
     }
     pthread_mutex_unlock(&pe->write_mu);
+    free(sealed);
     if (rc != 0) {
         dpy_fabric_process_gone(f, p);
         return dpy_fail(err, errlen, "node %u's process %d is unreachable: %s", receiver, p,
@@ -127,7 +157,7 @@ static int open_socket(const char *addr, int listening, char *err, size_t errlen
     return fd;
 }
 
-static void add_conn(dpy_fabric *f, int fd, int process) {
+static conn *add_conn(dpy_fabric *f, int fd, int process) {
     int one = 1, buf = 4 << 20;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
@@ -136,27 +166,47 @@ static void add_conn(dpy_fabric *f, int fd, int process) {
     conn *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
-        return;
+        return NULL;
     }
     c->fd = fd;
     c->process = process;
+    c->state = process >= 0 ? CONN_READY : CONN_HELLO;
+    c->since = dpy_fabric_now();
     c->next = f->conns;
     f->conns = c;
+    if (c->state != CONN_READY)
+        f->pending_conns++;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev);
+    return c;
 }
 
-static void drop_conn(dpy_fabric *f, conn *c, const char *why) {
+/* Who c is, for the log: its process once known, else its address. */
+static const char *conn_peer(conn *c, char *buf, size_t len) {
+    if (c->state == CONN_READY)
+        snprintf(buf, len, "process %d", c->process);
+    else
+        snprintf(buf, len, "%s", c->from[0] ? c->from : "an unknown address");
+    return buf;
+}
+
+static void reject(dpy_fabric *f, conn *c, dpy_reject_kind kind, const char *why) {
+    char who[80];
+    dpy_rejects_add(&f->rejects, kind, conn_peer(c, who, sizeof who), why);
+}
+
+/* Closes c; a ready connection's process is gone (never one still in its handshake). */
+static void drop_conn(dpy_fabric *f, conn *c) {
     epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    if (c->process >= 0 && !f->stopping) {
+    if (c->state == CONN_READY && !f->stopping) {
         peer *pe = &f->peers[c->process];
         pthread_mutex_lock(&pe->write_mu);
         pe->fd = -1;
         pthread_mutex_unlock(&pe->write_mu);
         dpy_fabric_process_gone(f, c->process);
-    } else if (why) {
-        dpy_rejects_add(&f->rejects, why);
     }
+    if (c->state != CONN_READY)
+        f->pending_conns--;
     close(c->fd);
     for (conn **p = &f->conns; *p; p = &(*p)->next) {
         if (*p == c) {
@@ -168,7 +218,133 @@ static void drop_conn(dpy_fabric *f, conn *c, const char *why) {
     free(c);
 }
 
+static double hello_timeout(const dpy_fabric *f) {
+    return f->o.hello_timeout > 0 ? f->o.hello_timeout : 10;
+}
+
+/* Closes the connections whose handshake is overdue. */
+static void sweep(dpy_fabric *f) {
+    double now = dpy_fabric_now();
+    conn *c = f->conns;
+    while (c) {
+        conn *next = c->next;
+        if (c->state != CONN_READY && now - c->since > hello_timeout(f)) {
+            char why[128];
+            snprintf(why, sizeof why, "no handshake within %.0f s", hello_timeout(f));
+            reject(f, c, DPY_REJECT_IDLE, why);
+            drop_conn(f, c);
+        }
+        c = next;
+    }
+}
+
+static void on_accept(dpy_fabric *f) {
+    struct sockaddr_storage sa;
+    socklen_t salen = sizeof sa;
+    int fd = accept4(f->listen_fd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+            usleep(10000);   /* the listening socket stays readable: do not spin */
+        return;
+    }
+    int cap = f->o.max_pending > 0 ? f->o.max_pending : 64;
+    if (f->pending_conns >= cap) {   /* the oldest waiting one goes: list order is newest first */
+        conn *oldest = NULL;
+        for (conn *c = f->conns; c; c = c->next)
+            if (c->state != CONN_READY)
+                oldest = c;
+        if (oldest) {
+            char why[128];
+            snprintf(why, sizeof why, "more than %d connections waiting for their handshake", cap);
+            reject(f, oldest, DPY_REJECT_CAP, why);
+            drop_conn(f, oldest);
+        }
+    }
+    conn *c = add_conn(f, fd, -1);
+    if (!c)
+        return;
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (sa.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, host, sizeof host);
+    else if (sa.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, host, sizeof host);
+    snprintf(c->from, sizeof c->from, "%s", host);   /* no port: one log line per machine */
+}
+
 /* {==== reading ====} */
+
+static int already_connected(dpy_fabric *f, int p) {
+    pthread_mutex_lock(&f->mu);
+    int a = f->peers[p].alive || f->peers[p].fd >= 0;
+    pthread_mutex_unlock(&f->mu);
+    return a;
+}
+
+/* A handshake packet on c (the accepting end). Returns -1 to drop the connection. */
+static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
+    char why[256];
+    dpy_header *h = &c->h;
+    int p = (int)h->sender;
+    uint8_t want[DPY_PROOF_BYTES];
+    if (c->state == CONN_READY) {   /* the process is connected: the packet goes, not it */
+        snprintf(why, sizeof why, "a handshake packet on process %d's open connection", c->process);
+        reject(f, c, DPY_REJECT_HELLO, why);
+        return 0;
+    }
+    int expect = c->state == CONN_HELLO ? DPY_CHANNEL_HELLO : DPY_CHANNEL_PROOF;
+    if (h->channel != expect || (c->state == CONN_PROOF && p != c->process)) {
+        snprintf(why, sizeof why, "handshake out of order (channel 0x%04x)", h->channel);
+        reject(f, c, DPY_REJECT_HELLO, why);
+        return -1;
+    }
+    if (p <= f->o.process || p >= f->o.processes || h->receiver != (uint32_t)f->o.process) {
+        snprintf(why, sizeof why, "unexpected hello from process %d to process %u", p, h->receiver);
+        reject(f, c, DPY_REJECT_HELLO, why);
+        return -1;
+    }
+    if ((h->flags & DPY_FLAG_ENCRYPTED) != (f->o.encrypt ? DPY_FLAG_ENCRYPTED : 0)) {
+        snprintf(why, sizeof why, "process %d has encrypt = %s, this process %s", p,
+                 f->o.encrypt ? "false" : "true", f->o.encrypt ? "true" : "false");
+        reject(f, c, DPY_REJECT_HELLO, why);
+        return -1;
+    }
+    if (already_connected(f, p)) {   /* refused: the connected one stays, and stays alive */
+        snprintf(why, sizeof why, "a second hello for process %d, which is connected: refused", p);
+        reject(f, c, DPY_REJECT_DUPLICATE, why);
+        return -1;
+    }
+    if (c->state == CONN_HELLO) {
+        c->process = p;
+        c->hs = (dpy_handshake){.run_id = f->o.run_id, .connector = (uint32_t)p,
+                                .acceptor = (uint32_t)f->o.process, .flags = h->flags};
+        memcpy(c->hs.nonce_c, data, DPY_NONCE_BYTES);
+        dpy_auth_random(c->hs.nonce_a, DPY_NONCE_BYTES);
+        uint8_t reply[DPY_NONCE_BYTES + DPY_PROOF_BYTES];
+        memcpy(reply, c->hs.nonce_a, DPY_NONCE_BYTES);
+        dpy_auth_proof(f->key, &c->hs, 'A', reply + DPY_NONCE_BYTES);
+        c->state = CONN_PROOF;
+        return send_handshake(f, c->fd, DPY_CHANNEL_CHALLENGE, f->o.process, p, reply);
+    }
+    dpy_auth_proof(f->key, &c->hs, 'C', want);
+    if (!dpy_auth_proof_ok(want, data)) {
+        snprintf(why, sizeof why, "process %d's hello failed the key check (not this run's key)", p);
+        reject(f, c, DPY_REJECT_HELLO, why);
+        return -1;
+    }
+    peer *pe = &f->peers[p];
+    pthread_mutex_lock(&pe->write_mu);
+    dpy_auth_session(f->key, &c->hs, &c->rx, &pe->tx);
+    pe->fd = c->fd;
+    pthread_mutex_unlock(&pe->write_mu);
+    c->state = CONN_READY;
+    f->pending_conns--;
+    pthread_mutex_lock(&f->mu);
+    pe->alive = 1;
+    f->connected++;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
 
 /* A whole packet arrived on c: check it and deliver it. Returns -1 to drop the connection. */
 static int on_packet(dpy_fabric *f, conn *c) {
@@ -176,34 +352,25 @@ static int on_packet(dpy_fabric *f, conn *c) {
     dpy_header *h = &c->h;
     payload *pl = c->pending;
     c->pending = NULL;
-    if (h->channel == DPY_CHANNEL_HELLO) {
+    if (dpy_wire_handshake(h->channel)) {
+        int rc = on_handshake(f, c, pl->data);
         free(pl);
-        int p = (int)h->sender;
-        if (c->process >= 0 || p < 0 || p >= f->o.processes || p == f->o.process) {
-            snprintf(why, sizeof why, "unexpected hello from process %d", p);
-            dpy_rejects_add(&f->rejects, why);
-            return -1;
-        }
-        c->process = p;
-        pthread_mutex_lock(&f->peers[p].write_mu);
-        f->peers[p].fd = c->fd;
-        pthread_mutex_unlock(&f->peers[p].write_mu);
-        pthread_mutex_lock(&f->mu);
-        f->peers[p].alive = 1;
-        f->connected++;
-        pthread_cond_broadcast(&f->cv);
-        pthread_mutex_unlock(&f->mu);
-        return 0;
+        return rc;
     }
-    if (c->process < 0) {
+    int enc = f->o.encrypt;
+    int auth = dpy_auth_open(&c->rx, enc, c->hdr, pl->data, h->length, c->tag);
+    if (auth != DPY_AUTH_OK) {
         free(pl);
-        dpy_rejects_add(&f->rejects, "data before hello on an unidentified connection");
-        return -1;
+        snprintf(why, sizeof why, "a %s packet (node %u -> %u, round %u)",
+                 auth == DPY_AUTH_REPLAYED ? "replayed" : "forged or altered", h->sender,
+                 h->receiver, h->round);
+        reject(f, c, DPY_REJECT_AUTH, why);
+        return 0;   /* never mixed in; the framing is intact */
     }
-    if (dpy_wire_checksum(pl->data, h->length) != h->checksum) {
+    if ((enc ? 0 : dpy_wire_checksum(pl->data, h->length)) != h->checksum) {
         free(pl);
         snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", h->sender, h->round);
-        dpy_rejects_add(&f->rejects, why);
+        reject(f, c, DPY_REJECT_CHECKSUM, why);
         return 0;   /* the framing is intact: drop the packet, keep the peer */
     }
     if (!dpy_fabric_local(f, h->receiver) || f->node_process[h->sender] != c->process ||
@@ -211,44 +378,53 @@ static int on_packet(dpy_fabric *f, conn *c) {
         free(pl);
         snprintf(why, sizeof why, "misaddressed packet (node %u -> %u, channel %u) from process %d",
                  h->sender, h->receiver, h->channel, c->process);
-        dpy_rejects_add(&f->rejects, why);
+        reject(f, c, DPY_REJECT_MISADDRESSED, why);
         return 0;
     }
     msg *m = dpy_msg_new(h->sender, h->channel, h->round, h->encoding, pl);
     if (!m) {
         free(pl);
-        dpy_rejects_add(&f->rejects, "out of memory for a message");
+        reject(f, c, DPY_REJECT_MEMORY, "out of memory for a message");
         return 0;
     }
     dpy_inbox_put(&f->inboxes[h->receiver], m);
     return 0;
 }
 
-/* Reads all that is available on c (a non-blocking socket), packet after packet. */
+/* Reads all that is available on c (a non-blocking socket), packet after packet: header, payload,
+** then (past the handshake) the trailer. */
 static void on_readable(dpy_fabric *f, conn *c) {
     char why[256];
     for (;;) {
-        if (c->hdr_got == DPY_WIRE_HEADER && c->got == c->h.length) {   /* a whole packet */
+        size_t tag_len = dpy_wire_handshake(c->h.channel) ? 0 : DPY_TRAILER_BYTES;
+        if (c->hdr_got == DPY_WIRE_HEADER && c->got == c->h.length && c->tag_got == tag_len) {
             c->hdr_got = 0;
             if (on_packet(f, c) != 0) {
-                drop_conn(f, c, NULL);
+                drop_conn(f, c);
                 return;
             }
             continue;
         }
-        ssize_t n = c->hdr_got < DPY_WIRE_HEADER
-                        ? read(c->fd, c->hdr + c->hdr_got, DPY_WIRE_HEADER - c->hdr_got)
-                        : read(c->fd, c->pending->data + c->got, c->h.length - c->got);
+        ssize_t n;
+        if (c->hdr_got < DPY_WIRE_HEADER)
+            n = read(c->fd, c->hdr + c->hdr_got, DPY_WIRE_HEADER - c->hdr_got);
+        else if (c->got < c->h.length)
+            n = read(c->fd, c->pending->data + c->got, c->h.length - c->got);
+        else
+            n = read(c->fd, c->tag + c->tag_got, tag_len - c->tag_got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (n <= 0) {
-            drop_conn(f, c, NULL);
+            drop_conn(f, c);
             return;
         }
         if (c->hdr_got == DPY_WIRE_HEADER) {
-            c->got += (size_t)n;
+            if (c->got < c->h.length)
+                c->got += (size_t)n;
+            else
+                c->tag_got += (size_t)n;
             continue;
         }
         c->hdr_got += (size_t)n;
@@ -258,15 +434,20 @@ static void on_readable(dpy_fabric *f, conn *c) {
                             sizeof why) != 0) {
             char msgbuf[300];
             snprintf(msgbuf, sizeof msgbuf, "bad packet header (%s)", why);
-            if (c->process >= 0)
-                dpy_rejects_add(&f->rejects, msgbuf);
-            drop_conn(f, c, msgbuf);   /* framing is lost: the connection goes */
+            reject(f, c, DPY_REJECT_HEADER, msgbuf);
+            drop_conn(f, c);   /* framing is lost: the connection goes */
             return;
         }
-        c->got = 0;
+        if (c->state != CONN_READY && !dpy_wire_handshake(c->h.channel)) {   /* before allocating */
+            reject(f, c, DPY_REJECT_HELLO, "data before the handshake on an unidentified connection");
+            drop_conn(f, c);
+            return;
+        }
+        c->got = c->tag_got = 0;
         c->pending = dpy_payload_new(c->h.length, 1);   /* at most max_payload */
         if (!c->pending) {
-            drop_conn(f, c, "out of memory for a packet");
+            reject(f, c, DPY_REJECT_MEMORY, "out of memory for a packet");
+            drop_conn(f, c);
             return;
         }
     }
@@ -275,8 +456,9 @@ static void on_readable(dpy_fabric *f, conn *c) {
 static void *io_main(void *arg) {
     dpy_fabric *f = arg;
     struct epoll_event evs[64];
+    double next_sweep = dpy_fabric_now() + 0.25;
     while (!f->stopping) {
-        int n = epoll_wait(f->epfd, evs, 64, -1);
+        int n = epoll_wait(f->epfd, evs, 64, 250);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -284,22 +466,83 @@ static void *io_main(void *arg) {
         }
         for (int i = 0; i < n && !f->stopping; i++) {
             void *ptr = evs[i].data.ptr;
-            if (ptr == &f->listen_fd) {
-                int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-                if (fd >= 0)
-                    add_conn(f, fd, -1);
-            } else if (ptr != &f->wake) {
+            if (ptr == &f->listen_fd)
+                on_accept(f);
+            else if (ptr != &f->wake)
                 on_readable(f, ptr);
-            }
+        }
+        if (dpy_fabric_now() > next_sweep) {
+            sweep(f);
+            next_sweep = dpy_fabric_now() + 0.25;
         }
     }
     return NULL;
+}
+
+/* {==== the connecting end's handshake (before the I/O thread starts) ====} */
+
+/* Reads len bytes from a blocking fd until deadline: 0, or -1 (closed, or too late). */
+static int read_until(int fd, uint8_t *buf, size_t len, double deadline) {
+    while (len > 0) {
+        int ms = (int)((deadline - dpy_fabric_now()) * 1000);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (ms <= 0 || poll(&pfd, 1, ms) <= 0)
+            return -1;
+        ssize_t n = read(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* HELLO, CHALLENGE, PROOF with process p on fd. 0: done; 1: the connection closed (try again);
+** -1: p failed the key check, with the reason in err. */
+static int handshake(dpy_fabric *f, int fd, int p, double deadline, char *err, size_t errlen) {
+    dpy_handshake hs = {.run_id = f->o.run_id, .connector = (uint32_t)f->o.process,
+                        .acceptor = (uint32_t)p, .flags = f->o.encrypt ? DPY_FLAG_ENCRYPTED : 0};
+    dpy_auth_random(hs.nonce_c, DPY_NONCE_BYTES);
+    if (send_handshake(f, fd, DPY_CHANNEL_HELLO, f->o.process, p, hs.nonce_c) != 0)
+        return 1;
+    uint8_t hdr[DPY_WIRE_HEADER], reply[DPY_NONCE_BYTES + DPY_PROOF_BYTES], want[DPY_PROOF_BYTES];
+    if (read_until(fd, hdr, sizeof hdr, deadline) != 0)
+        return 1;
+    dpy_header h;
+    char why[256];
+    if (dpy_wire_decode(hdr, &h, f->o.run_id, f->o.nodes, 0, why, sizeof why) != 0 ||
+        h.channel != DPY_CHANNEL_CHALLENGE || h.sender != (uint32_t)p)
+        return dpy_fail(err, errlen, "process %d at %s answered the hello wrongly (%s)", p,
+                        f->o.addresses[p], h.channel != DPY_CHANNEL_CHALLENGE ? "no challenge" : why);
+    if (read_until(fd, reply, sizeof reply, deadline) != 0)
+        return 1;
+    memcpy(hs.nonce_a, reply, DPY_NONCE_BYTES);
+    dpy_auth_proof(f->key, &hs, 'A', want);
+    if (!dpy_auth_proof_ok(want, reply + DPY_NONCE_BYTES))
+        return dpy_fail(err, errlen, "process %d at %s failed the key check: it does not hold "
+                        "this run's key", p, f->o.addresses[p]);
+    dpy_auth_proof(f->key, &hs, 'C', want);
+    if (send_handshake(f, fd, DPY_CHANNEL_PROOF, f->o.process, p, want) != 0)
+        return 1;
+    conn *c = add_conn(f, fd, p);
+    if (!c)
+        return dpy_fail(err, errlen, "out of memory");
+    peer *pe = &f->peers[p];
+    dpy_auth_session(f->key, &hs, &pe->tx, &c->rx);
+    pe->fd = fd;
+    pe->alive = 1;
+    f->connected++;
+    return 0;
 }
 
 /* {==== start and stop ====} */
 
 int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     const dpy_fabric_opts *o = &f->o;
+    if (dpy_auth_init(err, errlen) != 0)
+        return -1;
     f->listen_fd = open_socket(o->addresses[o->process], 1, err, errlen);
     if (f->listen_fd < 0)
         return -1;
@@ -312,26 +555,24 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->wake[0], &wev);
     double deadline = dpy_fabric_now() + o->connect_timeout;
     for (int p = 0; p < o->process; p++) {
-        int fd;
         char cerr[256];
-        while ((fd = open_socket(o->addresses[p], 0, cerr, sizeof cerr)) < 0) {
+        for (;;) {
+            int fd = open_socket(o->addresses[p], 0, cerr, sizeof cerr);
+            int rc = fd >= 0 ? handshake(f, fd, p, deadline, err, errlen) : 1;
+            if (rc == 0)
+                break;
+            if (fd >= 0)
+                close(fd);
+            if (rc < 0)
+                return -1;
+            if (fd >= 0)
+                snprintf(cerr, sizeof cerr, "it closed the connection during the handshake (a "
+                         "different run, or encrypt setting?)");
             if (dpy_fabric_now() > deadline)
                 return dpy_fail(err, errlen, "process %d at %s did not answer within %.0f s (%s)", p,
-                            o->addresses[p], o->connect_timeout, cerr);
+                                o->addresses[p], o->connect_timeout, cerr);
             usleep(50000);
         }
-        dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = o->run_id,
-                        .sender = (uint32_t)o->process};
-        uint8_t hdr[DPY_WIRE_HEADER];
-        dpy_wire_encode(hdr, &h);
-        if (send_all(fd, hdr, NULL, 0) != 0) {
-            close(fd);
-            return dpy_fail(err, errlen, "hello to process %d: %s", p, strerror(errno));
-        }
-        f->peers[p].fd = fd;
-        f->peers[p].alive = 1;
-        f->connected++;
-        add_conn(f, fd, p);
     }
     if (pthread_create(&f->io, NULL, io_main, f) != 0)
         return dpy_fail(err, errlen, "cannot start the I/O thread");

@@ -4,7 +4,17 @@
 #include <stdio.h>
 #include <xxhash.h>
 
+#include "auth.h"
 #include "bytes.h"
+
+uint32_t dpy_wire_handshake_length(uint16_t channel) {
+    switch (channel) {
+    case DPY_CHANNEL_HELLO: return DPY_NONCE_BYTES;
+    case DPY_CHANNEL_CHALLENGE: return DPY_NONCE_BYTES + DPY_PROOF_BYTES;
+    case DPY_CHANNEL_PROOF: return DPY_PROOF_BYTES;
+    default: return 0;
+    }
+}
 
 void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h) {
     put32(out, DPY_WIRE_MAGIC);
@@ -46,7 +56,15 @@ int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t r
                  (unsigned long long)h->run_id, (unsigned long long)run_id);
         return -1;
     }
-    if (h->channel != DPY_CHANNEL_HELLO && (h->sender >= nodes || h->receiver >= nodes)) {
+    if (dpy_wire_handshake(h->channel)) {
+        if (h->length != dpy_wire_handshake_length(h->channel)) {
+            snprintf(why, whylen, "handshake packet of %u bytes, expected %u", h->length,
+                     dpy_wire_handshake_length(h->channel));
+            return -1;
+        }
+        return 0;   /* sender and receiver are process indices: tcp.c checks them */
+    }
+    if (h->sender >= nodes || h->receiver >= nodes) {
         snprintf(why, whylen, "unknown node (sender %u, receiver %u, %u nodes)", h->sender,
                  h->receiver, nodes);
         return -1;

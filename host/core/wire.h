@@ -5,7 +5,11 @@
 **  24 round  28 length  32 checksum of the payload (XXH3, low 32 bits)
 **  36 encoding: which transform chain encoded the payload (0: raw values)
 ** The receiver checks every header field before it trusts any, and the checksum before it hands
-** the payload on.
+** the payload on. Between processes, a packet is followed by a 16-byte tag (auth.h) over header
+** and payload; with flag DPY_FLAG_ENCRYPTED the payload is encrypted (its checksum field is 0).
+** A connection opens with three handshake packets (no tag): HELLO (connector -> acceptor, its
+** nonce), CHALLENGE (the acceptor's nonce and proof), PROOF (the connector's proof); sender and
+** receiver are then process indices.
 */
 #ifndef DPY_WIRE_H
 #define DPY_WIRE_H
@@ -14,9 +18,16 @@
 #include <stdint.h>
 
 #define DPY_WIRE_MAGIC 0x4C595044u   /* "DPYL" read little-endian */
-#define DPY_WIRE_VERSION 1
+#define DPY_WIRE_VERSION 2
 #define DPY_WIRE_HEADER 40
 #define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
+#define DPY_CHANNEL_CHALLENGE 0xFFFEu
+#define DPY_CHANNEL_PROOF 0xFFFDu
+#define DPY_FLAG_ENCRYPTED 1u
+
+/* A handshake packet's channel, and the only payload length it may have (0: not one). */
+static inline int dpy_wire_handshake(uint16_t channel) { return channel >= DPY_CHANNEL_PROOF; }
+uint32_t dpy_wire_handshake_length(uint16_t channel);
 
 typedef struct {
     uint8_t version, flags;
@@ -28,7 +39,7 @@ typedef struct {
 void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h);
 
 /* Checks and decodes a header: magic, version, run id, sender and receiver below nodes, length at
-** most max_len. Returns 0, or -1 with the reason in why. */
+** most max_len (a handshake packet's: exactly its own). Returns 0, or -1 with the reason in why. */
 int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t run_id,
                     uint32_t nodes, uint32_t max_len, char *why, size_t whylen);
 

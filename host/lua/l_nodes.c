@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth.h"
 #include "fabric.h"
 #include "dpy_lua.h"
 
@@ -289,7 +290,7 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed,
-**   args = {key = value} }
+**   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
 static int n_start(lua_State *L) {
@@ -300,7 +301,15 @@ static int n_start(lua_State *L) {
     o.nodes = (uint32_t)int_field(L, 1, "nodes", 0);
     o.process = int_field(L, 1, "process", 0);
     o.processes = int_field(L, 1, "processes", 1);
-    o.run_id = (uint64_t)int_field(L, 1, "run_id", 1);
+    lua_getfield(L, 1, "run_id");   /* all 64 bits of it */
+    o.run_id = lua_isnil(L, -1) ? 1 : (uint64_t)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "encrypt");
+    o.encrypt = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "key_file");
+    const char *key_file = luaL_optstring(L, -1, NULL);
+    lua_pop(L, 1);   /* the table keeps the string */
     o.max_payload = (uint32_t)num_field(L, 1, "max_payload", 1 << 30);
     o.connect_timeout = num_field(L, 1, "connect_timeout", 30);
     o.drop = num_field(L, 1, "drop", 0);
@@ -393,7 +402,16 @@ static int n_start(lua_State *L) {
         }
     }
     char err[512];
-    if (dpy_fabric_open(&g->fabric, &o, err, sizeof err) != 0) {
+    uint8_t key[DPY_KEY_BYTES];
+    if (key_file && dpy_key_load(key_file, key, err, sizeof err) != 0) {
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    o.key = key_file ? key : NULL;
+    int opened = dpy_fabric_open(&g->fabric, &o, err, sizeof err);
+    memset(key, 0, sizeof key);   /* the fabric keeps its own copy */
+    if (opened != 0) {
         luaL_pushfail(L);
         lua_pushstring(L, err);
         return 2;
@@ -519,6 +537,14 @@ static int g_progress(lua_State *L) {
     char last[320];
     lua_pushinteger(L, (lua_Integer)dpy_fabric_rejected(g->fabric, last, sizeof last));
     lua_setfield(L, -2, "rejected");
+    uint64_t by[DPY_REJECT_KINDS];
+    dpy_fabric_rejected_by(g->fabric, by);
+    lua_createtable(L, 0, DPY_REJECT_KINDS);
+    for (int k = 0; k < DPY_REJECT_KINDS; k++) {
+        lua_pushinteger(L, (lua_Integer)by[k]);
+        lua_setfield(L, -2, dpy_reject_names[k]);
+    }
+    lua_setfield(L, -2, "rejected_by");
     return 1;
 }
 
@@ -734,7 +760,19 @@ static const luaL_Reg ep_methods[] = {
 static const luaL_Reg group_methods[] = {
     {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"close", g_close},
     {NULL, NULL}};
-static const luaL_Reg functions[] = {{"start", n_start}, {NULL, NULL}};
+/* nodes.core.make_key(path) -> true | nil, err: a fresh random run key, mode 0600 */
+static int n_make_key(lua_State *L) {
+    char err[512];
+    if (dpy_key_create(luaL_checkstring(L, 1), err, sizeof err) != 0) {
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static const luaL_Reg functions[] = {{"start", n_start}, {"make_key", n_make_key}, {NULL, NULL}};
 
 static void newtype(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
                     lua_CFunction tostring) {

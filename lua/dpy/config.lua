@@ -57,6 +57,8 @@ M.SCHEMA = {
                 doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
   port = { type = "integer", min = 1024, doc = "first tcp port (default: derived from the run id)" },
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
+  encrypt = { type = "boolean", default = false,
+              doc = "encrypt the payloads between processes (every packet is authenticated either way)" },
   faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }" },
   sharing = { kind = "sharing", default = "average",
               doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },

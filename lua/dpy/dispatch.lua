@@ -122,6 +122,7 @@ end
 -- file the run uses, at its path relative to the config) into work_dir/<run name> on every
 -- remote; returns those directories.
 local function upload(opts, used)
+  local launcher = require "dpy.launcher"
   local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
   local files = { { opts.dir .. "/config.lua", "config.lua" },
                   { opts.dir .. "/" .. rundir.EFFECTIVE, rundir.EFFECTIVE },
@@ -138,9 +139,12 @@ local function upload(opts, used)
       local d = f[2]:match("^(.*)/[^/]+$")
       if d then dirs[#dirs + 1] = M.quote(rdir .. "/" .. d) end
     end
-    local code, _, err = s:exec("mkdir -p " .. table.concat(dirs, " "))
+    -- an old key is removed first: SFTP keeps an existing file's mode
+    local key = rdir .. "/" .. launcher.KEY_FILE
+    local code, _, err = s:exec("mkdir -p " .. table.concat(dirs, " ") .. " && rm -f " .. M.quote(key))
     if code ~= 0 then error(string.format("remote %s: cannot create %s: %s", r.name, rdir, err), 0) end
     for _, f in ipairs(files) do must(s:put(f[1], rdir .. "/" .. f[2])) end
+    must(s:put(opts.dir .. "/" .. launcher.KEY_FILE, key, 384))   -- 0600
   end
   return rdirs
 end
@@ -224,6 +228,7 @@ function M.run_job(cfg, opts)
   if info.spectral_gap then
     bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
+  launcher.make_key(opts.dir)
   local rdirs, channels = upload(opts, prepared.files), {}
   for p = 0, cfg.processes - 1 do
     local i = owner[p + 1]

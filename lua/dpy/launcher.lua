@@ -12,6 +12,13 @@ local progress = require "dpy.progress"
 local M = {}
 
 local GRACE = 15   -- seconds the other processes get to stop by themselves after a failure
+M.KEY_FILE = "run.key"   -- the run's random key (0600): the processes' proof to each other
+
+--- Makes a fresh run key in dir (every run its own: an old one is replaced).
+function M.make_key(dir)
+  local ok, err = nodes_core.make_key(dir .. "/" .. M.KEY_FILE)
+  if not ok then error("cannot make the run key: " .. err, 0) end
+end
 
 --- Hosts process p's nodes until they finish; calls tick(group) twice a second.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
@@ -27,6 +34,7 @@ function M.host_process(cfg, p, opts, tick)
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
     addresses = cfg.processes > 1 and (opts.addresses or layout.addresses(cfg, opts.run_id)) or nil,
     run_id = opts.run_id, max_payload = opts.max_payload or (1 << 30),
+    key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
@@ -136,6 +144,7 @@ function M.run(cfg, opts)
     end)
     failed = failures(results)
   else
+    M.make_key(opts.dir)
     local children = spawn_children(cfg, opts)
     local codes, left, deadline = {}, #children, nil
     while left > 0 do

@@ -2,7 +2,7 @@
 -- mpirun/mpiexec (Open MPI, or any PMI launcher) or srun (Slurm), `dpy-lua node CONFIG --dir DIR`
 -- reads its rank and the world size from the environment. DIR must be one directory that every
 -- process sees (a shared file system): rank 0 writes the run's files (config, manifest, graph,
--- partition), every rank writes its "host:port" into DIR/rendezvous/<rank>, and each waits until
+-- partition, the run key), every rank writes its "host:port" into DIR/rendezvous/<rank>, and each waits until
 -- all have arrived (DPY_RENDEZVOUS_TIMEOUT seconds at most, 120 by default). DPY_HOST sets the
 -- address this machine's processes listen on (default: its host name).
 local host = require "dpy.host.core"
@@ -48,6 +48,7 @@ function M.join(cfg, dir, rank, size, run_id, prepare, timeout)
   assert(host.mkdir_p(rdv))
   if rank == 0 then
     prepare()
+    require("dpy.launcher").make_key(dir)   -- before "ready": the others read it after
     assert(host.write_atomic(rdv .. "/ready", tostring(run_id)))
   end
   local port = (cfg.port or (30000 + run_id % 25000)) + rank

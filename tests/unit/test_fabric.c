@@ -142,13 +142,14 @@ static void test_tcp(void) {
     snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 1);
     const char *addrs[2] = {a0, a1};
     int32_t map[2] = {0, 1};
+    static const uint8_t key[32] = {1, 2, 3};
     opener p[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         memset(&p[i], 0, sizeof p[i]);
         p[i].o = (dpy_fabric_opts){.run_id = 9, .nodes = 2, .max_payload = 1 << 20, .process = i,
                                    .processes = 2, .node_process = map, .addresses = addrs,
-                                   .connect_timeout = 10};
+                                   .connect_timeout = 10, .key = key};
         pthread_create(&th[i], NULL, open_thread, &p[i]);
     }
     for (int i = 0; i < 2; i++)

@@ -1,0 +1,69 @@
+/*
+** auth.h: the run key and what the tcp path does with it (libsodium).
+** Every run has a fresh 32-byte random key in a 0600 file. A connection starts with a
+** challenge-response under the key (fresh nonces from both ends, so a recorded handshake cannot
+** be replayed); both ends then derive a key per direction of that connection. Every packet after
+** it is followed by a trailer: its sequence number on the connection (8 bytes, little-endian) and
+** a 16-byte tag over the 40-byte header and the payload under the direction's key and that
+** number. A forged, altered or misrouted packet fails the tag; a replayed one (a number not above
+** the last accepted) is refused before it; a packet of another connection fails under its key. The tag is Poly1305 under a one-time key
+** from ChaCha20 (as in ChaCha20-Poly1305, RFC 8439); with encrypt, the payload is encrypted by
+** ChaCha20-Poly1305 (IETF) with the header as associated data.
+*/
+#ifndef DPY_AUTH_H
+#define DPY_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DPY_KEY_BYTES 32
+#define DPY_NONCE_BYTES 32
+#define DPY_PROOF_BYTES 32
+#define DPY_TAG_BYTES 16
+#define DPY_TRAILER_BYTES (8 + DPY_TAG_BYTES)
+
+/* One direction of one connection: its key and the lowest sequence number still acceptable. */
+typedef struct {
+    uint8_t key[DPY_KEY_BYTES];
+    uint64_t seq;
+} dpy_auth_dir;
+
+enum { DPY_AUTH_OK = 0, DPY_AUTH_FORGED = -1, DPY_AUTH_REPLAYED = -2 };
+
+/* libsodium's one-time setup (thread-safe, idempotent): 0, or -1. */
+int dpy_auth_init(char *err, size_t errlen);
+
+/* Writes a fresh random key to path, mode 0600 (an existing file is replaced, never reused). */
+int dpy_key_create(const char *path, char *err, size_t errlen);
+/* Reads a key file: a regular file of exactly DPY_KEY_BYTES bytes that only its owner can read. */
+int dpy_key_load(const char *path, uint8_t key[DPY_KEY_BYTES], char *err, size_t errlen);
+
+void dpy_auth_random(void *buf, size_t len);
+
+/* The handshake's transcript: run id, connecting and accepting process, both nonces, flags. */
+typedef struct {
+    uint64_t run_id;
+    uint32_t connector, acceptor;
+    uint8_t nonce_c[DPY_NONCE_BYTES], nonce_a[DPY_NONCE_BYTES];
+    uint8_t flags;
+} dpy_handshake;
+
+/* The proof that role ('A': the acceptor, 'C': the connector) holds the key. */
+void dpy_auth_proof(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs, char role,
+                    uint8_t out[DPY_PROOF_BYTES]);
+/* Constant-time comparison of two proofs: 1 when equal. */
+int dpy_auth_proof_ok(const uint8_t a[DPY_PROOF_BYTES], const uint8_t b[DPY_PROOF_BYTES]);
+/* The keys of the connection's two directions (connector to acceptor, and back). */
+void dpy_auth_session(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs,
+                      dpy_auth_dir *c_to_a, dpy_auth_dir *a_to_c);
+
+/* Seals one packet: its trailer (the next sequence number, the tag over header and payload).
+** encrypt: the payload is encrypted from in to out (may be the same buffer); else out is unused. */
+void dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uint8_t *in,
+                   uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]);
+/* Checks one received packet by its trailer (encrypt: decrypts it in place): DPY_AUTH_OK (and
+** the next packet must have a higher number), DPY_AUTH_REPLAYED, or DPY_AUTH_FORGED. */
+int dpy_auth_open(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], uint8_t *data, size_t len,
+                  const uint8_t trailer[DPY_TRAILER_BYTES]);
+
+#endif

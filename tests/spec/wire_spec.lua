@@ -1,0 +1,70 @@
+-- The run key: a fresh random one per multi-process run, mode 0600 in the run directory, in no
+-- log, manifest or command line; authenticated (and encrypted) runs give the same numbers.
+local BIN = shell_quote(DPY_BIN)
+
+local function hex(s) return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end)) end
+
+-- every file under dir but the key itself
+local function other_files(dir)
+  local _, out = sh("find " .. shell_quote(dir) .. " -type f ! -name run.key")
+  local list = {}
+  for path in out:gmatch("[^\n]+") do list[#list + 1] = path end
+  return list
+end
+
+describe("the run key #e2e", function()
+  local dir
+  setup(function()
+    dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY_RUN)
+    local code, _, err = sh(BIN .. " run " .. dir .. "/c.lua --out " .. dir .. "/one")
+    assert.are.equal(0, code, err)
+  end)
+
+  local function run(name, extra)
+    local code, out, err = sh(BIN .. " run " .. dir .. "/c.lua processes=2 " .. (extra or "") .. " --out "
+                              .. dir .. "/" .. name)
+    assert.are.equal(0, code, err)
+    return dir .. "/" .. name, out .. err
+  end
+
+  it("is made fresh for each run, 0600, and appears in no other file, output or argv", function()
+    local out, printed = run("two")
+    local key = read_file(out .. "/run.key")
+    assert.are.equal(32, #key)
+    local _, mode = sh("stat -c %a " .. shell_quote(out .. "/run.key"))
+    assert.are.equal("600", mode:match("%d+"))
+    local files = other_files(out)
+    assert.is_true(#files > 5)
+    for _, path in ipairs(files) do
+      local text = read_file(path)
+      assert.is_nil(text:find(key, 1, true), path)
+      assert.is_nil(text:find(hex(key), 1, true), path)
+    end
+    assert.is_nil(printed:find(key, 1, true))
+    assert.is_nil(printed:find(hex(key), 1, true))
+    assert.is_nil(read_file(out .. "/manifest.json"):find("run.key", 1, true))
+    local again = run("two", "--force")   -- the same directory again: another key
+    assert.are_not.equal(key, read_file(again .. "/run.key"))
+  end)
+
+  it("gives the same numbers authenticated and encrypted as in one process", function()
+    local plain = run("mac")
+    local sealed = run("enc", "encrypt=true")
+    for uid = 0, 3 do
+      local one = node_metrics(dir .. "/one", uid)
+      assert.are.same(one.test_accuracy, node_metrics(plain, uid).test_accuracy, "node " .. uid)
+      assert.are.same(one.test_accuracy, node_metrics(sealed, uid).test_accuracy, "node " .. uid)
+      assert.are.same(one.train_loss, node_metrics(sealed, uid).train_loss, "node " .. uid)
+    end
+  end)
+
+  it("refuses a key file others can read", function()
+    local out = run("bad")
+    assert.is_true(os.execute("chmod 644 " .. shell_quote(out .. "/run.key")))
+    local code, _, err = sh(BIN .. " node " .. dir .. "/c.lua processes=2 --process 1 --dir " .. out
+                            .. " --run-id 5")
+    assert.are.equal(1, code)
+    assert.matches("run key .*run.key has mode 644: only its owner may read it %(0600%)", err)
+  end)
+end)
