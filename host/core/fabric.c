@@ -80,15 +80,19 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
     payload *shared = given;   /* one copy of the bytes for every local receiver */
     if (shared)
         atomic_fetch_add(&shared->refs, 1);   /* as a copy's: dropped below */
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    /* every receiver gets its copy: one that is gone (a dead process) fails alone, and the
+    ** first failure is the one reported */
+    int failed = 0;
+    char why[320];
+    for (size_t i = 0; i < n; i++) {
         uint32_t receiver = receivers[i];
         fate d = dpy_faults_decide(&f->faults, len);
         dpy_traffic_sent(&f->inboxes[sender], channel, len);
         if (!dpy_fabric_local(f, receiver)) {
-            if (d.copies > 0)
-                rc = dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d, err,
-                                  errlen);
+            if (d.copies > 0 &&
+                dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d,
+                             failed ? why : err, failed ? sizeof why : errlen) != 0)
+                failed++;
             continue;
         }
         for (int c = 0; c < d.copies; c++) {
@@ -100,14 +104,18 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
             }
             if (!shared) {
                 shared = dpy_payload_new(len, 1);   /* the sender's own reference, dropped below */
-                if (!shared)
-                    return dpy_fail(err, errlen, "out of memory queueing %zu bytes", len);
+                if (!shared) {
+                    if (!failed++)
+                        dpy_fail(err, errlen, "out of memory queueing %zu bytes", len);
+                    break;
+                }
                 if (len)
                     memcpy(shared->data, data, len);
             }
             msg *m = dpy_msg_new(sender, channel, round, encoding, shared);
             if (!m) {
-                rc = dpy_fail(err, errlen, "out of memory queueing a message");
+                if (!failed++)
+                    dpy_fail(err, errlen, "out of memory queueing a message");
                 break;
             }
             atomic_fetch_add(&shared->refs, 1);
@@ -116,7 +124,11 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
         }
     }
     dpy_payload_release(shared);
-    return rc;
+    if (failed > 1) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (and %d more of %zu receivers)", failed - 1, n);
+    }
+    return failed ? -1 : 0;
 }
 
 int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,

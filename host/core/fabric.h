@@ -47,7 +47,9 @@ int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t 
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen);
 
 /* The same bytes to several receivers: one copy is shared by all the local ones. encoding says
-** how the payload was encoded (see wire.h); the receiver gets it back from dpy_fabric_recv. */
+** how the payload was encoded (see wire.h); the receiver gets it back from dpy_fabric_recv.
+** A receiver that cannot be reached does not stop the others: every one is tried, and -1 names
+** the first that failed (and how many did). */
 int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
                          uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
                          size_t len, char *err, size_t errlen);

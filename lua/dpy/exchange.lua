@@ -30,12 +30,25 @@ local function decode(node, peer, r, x, encoding)
   return nil
 end
 
---- exchange.receive(node, peer, r) -> the float32 vector peer sent for round r, decoded; or nil
--- when the peer is dropped (on_peer_failure = "continue") or its payload rejected. Raises when
--- the peer failed and on_peer_failure is "abort".
-function M.receive(node, peer, r)
+--- exchange.deadline(node) -> when a round's wait for its peers ends (peer_timeout from now): the
+-- peers of a round are waited for together, not one peer_timeout after another.
+function M.deadline(node)
+  return host.clock() + node.cfg.peer_timeout
+end
+
+--- exchange.timeout(node, deadline) -> the seconds left until deadline (peer_timeout without one)
+function M.timeout(node, deadline)
+  if not deadline then return node.cfg.peer_timeout end
+  return math.max(0, deadline - host.clock())
+end
+
+--- exchange.receive(node, peer, r [, deadline]) -> the float32 vector peer sent for round r,
+-- decoded; or nil when the peer is dropped (on_peer_failure = "continue") or its payload rejected.
+-- Raises when the peer failed and on_peer_failure is "abort". deadline (exchange.deadline) bounds
+-- the wait; without one it is peer_timeout.
+function M.receive(node, peer, r, deadline)
   local cfg = node.cfg
-  local x, why = node.endpoint:recv(peer, M.MODEL, r, cfg.peer_timeout, node.chain.wire_dtype)
+  local x, why = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), node.chain.wire_dtype)
   if x then return decode(node, peer, r, x, why) end
   local what = why == "dead" and "is gone" or string.format("sent nothing for %g s", cfg.peer_timeout)
   if cfg.on_peer_failure == "abort" then
