@@ -80,6 +80,21 @@ int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t cha
     return 0;
 }
 
+void dpy_tcp_notice(dpy_fabric *f, int p, uint32_t node, const char *why) {
+    size_t len = strlen(why);
+    dpy_header h = {.channel = DPY_CHANNEL_NOTICE, .run_id = f->o.run_id, .sender = node,
+                    .receiver = node, .length = (uint32_t)len,
+                    .checksum = dpy_wire_checksum(why, len)};
+    uint8_t hdr[DPY_WIRE_HEADER];
+    dpy_wire_encode(hdr, &h);
+    peer *pe = &f->peers[p];
+    pthread_mutex_lock(&pe->write_mu);
+    int rc = pe->fd >= 0 ? send_all(pe->fd, hdr, why, len) : -1;
+    pthread_mutex_unlock(&pe->write_mu);
+    if (rc != 0)
+        dpy_fabric_process_gone(f, p);
+}
+
 /* {==== connections ====} */
 
 static int parse_address(const char *addr, char *host, size_t hostlen, char *port, size_t portlen) {
@@ -200,11 +215,21 @@ static int on_packet(dpy_fabric *f, conn *c) {
         dpy_rejects_add(&f->rejects, "data before hello on an unidentified connection");
         return -1;
     }
+    if (h->channel == DPY_CHANNEL_NOTICE && f->node_process[h->sender] == c->process &&
+        dpy_wire_checksum(pl->data, h->length) == h->checksum) {
+        dpy_fabric_mark_gone(f, h->sender, (const char *)pl->data, h->length);
+        free(pl);
+        return 0;
+    }
     if (dpy_wire_checksum(pl->data, h->length) != h->checksum) {
         free(pl);
         snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", h->sender, h->round);
-        dpy_rejects_add(&f->rejects, why);
-        return 0;   /* the framing is intact: drop the packet, keep the peer */
+        /* the framing is intact: drop the packet, keep the peer, tell its receiver at once */
+        if (f->node_process[h->sender] == c->process)
+            dpy_fabric_reject(f, h->sender, h->receiver, h->channel, h->round, why);
+        else
+            dpy_rejects_add(&f->rejects, why);
+        return 0;
     }
     if (!dpy_fabric_local(f, h->receiver) || f->node_process[h->sender] != c->process ||
         h->channel >= DPY_MAX_CHANNELS) {

@@ -17,6 +17,7 @@
 #define DPY_WIRE_VERSION 1
 #define DPY_WIRE_HEADER 40
 #define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
+#define DPY_CHANNEL_NOTICE 0xFFFEu   /* node `sender` is gone; the payload says why ("": finished) */
 
 typedef struct {
     uint8_t version, flags;

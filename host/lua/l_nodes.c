@@ -155,7 +155,7 @@ static void slot_release(node_ctx *n) {
 
 static void finish(node_ctx *n, const char *err) {
     group *g = n->g;
-    dpy_fabric_node_gone(g->fabric, n->uid);
+    dpy_fabric_node_gone(g->fabric, n->uid, err);
     slot_release(n);
     pthread_mutex_lock(&g->mu);
     n->ok = err == NULL;
@@ -618,7 +618,9 @@ static int e_send(lua_State *L) {
 /*
 ** ep:recv(from, channel, round [, timeout [, dtype]]) -> a read-only 1-d tensor of dtype over the
 ** received bytes (no copy), or a string when no dtype is given, and the sender's encoding
-** | nil, "timeout" | "dead". A compute slot the node holds is given back first.
+** | nil, "timeout" | nil, "dead" [, why: "" when it finished, else its error, when it said]
+** | nil, "malformed", why (the message came but was rejected). A compute slot the node holds is
+** given back first.
 */
 static int e_recv(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -637,10 +639,22 @@ static int e_recv(lua_State *L) {
     uint32_t encoding;
     dpy_recv_status s = dpy_fabric_recv(e->g->fabric, e->node->uid, from, (uint16_t)channel,
                                         (uint32_t)round, timeout, &data, &len, &encoding);
+    if (s == DPY_RECV_MALFORMED) {
+        luaL_pushfail(L);
+        lua_pushliteral(L, "malformed");
+        lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
+        dpy_fabric_release(data);
+        return 3;
+    }
     if (s != DPY_RECV_OK) {
+        char why[1024];
+        int said = s == DPY_RECV_DEAD && dpy_fabric_gone_reason(e->g->fabric, from, why, sizeof why);
         luaL_pushfail(L);
         lua_pushstring(L, s == DPY_RECV_DEAD ? "dead" : "timeout");
-        return 2;
+        if (!said)
+            return 2;
+        lua_pushstring(L, why);
+        return 3;
     }
     if (!as_tensor) {
         lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
@@ -652,9 +666,10 @@ static int e_recv(lua_State *L) {
     if (len % es != 0) {
         dpy_fabric_release(data);
         luaL_pushfail(L);
+        lua_pushliteral(L, "malformed");
         lua_pushfstring(L, "payload of %d bytes is not a whole number of %s", (int)len,
                         dpy_dtype_name(dtype));
-        return 2;
+        return 3;
     }
     int64_t shape[1] = {(int64_t)(len / es)};
     if (dpy_tensor_wrap(&b->h, data, len, dtype, shape, 1, dpy_fabric_release) != DPY_OK) {

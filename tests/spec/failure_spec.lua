@@ -52,4 +52,37 @@ describe("peer failure", function()
       assert.matches("round 2: peer 3 sent nothing for 2.5 s; continuing without it", read_file(out .. "/0.log"))
     end)
   end
+
+  for _, processes in ipairs { 1, 2 } do
+    it("tells every neighbour at once why a node failed, " .. processes .. " process(es)", function()
+      -- node 2 (process 1 of 2) fails in round 2: node 1 (process 0) and node 3 hear it at once
+      local boom = action("boom", "post_train", 'if node.uid == 2 and r == 2 then error("boom at round 2") end')
+      local t0 = host.clock()
+      local code, _, err, out = run(TINY .. "on_peer_failure = 'continue'\npeer_timeout = 60\n" .. boom,
+                                    "processes=" .. processes)
+      assert.is_true(host.clock() - t0 < 40, "someone waited out peer_timeout")
+      assert.are.equal(1, code)
+      assert.matches("node 2 failed: [^\n]*boom at round 2", err)
+      for _, uid in ipairs { 1, 3 } do
+        local log = read_file(out .. "/" .. uid .. ".log")
+        assert.matches("round 2: peer 2 failed: [^\n]*boom at round 2; continuing without it", log)
+        assert.not_matches("sent nothing", log)
+        assert.are.equal(3, #node_metrics(out, uid).test_accuracy)
+      end
+      -- and under "abort" the neighbours stop with the true reason
+      code, _, err = run(TINY .. "peer_timeout = 60\n" .. boom, "processes=" .. processes)
+      assert.are.equal(1, code)
+      assert.matches("node 1 failed: round 2: peer 2 failed: [^\n]*boom at round 2; stopping", err)
+    end)
+  end
+
+  it("names a malformed payload from another process as malformed, at once #e2e", function()
+    local code, _, err, out = run(TINY .. "faults = { corrupt = 1.0 }\non_peer_failure = 'continue'\n"
+                                  .. "peer_timeout = 60\nprocesses = 2\n")
+    assert.are.equal(0, code, err)
+    local log = read_file(out .. "/1.log")
+    assert.matches("round 1: rejected node 2's payload: malformed: checksum mismatch from node 2", log)
+    assert.not_matches("sent nothing", log)
+    assert.are.equal(3, #node_metrics(out, 1).test_accuracy)
+  end)
 end)
