@@ -38,7 +38,7 @@ int dpy_fabric_alive(dpy_fabric *f, int process) {
 
 static int node_gone(dpy_fabric *f, uint32_t node) {
     pthread_mutex_lock(&f->mu);
-    int g = f->gone[node];
+    int g = f->gone[node] || f->interrupted;
     pthread_mutex_unlock(&f->mu);
     return g;
 }
@@ -76,6 +76,13 @@ void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node, const char *why) {
     for (int p = 0; p < f->o.processes; p++)   /* the other processes' waits end at once too */
         if (p != f->o.process && dpy_fabric_alive(f, p))
             dpy_tcp_notice(f, p, node, line);
+}
+
+void dpy_fabric_interrupt(dpy_fabric *f) {
+    pthread_mutex_lock(&f->mu);
+    f->interrupted = 1;
+    pthread_mutex_unlock(&f->mu);
+    wake_all(f);
 }
 
 int dpy_fabric_gone_reason(dpy_fabric *f, uint32_t node, char *buf, size_t len) {

@@ -90,6 +90,8 @@ void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node, const char *why);
 /* What is known of why node is gone: 1 and its reason in buf ("" when it finished its rounds),
 ** or 0 when nothing is (it is running, or its process went away without a word). */
 int dpy_fabric_gone_reason(dpy_fabric *f, uint32_t node, char *buf, size_t len);
+/* The run is being stopped (a signal): every wait for a message ends at once (DPY_RECV_DEAD). */
+void dpy_fabric_interrupt(dpy_fabric *f);
 /* Whether a process is still connected (always 1 for this process). */
 int dpy_fabric_alive(dpy_fabric *f, int process);
 int dpy_fabric_is_local(dpy_fabric *f, uint32_t node);

@@ -154,7 +154,8 @@ struct dpy_fabric {
     char **gone_why;                /* by uid: why ("": finished; NULL: not said) (under mu) */
     inbox *inboxes;                 /* by uid; only this process's nodes are used */
     peer *peers;                    /* by process */
-    pthread_mutex_t mu;             /* gone, peers' alive, connected */
+    pthread_mutex_t mu;             /* gone, peers' alive, connected, interrupted */
+    int interrupted;                /* dpy_fabric_interrupt: no wait outlasts it */
     faults faults;
     rejects rejects;
     /* tcp.c's */

@@ -34,6 +34,7 @@ typedef struct {
     int ok;                         /* finished without error */
     char *err;                      /* malloc'd message when !ok */
     int round;                      /* last round reported */
+    lua_State *L;                   /* the node's state while it runs (under the group's mu) */
     double accuracy;                /* last reported test accuracy (NaN: none) */
     pthread_t thread;
     int started;
@@ -56,6 +57,7 @@ struct group {
     pthread_cond_t done;
     size_t running;
     int joined;
+    int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
 };
 
 typedef struct { group *g; node_ctx *node; } endpoint_box;
@@ -209,17 +211,23 @@ static void *node_main(void *arg) {
         finish(n, err);
         return NULL;
     }
+    pthread_mutex_lock(&n->g->mu);
+    n->L = L;
+    if (n->g->interrupted)   /* it came before this node had a state to stop */
+        dpy_state_interrupt(L);
+    pthread_mutex_unlock(&n->g->mu);
     lua_pushcfunction(L, node_boot);
     lua_pushlightuserdata(L, n);
-    if (dpy_state_pcall(L, 1, 0) != LUA_OK) {
+    int status = dpy_state_pcall(L, 1, 0);
+    if (status != LUA_OK) {
         const char *msg = lua_tostring(L, -1);
         snprintf(err, sizeof err, "%s", msg ? msg : "(error object is not a string)");
-        lua_close(L);
-        finish(n, err);
-        return NULL;
     }
+    pthread_mutex_lock(&n->g->mu);
+    n->L = NULL;
+    pthread_mutex_unlock(&n->g->mu);
     lua_close(L);
-    finish(n, NULL);
+    finish(n, status == LUA_OK ? NULL : err);
     return NULL;
 }
 
@@ -522,6 +530,21 @@ static int g_progress(lua_State *L) {
     return 1;
 }
 
+/* g:interrupt(): stops every node at once: a node running Lua raises "interrupted!" at its next
+** instruction, a wait for a message ends, and a node that catches the error stops at its next
+** ep:report. Their finished rounds stay (dpy.node saves its metrics on the way out). */
+static int g_interrupt(lua_State *L) {
+    group *g = checkgroup(L, 1);
+    pthread_mutex_lock(&g->mu);
+    g->interrupted = 1;
+    for (size_t i = 0; i < g->count; i++)
+        if (g->nodes[i].L)   /* as lua.c does from a signal handler: a hook is all that is set */
+            dpy_state_interrupt(g->nodes[i].L);
+    pthread_mutex_unlock(&g->mu);
+    dpy_fabric_interrupt(g->fabric);
+    return 0;
+}
+
 /* __gc and g:close(): waits for the nodes, then closes the fabric */
 static int g_close(lua_State *L) {
     group_box *b = luaL_checkudata(L, 1, GROUP_MT);
@@ -730,10 +753,15 @@ static int e_report(lua_State *L) {
     int round = (int)luaL_checkinteger(L, 2);
     double acc = luaL_optnumber(L, 3, NAN);
     pthread_mutex_lock(&e->g->mu);
-    e->node->round = round;
-    if (!isnan(acc))
-        e->node->accuracy = acc;
+    int interrupted = e->g->interrupted;
+    if (!interrupted) {   /* an interrupted round is not finished */
+        e->node->round = round;
+        if (!isnan(acc))
+            e->node->accuracy = acc;
+    }
     pthread_mutex_unlock(&e->g->mu);
+    if (interrupted)
+        return luaL_error(L, "interrupted!");
     return 0;
 }
 
@@ -747,7 +775,8 @@ static const luaL_Reg ep_methods[] = {
     {"rejected", e_rejected}, {"acquire", e_acquire}, {"release", e_release},
     {"report", e_report}, {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
-    {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"close", g_close},
+    {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},
+    {"close", g_close},
     {NULL, NULL}};
 static const luaL_Reg functions[] = {{"start", n_start}, {NULL, NULL}};
 

@@ -1,5 +1,5 @@
 --- dpy.cli: the dpy-lua subcommands written in Lua (run). main returns the exit code:
--- 0 success, 1 runtime error, 2 usage error.
+-- 0 success, 1 runtime error, 2 usage error, 128 + the signal when SIGINT or SIGTERM stopped a run.
 local argparse = require "argparse"
 
 local M = {}
@@ -104,6 +104,12 @@ function M.run(args)
   end
   if cfg.nodes then
     print(decentralized_text(cfg, dir, summary))
+    local stop = summary.interrupted
+    if stop then   -- the nodes' "interrupted!" is no failure of theirs
+      io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
+                                    stop.signal, stop.round, dir))
+      return 128 + stop.number
+    end
     if #summary.failed > 0 then
       for _, f in ipairs(summary.failed) do   -- the message; the traceback is in the node's log
         io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
