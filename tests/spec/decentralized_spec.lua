@@ -172,7 +172,7 @@ describe("decentralized runs", function()
   end)
 
   it("rejects, counts and logs corrupted packets, and keeps running", function()
-    local cfg = TINY .. "faults = { corrupt = 1.0 }\non_peer_failure = 'continue'\npeer_timeout = 0.5\n"
+    local cfg = TINY .. "faults = { corrupt = 1.0 }\non_peer_failure = 'continue'\n"
     local code, _, err, out = run(cfg)
     assert.are.equal(0, code, err)
     local log = read_file(out .. "/0.log")

@@ -79,9 +79,12 @@ describe("stopping a run", function()
       os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
       local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
       assert.truthy(pid)
-      local first = wait_for(function()
-        local m = node_metrics(out, 0)
-        return m and m.test_accuracy and #m.test_accuracy >= 1
+      local first = wait_for(function()   -- every node has finished round 1
+        for uid = 0, 3 do
+          local m = node_metrics(out, uid)
+          if not (m and m.test_accuracy and #m.test_accuracy >= 1) then return false end
+        end
+        return true
       end, 60)
       assert.truthy(first, "round 1 never reached the metrics")
       local t0 = host.clock()
