@@ -38,18 +38,80 @@ int dpy_fabric_alive(dpy_fabric *f, int process) {
 
 static int node_gone(dpy_fabric *f, uint32_t node) {
     pthread_mutex_lock(&f->mu);
-    int g = f->gone[node];
+    int g = f->gone[node] || f->interrupted;
     pthread_mutex_unlock(&f->mu);
     return g;
 }
 
-void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node) {
-    if (!dpy_fabric_local(f, node))
+void dpy_fabric_mark_gone(dpy_fabric *f, uint32_t node, const char *why, size_t len) {
+    if (node >= f->o.nodes)
         return;
+    if (len > 1000)   /* a reason, not a payload */
+        len = 1000;
+    char *copy = malloc(len + 1);
+    if (copy) {
+        memcpy(copy, why, len);
+        copy[len] = '\0';
+    }
     pthread_mutex_lock(&f->mu);
     f->gone[node] = 1;
+    if (!f->gone_why[node]) {   /* the first word stays: a later one is an echo of it */
+        f->gone_why[node] = copy;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&f->mu);
+    free(copy);
+    wake_all(f);
+}
+
+void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node, const char *why) {
+    if (!dpy_fabric_local(f, node))
+        return;
+    if (!why)
+        why = "";
+    size_t len = strcspn(why, "\n");   /* the message, not its traceback */
+    dpy_fabric_mark_gone(f, node, why, len);
+    char line[1001];
+    snprintf(line, sizeof line, "%.*s", (int)(len < 1000 ? len : 1000), why);
+    for (int p = 0; p < f->o.processes; p++)   /* the other processes' waits end at once too */
+        if (p != f->o.process && dpy_fabric_alive(f, p))
+            dpy_tcp_notice(f, p, node, line);
+}
+
+void dpy_fabric_interrupt(dpy_fabric *f) {
+    pthread_mutex_lock(&f->mu);
+    f->interrupted = 1;
     pthread_mutex_unlock(&f->mu);
     wake_all(f);
+}
+
+int dpy_fabric_gone_reason(dpy_fabric *f, uint32_t node, char *buf, size_t len) {
+    if (node >= f->o.nodes)
+        return 0;
+    pthread_mutex_lock(&f->mu);
+    const char *why = f->gone_why[node];
+    if (why)
+        snprintf(buf, len, "%s", why);
+    pthread_mutex_unlock(&f->mu);
+    return why != NULL;
+}
+
+/* Leaves receiver a marker of a rejected message (counted by the caller), so that its wait ends at
+** once with "malformed" and the reason. */
+void dpy_fabric_reject(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
+                       uint32_t round, const char *why) {
+    if (!dpy_fabric_local(f, receiver) || channel >= DPY_MAX_CHANNELS)
+        return;
+    size_t len = strlen(why);
+    payload *p = dpy_payload_new(len, 1);
+    msg *m = p ? dpy_msg_new(sender, channel, round, 0, p) : NULL;
+    if (!m) {   /* out of memory: the receiver waits, as it would have */
+        dpy_payload_release(p);
+        return;
+    }
+    memcpy(p->data, why, len);
+    m->rejected = 1;
+    dpy_inbox_put(&f->inboxes[receiver], m);
 }
 
 /* {==== sending ====} */
@@ -80,34 +142,43 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
     payload *shared = given;   /* one copy of the bytes for every local receiver */
     if (shared)
         atomic_fetch_add(&shared->refs, 1);   /* as a copy's: dropped below */
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    /* every receiver gets its copy: one that is gone (a dead process) fails alone, and the
+    ** first failure is the one reported */
+    int failed = 0;
+    char why[320];
+    for (size_t i = 0; i < n; i++) {
         uint32_t receiver = receivers[i];
         fate d = dpy_faults_decide(&f->faults, len);
         dpy_traffic_sent(&f->inboxes[sender], channel, len);
         if (!dpy_fabric_local(f, receiver)) {
-            if (d.copies > 0)
-                rc = dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d, err,
-                                  errlen);
+            if (d.copies > 0 &&
+                dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d,
+                             failed ? why : err, failed ? sizeof why : errlen) != 0)
+                failed++;
             continue;
         }
         for (int c = 0; c < d.copies; c++) {
-            if (d.corrupt) {   /* what a receiver's checksum catches: counted, logged, dropped */
-                char why[128];
-                snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", sender, round);
-                dpy_rejects_add(&f->rejects, DPY_REJECT_CHECKSUM, NULL, why);
+            if (d.corrupt) {   /* what a receiver's checksum catches: counted, logged, named */
+                char bad[128];
+                snprintf(bad, sizeof bad, "checksum mismatch from node %u (round %u)", sender, round);
+                dpy_rejects_add(&f->rejects, DPY_REJECT_CHECKSUM, NULL, bad);
+                dpy_fabric_reject(f, sender, receiver, channel, round, bad);
                 continue;
             }
             if (!shared) {
                 shared = dpy_payload_new(len, 1);   /* the sender's own reference, dropped below */
-                if (!shared)
-                    return dpy_fail(err, errlen, "out of memory queueing %zu bytes", len);
+                if (!shared) {
+                    if (!failed++)
+                        dpy_fail(err, errlen, "out of memory queueing %zu bytes", len);
+                    break;
+                }
                 if (len)
                     memcpy(shared->data, data, len);
             }
             msg *m = dpy_msg_new(sender, channel, round, encoding, shared);
             if (!m) {
-                rc = dpy_fail(err, errlen, "out of memory queueing a message");
+                if (!failed++)
+                    dpy_fail(err, errlen, "out of memory queueing a message");
                 break;
             }
             atomic_fetch_add(&shared->refs, 1);
@@ -116,7 +187,11 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
         }
     }
     dpy_payload_release(shared);
-    return rc;
+    if (failed > 1) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (and %d more of %zu receivers)", failed - 1, n);
+    }
+    return failed ? -1 : 0;
 }
 
 int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
@@ -151,7 +226,7 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
     payload *p;
     dpy_recv_status s = dpy_inbox_take(&f->inboxes[receiver], sender, channel, round, timeout,
                                        sender_gone, f, &p, encoding);
-    if (s == DPY_RECV_OK) {
+    if (s == DPY_RECV_OK || s == DPY_RECV_MALFORMED) {
         *len = p->len;
         *data = p->data;   /* no copy: dpy_fabric_release drops the reference */
     }
@@ -205,7 +280,9 @@ int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_
     f->inboxes = calloc(o->nodes, sizeof *f->inboxes);
     f->peers = calloc((size_t)o->processes, sizeof *f->peers);
     f->gone = calloc(o->nodes, 1);
-    if (!f->node_process || !f->inboxes || !f->peers || !f->gone) {
+    f->gone_why = calloc(o->nodes, sizeof *f->gone_why);
+    if (!f->node_process || !f->inboxes || !f->peers || !f->gone || !f->gone_why) {
+        free(f->gone_why);
         free(f->gone);
         free(f->node_process);
         free(f->inboxes);
@@ -246,6 +323,9 @@ void dpy_fabric_close(dpy_fabric *f) {
         dpy_inbox_destroy(&f->inboxes[u]);
     free(f->inboxes);
     free(f->peers);
+    for (uint32_t u = 0; u < f->o.nodes; u++)
+        free(f->gone_why[u]);
+    free(f->gone_why);
     free(f->gone);
     free(f->node_process);
     dpy_rejects_destroy(&f->rejects);

@@ -42,7 +42,7 @@ typedef struct {
     uint64_t recv_msgs, recv_payload, recv_header;
 } dpy_traffic;
 
-typedef enum { DPY_RECV_OK = 0, DPY_RECV_TIMEOUT, DPY_RECV_DEAD } dpy_recv_status;
+typedef enum { DPY_RECV_OK = 0, DPY_RECV_TIMEOUT, DPY_RECV_DEAD, DPY_RECV_MALFORMED } dpy_recv_status;
 
 int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen);
 /* Closes every connection and joins the I/O thread; pending messages are freed. */
@@ -54,7 +54,9 @@ int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t 
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen);
 
 /* The same bytes to several receivers: one copy is shared by all the local ones. encoding says
-** how the payload was encoded (see wire.h); the receiver gets it back from dpy_fabric_recv. */
+** how the payload was encoded (see wire.h); the receiver gets it back from dpy_fabric_recv.
+** A receiver that cannot be reached does not stop the others: every one is tried, and -1 names
+** the first that failed (and how many did). */
 int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,
                          uint16_t channel, uint32_t round, uint32_t encoding, const void *data,
                          size_t len, char *err, size_t errlen);
@@ -72,8 +74,10 @@ int dpy_fabric_send_buffer(dpy_fabric *f, uint32_t sender, const uint32_t *recei
 /* Waits up to timeout seconds (< 0: forever) for the message (channel, round) from sender to the
 ** local node receiver. On DPY_RECV_OK *data and *len hold it (and *encoding, when not NULL, the
 ** sender's encoding); give it back with dpy_fabric_release.
-** DPY_RECV_DEAD: the sender's process is gone. Messages of earlier rounds on that channel from
-** that sender are discarded as stale. */
+** DPY_RECV_DEAD: the sender's process is gone, or the sender finished or failed (see
+** dpy_fabric_gone_reason). DPY_RECV_MALFORMED: the message came but was rejected (a checksum
+** mismatch): *data and *len hold the reason, as text, to give back with dpy_fabric_release.
+** Messages of earlier rounds on that channel from that sender are discarded as stale. */
 dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sender,
                                 uint16_t channel, uint32_t round, double timeout,
                                 void **data, size_t *len, uint32_t *encoding);
@@ -105,9 +109,15 @@ typedef enum {
 extern const char *const dpy_reject_names[DPY_REJECT_KINDS];
 /* The counts by kind (DPY_REJECT_KINDS entries). */
 void dpy_fabric_rejected_by(dpy_fabric *f, uint64_t counts[DPY_REJECT_KINDS]);
-/* Marks a local node as finished: whoever waits for its messages is told at once (after the
-** messages it did send). */
-void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node);
+/* Marks a local node as finished (why NULL) or failed (why: the reason): whoever waits for its
+** messages is told at once (after the messages it did send), in this process and, by a notice
+** on the wire, in every other. */
+void dpy_fabric_node_gone(dpy_fabric *f, uint32_t node, const char *why);
+/* What is known of why node is gone: 1 and its reason in buf ("" when it finished its rounds),
+** or 0 when nothing is (it is running, or its process went away without a word). */
+int dpy_fabric_gone_reason(dpy_fabric *f, uint32_t node, char *buf, size_t len);
+/* The run is being stopped (a signal): every wait for a message ends at once (DPY_RECV_DEAD). */
+void dpy_fabric_interrupt(dpy_fabric *f);
 /* Whether a process is still connected (always 1 for this process). */
 int dpy_fabric_alive(dpy_fabric *f, int process);
 int dpy_fabric_is_local(dpy_fabric *f, uint32_t node);

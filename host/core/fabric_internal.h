@@ -34,6 +34,7 @@ typedef struct msg {
     uint32_t sender, round, encoding;
     uint16_t channel;
     double deliver_at;              /* monotonic seconds (a mock delay); 0: at once */
+    int rejected;                   /* the message came but was rejected: p holds the reason */
     payload *p;
 } msg;
 
@@ -72,8 +73,9 @@ void dpy_inbox_put(inbox *in, msg *m);
 void dpy_inbox_wake(inbox *in);
 /* Whether sender can no longer send (asked only while no message of the round is ready). */
 typedef int (*dpy_inbox_gone_fn)(void *ctx, uint32_t sender);
-/* dpy_fabric_recv on one inbox: on DPY_RECV_OK *out holds the payload (the reference is the
-** caller's) and *encoding, when not NULL, the sender's encoding. */
+/* dpy_fabric_recv on one inbox: on DPY_RECV_OK (and DPY_RECV_MALFORMED: the reason) *out holds
+** the payload (the reference is the caller's) and *encoding, when not NULL, the sender's
+** encoding. */
 dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uint32_t round,
                                double timeout, dpy_inbox_gone_fn gone, void *ctx, payload **out,
                                uint32_t *encoding);
@@ -155,6 +157,8 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen);
 int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                  uint32_t round, uint32_t encoding, const void *data, size_t len, fate d,
                  char *err, size_t errlen);
+/* Tells process p that local node is gone (why: "" when it finished); best effort. */
+void dpy_tcp_notice(dpy_fabric *f, int p, uint32_t node, const char *why);
 /* Joins the I/O thread and closes every connection (safe when never started). */
 void dpy_tcp_stop(dpy_fabric *f);
 
@@ -163,10 +167,12 @@ void dpy_tcp_stop(dpy_fabric *f);
 struct dpy_fabric {
     dpy_fabric_opts o;
     int32_t *node_process;
-    unsigned char *gone;            /* by uid: a local node that has finished (under mu) */
+    unsigned char *gone;            /* by uid: a node that has finished or failed (under mu) */
+    char **gone_why;                /* by uid: why ("": finished; NULL: not said) (under mu) */
     inbox *inboxes;                 /* by uid; only this process's nodes are used */
     peer *peers;                    /* by process */
-    pthread_mutex_t mu;             /* gone, peers' alive, connected */
+    pthread_mutex_t mu;             /* gone, peers' alive, connected, interrupted */
+    int interrupted;                /* dpy_fabric_interrupt: no wait outlasts it */
     faults faults;
     rejects rejects;
     /* tcp.c's */
@@ -182,6 +188,12 @@ struct dpy_fabric {
 
 /* A process went away: whoever waits for one of its nodes is told at once. */
 void dpy_fabric_process_gone(dpy_fabric *f, int process);
+/* A node (of any process) is gone, for why (len bytes, not terminated): recorded, receivers woken. */
+void dpy_fabric_mark_gone(dpy_fabric *f, uint32_t node, const char *why, size_t len);
+/* A message from sender to local receiver came but was rejected (why): counted, and its receiver
+** told at once instead of waiting for a message that will not come. */
+void dpy_fabric_reject(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
+                       uint32_t round, const char *why);
 
 static inline int dpy_fabric_local(const dpy_fabric *f, uint32_t node) {
     return node < f->o.nodes && f->node_process[node] == f->o.process;

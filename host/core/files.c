@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +53,23 @@ int dpy_write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
+static int write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* The signals that end a run are held while the temporary file exists: one that would end the
+** process (a second Ctrl-C) takes effect after the rename or the unlink, never between. */
 int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
+    int rc = write_atomic(path, data, len, err, errlen);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static int write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "path too long: %s", path);
@@ -72,7 +90,11 @@ int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, 
         unlink(tmp);
         return -1;
     }
-    close(fd);
+    if (close(fd) != 0) {
+        fail_errno(err, errlen, "close", tmp);
+        unlink(tmp);
+        return -1;
+    }
     if (rename(tmp, path) != 0) {
         fail_errno(err, errlen, "rename into", path);
         unlink(tmp);

@@ -1,7 +1,9 @@
 /* inbox.c: a local node's inbox. Messages wait there until the node asks for its (channel,
 ** round, sender): a fast sender's next round simply waits, an earlier round's leftovers are
 ** discarded as stale, a delayed message waits for its time. A delivery wakes the node only when
-** it is the message the node waits for. */
+** it is the message the node waits for. A message that came but was rejected (a checksum
+** mismatch) is a marker holding the reason: the receiver is told at once, unless a good copy of
+** the same message is there too. */
 #include <stdlib.h>
 
 #include "fabric_internal.h"
@@ -51,6 +53,7 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
         double wake = deadline;
         double t = dpy_fabric_now();
         int pending = 0;   /* a delayed message of this round: it arrives even if its sender left */
+        msg **bad = NULL;  /* a rejected copy of this round: said only when no good one is there */
         for (msg **p = &in->head; *p;) {
             msg *m = *p;
             if (m->channel != channel || m->sender != sender) {
@@ -63,6 +66,12 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
                 continue;
             }
             if (m->round == round) {
+                if (m->rejected) {   /* made at once (deliver_at 0) */
+                    if (!bad)
+                        bad = p;
+                    p = &m->next;
+                    continue;
+                }
                 if (m->deliver_at <= t) {
                     *p = m->next;
                     /* counted when taken, so a round's bytes are that round's messages */
@@ -79,6 +88,16 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
                 pending = 1;
             }
             p = &m->next;
+        }
+        if (bad) {   /* only a rejected copy came: the sender did send, and it is named */
+            msg *m = *bad;
+            *bad = m->next;
+            pthread_mutex_unlock(&in->mu);
+            *out = m->p;
+            if (encoding)
+                *encoding = 0;
+            free(m);
+            return DPY_RECV_MALFORMED;
         }
         if (!pending && gone(ctx, sender)) {
             pthread_mutex_unlock(&in->mu);

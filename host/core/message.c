@@ -26,6 +26,7 @@ msg *dpy_msg_new(uint32_t sender, uint16_t channel, uint32_t round, uint32_t enc
         m->round = round;
         m->encoding = encoding;
         m->deliver_at = 0;
+        m->rejected = 0;
         m->p = p;
     }
     return m;

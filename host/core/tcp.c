@@ -73,17 +73,15 @@ static int send_handshake(dpy_fabric *f, int fd, uint16_t channel, int from, int
     return send_all(fd, iov, 2);
 }
 
-int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
-                 uint32_t round, uint32_t encoding, const void *data, size_t len, fate d,
-                 char *err, size_t errlen) {
-    int p = f->node_process[receiver];
+/* Seals header h and its payload under process p's connection key (and encrypts it, with
+** encrypt), and writes it d.copies times, each with its own sequence number. */
+static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, size_t len, fate d,
+                       char *err, size_t errlen) {
     int enc = f->o.encrypt;
-    dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = sender,
-                    .receiver = receiver, .round = round, .length = (uint32_t)len,
-                    .checksum = enc ? 0 : dpy_wire_checksum(data, len), .encoding = encoding,
-                    .flags = enc ? DPY_FLAG_ENCRYPTED : 0};
+    h->checksum = enc ? 0 : dpy_wire_checksum(data, len);
+    h->flags = enc ? DPY_FLAG_ENCRYPTED : 0;
     uint8_t hdr[DPY_WIRE_HEADER], tag[DPY_TRAILER_BYTES];
-    dpy_wire_encode(hdr, &h);
+    dpy_wire_encode(hdr, h);
     if (d.corrupt)
         dpy_faults_corrupt_header(hdr);
     uint8_t *sealed = enc && len ? malloc(len) : NULL;   /* the ciphertext */
@@ -92,7 +90,7 @@ int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t cha
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     int rc = 0, why = 0;
-    for (int c = 0; c < d.copies && rc == 0; c++) {   /* each copy its own sequence number */
+    for (int c = 0; c < d.copies && rc == 0; c++) {
         errno = 0;
         dpy_auth_seal(&pe->tx, enc, hdr, data, sealed, len, tag);
         struct iovec iov[3] = {{hdr, sizeof hdr}, {enc ? sealed : (void *)data, len},
@@ -104,10 +102,27 @@ int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t cha
     free(sealed);
     if (rc != 0) {
         dpy_fabric_process_gone(f, p);
-        return dpy_fail(err, errlen, "node %u's process %d is unreachable: %s", receiver, p,
+        return dpy_fail(err, errlen, "node %u's process %d is unreachable: %s", h->receiver, p,
                         why ? strerror(why) : "its connection is closed");
     }
     return 0;
+}
+
+int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
+                 uint32_t round, uint32_t encoding, const void *data, size_t len, fate d,
+                 char *err, size_t errlen) {
+    dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = sender,
+                    .receiver = receiver, .round = round, .length = (uint32_t)len, .encoding = encoding};
+    return send_packet(f, f->node_process[receiver], &h, data, len, d, err, errlen);
+}
+
+/* Tells process p that node is gone and why ("": it finished), authenticated like any packet. */
+void dpy_tcp_notice(dpy_fabric *f, int p, uint32_t node, const char *why) {
+    dpy_header h = {.channel = DPY_CHANNEL_NOTICE, .run_id = f->o.run_id, .sender = node,
+                    .receiver = node, .length = (uint32_t)strlen(why)};
+    char err[256];
+    fate once = {.copies = 1};
+    send_packet(f, p, &h, why, h.length, once, err, sizeof err);   /* a dead p is marked gone inside */
 }
 
 /* {==== connections ====} */
@@ -371,7 +386,15 @@ static int on_packet(dpy_fabric *f, conn *c) {
         free(pl);
         snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", h->sender, h->round);
         reject(f, c, DPY_REJECT_CHECKSUM, why);
-        return 0;   /* the framing is intact: drop the packet, keep the peer */
+        /* the framing is intact: drop the packet, keep the peer, tell its receiver at once */
+        if (f->node_process[h->sender] == c->process)
+            dpy_fabric_reject(f, h->sender, h->receiver, h->channel, h->round, why);
+        return 0;
+    }
+    if (h->channel == DPY_CHANNEL_NOTICE && f->node_process[h->sender] == c->process) {
+        dpy_fabric_mark_gone(f, h->sender, (const char *)pl->data, h->length);   /* authenticated above */
+        free(pl);
+        return 0;
     }
     if (!dpy_fabric_local(f, h->receiver) || f->node_process[h->sender] != c->process ||
         h->channel >= DPY_MAX_CHANNELS) {

@@ -23,6 +23,7 @@
 #define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
 #define DPY_CHANNEL_CHALLENGE 0xFFFEu
 #define DPY_CHANNEL_PROOF 0xFFFDu
+#define DPY_CHANNEL_NOTICE 0xFFFCu   /* node `sender` is gone; the payload says why ("": finished) */
 #define DPY_FLAG_ENCRYPTED 1u
 
 /* A handshake packet's channel, and the only payload length it may have (0: not one). */

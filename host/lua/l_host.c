@@ -188,16 +188,19 @@ static int h_exe(lua_State *L) {
 static volatile sig_atomic_t g_interrupted;
 
 static void on_interrupt(int sig) {
-    (void)sig;
-    g_interrupted = 1;
+    if (!g_interrupted)
+        g_interrupted = sig;
 }
 
-/* host.catch_interrupt(): from now on SIGINT and SIGTERM set a flag instead of ending the
-** process; host.interrupted() -> whether one came (a long loop polls it to stop cleanly). */
+/* host.catch_interrupt(): from now on the first SIGINT and the first SIGTERM each set a flag
+** instead of ending the process (a second of the same kind ends it, as in lua.c);
+** host.interrupted() -> the first signal's number, or false (a long loop polls it to stop
+** cleanly). */
 static int h_catch_interrupt(lua_State *L) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -206,7 +209,10 @@ static int h_catch_interrupt(lua_State *L) {
 }
 
 static int h_interrupted(lua_State *L) {
-    lua_pushboolean(L, g_interrupted);
+    if (g_interrupted)
+        lua_pushinteger(L, g_interrupted);
+    else
+        lua_pushboolean(L, 0);
     return 1;
 }
 

@@ -35,6 +35,7 @@ typedef struct {
     int ok;                         /* finished without error */
     char *err;                      /* malloc'd message when !ok */
     int round;                      /* last round reported */
+    lua_State *L;                   /* the node's state while it runs (under the group's mu) */
     double accuracy;                /* last reported test accuracy (NaN: none) */
     pthread_t thread;
     int started;
@@ -57,6 +58,7 @@ struct group {
     pthread_cond_t done;
     size_t running;
     int joined;
+    int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
 };
 
 typedef struct { group *g; node_ctx *node; } endpoint_box;
@@ -156,7 +158,7 @@ static void slot_release(node_ctx *n) {
 
 static void finish(node_ctx *n, const char *err) {
     group *g = n->g;
-    dpy_fabric_node_gone(g->fabric, n->uid);
+    dpy_fabric_node_gone(g->fabric, n->uid, err);
     slot_release(n);
     pthread_mutex_lock(&g->mu);
     n->ok = err == NULL;
@@ -210,17 +212,23 @@ static void *node_main(void *arg) {
         finish(n, err);
         return NULL;
     }
+    pthread_mutex_lock(&n->g->mu);
+    n->L = L;
+    if (n->g->interrupted)   /* it came before this node had a state to stop */
+        dpy_state_interrupt(L);
+    pthread_mutex_unlock(&n->g->mu);
     lua_pushcfunction(L, node_boot);
     lua_pushlightuserdata(L, n);
-    if (dpy_state_pcall(L, 1, 0) != LUA_OK) {
+    int status = dpy_state_pcall(L, 1, 0);
+    if (status != LUA_OK) {
         const char *msg = lua_tostring(L, -1);
         snprintf(err, sizeof err, "%s", msg ? msg : "(error object is not a string)");
-        lua_close(L);
-        finish(n, err);
-        return NULL;
     }
+    pthread_mutex_lock(&n->g->mu);
+    n->L = NULL;
+    pthread_mutex_unlock(&n->g->mu);
     lua_close(L);
-    finish(n, NULL);
+    finish(n, status == LUA_OK ? NULL : err);
     return NULL;
 }
 
@@ -548,6 +556,21 @@ static int g_progress(lua_State *L) {
     return 1;
 }
 
+/* g:interrupt(): stops every node at once: a node running Lua raises "interrupted!" at its next
+** instruction, a wait for a message ends, and a node that catches the error stops at its next
+** ep:report. Their finished rounds stay (dpy.node saves its metrics on the way out). */
+static int g_interrupt(lua_State *L) {
+    group *g = checkgroup(L, 1);
+    pthread_mutex_lock(&g->mu);
+    g->interrupted = 1;
+    for (size_t i = 0; i < g->count; i++)
+        if (g->nodes[i].L)   /* as lua.c does from a signal handler: a hook is all that is set */
+            dpy_state_interrupt(g->nodes[i].L);
+    pthread_mutex_unlock(&g->mu);
+    dpy_fabric_interrupt(g->fabric);
+    return 0;
+}
+
 /* __gc and g:close(): waits for the nodes, then closes the fabric */
 static int g_close(lua_State *L) {
     group_box *b = luaL_checkudata(L, 1, GROUP_MT);
@@ -644,7 +667,9 @@ static int e_send(lua_State *L) {
 /*
 ** ep:recv(from, channel, round [, timeout [, dtype]]) -> a read-only 1-d tensor of dtype over the
 ** received bytes (no copy), or a string when no dtype is given, and the sender's encoding
-** | nil, "timeout" | "dead". A compute slot the node holds is given back first.
+** | nil, "timeout" | nil, "dead" [, why: "" when it finished, else its error, when it said]
+** | nil, "malformed", why (the message came but was rejected). A compute slot the node holds is
+** given back first.
 */
 static int e_recv(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -663,10 +688,22 @@ static int e_recv(lua_State *L) {
     uint32_t encoding;
     dpy_recv_status s = dpy_fabric_recv(e->g->fabric, e->node->uid, from, (uint16_t)channel,
                                         (uint32_t)round, timeout, &data, &len, &encoding);
+    if (s == DPY_RECV_MALFORMED) {
+        luaL_pushfail(L);
+        lua_pushliteral(L, "malformed");
+        lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
+        dpy_fabric_release(data);
+        return 3;
+    }
     if (s != DPY_RECV_OK) {
+        char why[1024];
+        int said = s == DPY_RECV_DEAD && dpy_fabric_gone_reason(e->g->fabric, from, why, sizeof why);
         luaL_pushfail(L);
         lua_pushstring(L, s == DPY_RECV_DEAD ? "dead" : "timeout");
-        return 2;
+        if (!said)
+            return 2;
+        lua_pushstring(L, why);
+        return 3;
     }
     if (!as_tensor) {
         lua_pushlstring(L, data, len);   /* raises only when Lua is out of memory (data leaks then) */
@@ -678,9 +715,10 @@ static int e_recv(lua_State *L) {
     if (len % es != 0) {
         dpy_fabric_release(data);
         luaL_pushfail(L);
+        lua_pushliteral(L, "malformed");
         lua_pushfstring(L, "payload of %d bytes is not a whole number of %s", (int)len,
                         dpy_dtype_name(dtype));
-        return 2;
+        return 3;
     }
     int64_t shape[1] = {(int64_t)(len / es)};
     if (dpy_tensor_wrap(&b->h, data, len, dtype, shape, 1, dpy_fabric_release) != DPY_OK) {
@@ -741,10 +779,15 @@ static int e_report(lua_State *L) {
     int round = (int)luaL_checkinteger(L, 2);
     double acc = luaL_optnumber(L, 3, NAN);
     pthread_mutex_lock(&e->g->mu);
-    e->node->round = round;
-    if (!isnan(acc))
-        e->node->accuracy = acc;
+    int interrupted = e->g->interrupted;
+    if (!interrupted) {   /* an interrupted round is not finished */
+        e->node->round = round;
+        if (!isnan(acc))
+            e->node->accuracy = acc;
+    }
     pthread_mutex_unlock(&e->g->mu);
+    if (interrupted)
+        return luaL_error(L, "interrupted!");
     return 0;
 }
 
@@ -758,7 +801,8 @@ static const luaL_Reg ep_methods[] = {
     {"rejected", e_rejected}, {"acquire", e_acquire}, {"release", e_release},
     {"report", e_report}, {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
-    {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"close", g_close},
+    {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},
+    {"close", g_close},
     {NULL, NULL}};
 /* nodes.core.make_key(path) -> true | nil, err: a fresh random run key, mode 0600 */
 static int n_make_key(lua_State *L) {

@@ -1,5 +1,5 @@
 --- dpy.cli: the dpy-lua subcommands written in Lua (run). main returns the exit code:
--- 0 success, 1 runtime error, 2 usage error.
+-- 0 success, 1 runtime error, 2 usage error, 128 + the signal when SIGINT or SIGTERM stopped a run.
 local argparse = require "argparse"
 
 local M = {}
@@ -41,6 +41,13 @@ local function decentralized_text(cfg, dir, s)
     string.format("  %.2f MB exchanged per node (sent + received / 2)", s.mb_per_node),
   }
   return table.concat(lines, "\n")
+end
+
+-- "dpy-lua: node 3 failed: <its message>", or for a whole process (uid -1) "dpy-lua: <message>".
+local function failure_line(f)
+  local msg = f.err:match("[^\n]*")
+  if f.uid < 0 then return "dpy-lua: " .. msg .. "\n" end
+  return string.format("dpy-lua: node %d failed: %s\n", f.uid, msg)
 end
 
 local function load_config(path, overrides)
@@ -107,9 +114,15 @@ function M.run(args)
   end
   if cfg.nodes then
     print(decentralized_text(cfg, dir, summary))
+    local stop = summary.interrupted
+    if stop then   -- the nodes' "interrupted!" is no failure of theirs
+      io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
+                                    stop.signal, stop.round, dir))
+      return 128 + stop.number
+    end
     if #summary.failed > 0 then
       for _, f in ipairs(summary.failed) do   -- the message; the traceback is in the node's log
-        io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
+        io.stderr:write(failure_line(f))
       end
       io.stderr:write("(tracebacks in ", dir, "/<uid>.log)\n")
       return 1
@@ -297,7 +310,7 @@ function M.dispatch(args)
                           .. "the last process ended", summary.first_round_seconds and
                           string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))
       for _, f in ipairs(summary.failed) do
-        io.stderr:write(string.format("dpy-lua: node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
+        io.stderr:write(failure_line(f))
         code = 1
       end
       if summary.interrupted then

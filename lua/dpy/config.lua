@@ -51,6 +51,9 @@ M.SCHEMA = {
   on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
                       doc = "when a peer dies or is silent past peer_timeout" },
   peer_timeout = { type = "number", default = 300, above = 0, doc = "seconds to wait for a peer's message" },
+  stop_grace = { type = "number", default = 15, above = 0,
+                 doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
+                       .. "SIGTERM, and then SIGKILL" },
   actions = { list_of = "action", default = {}, doc = "actions: names or paths of Lua files" },
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   pin_slots = { type = "boolean", default = true,

@@ -13,6 +13,13 @@ local M = {}
 M.MODEL = 0   -- channel of model (and gradient) vectors
 M.COUNT = 1   -- fedavg: a client's sample count, beside its model
 
+-- A payload rejected: a log line, and nil (the message is dropped; the peer stays).
+local function reject(node, peer, r, why)
+  node.log:write("round %d: rejected node %d's payload: %s", r, peer, why)
+  node.rejected_payloads = (node.rejected_payloads or 0) + 1
+  return nil
+end
+
 -- Decodes a received payload; nil and a log line when it was encoded by another chain or is
 -- malformed (the message is dropped; the peer stays).
 local function decode(node, peer, r, x, encoding)
@@ -27,19 +34,41 @@ local function decode(node, peer, r, x, encoding)
     why = "malformed: " .. err
   end
   if x then x:free() end
-  node.log:write("round %d: rejected node %d's payload: %s", r, peer, why)
-  node.rejected_payloads = (node.rejected_payloads or 0) + 1
-  return nil
+  return reject(node, peer, r, why)
 end
 
---- exchange.receive(node, peer, r) -> the float32 vector peer sent for round r, decoded; or nil
--- when the peer is dropped (on_peer_failure = "continue") or its payload rejected. Raises when
--- the peer failed and on_peer_failure is "abort".
-function M.receive(node, peer, r)
+-- What a receiver says of a peer whose message did not come: why ("dead" or "timeout") and what
+-- the fabric knows of it (a dead peer's own word: "" when it finished, else its error).
+local function absence(cfg, why, said)
+  if why == "dead" then
+    if said == "" then return "has finished" end
+    return said and "failed: " .. said or "is gone"
+  end
+  return string.format("sent nothing for %g s", cfg.peer_timeout)
+end
+
+--- exchange.deadline(node) -> when a round's wait for its peers ends (peer_timeout from now): the
+-- peers of a round are waited for together, not one peer_timeout after another.
+function M.deadline(node)
+  return host.clock() + node.cfg.peer_timeout
+end
+
+--- exchange.timeout(node, deadline) -> the seconds left until deadline (peer_timeout without one)
+function M.timeout(node, deadline)
+  if not deadline then return node.cfg.peer_timeout end
+  return math.max(0, deadline - host.clock())
+end
+
+--- exchange.receive(node, peer, r [, deadline]) -> the float32 vector peer sent for round r,
+-- decoded; or nil when the peer is dropped (on_peer_failure = "continue") or its payload rejected.
+-- Raises when the peer failed and on_peer_failure is "abort". deadline (exchange.deadline) bounds
+-- the wait; without one it is peer_timeout.
+function M.receive(node, peer, r, deadline)
   local cfg = node.cfg
-  local x, why = node.endpoint:recv(peer, M.MODEL, r, cfg.peer_timeout, node.chain.wire_dtype)
+  local x, why, said = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), node.chain.wire_dtype)
   if x then return decode(node, peer, r, x, why) end
-  local what = why == "dead" and "is gone" or string.format("sent nothing for %g s", cfg.peer_timeout)
+  if why == "malformed" then return reject(node, peer, r, "malformed: " .. said) end
+  local what = absence(cfg, why, said)
   if cfg.on_peer_failure == "abort" then
     error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)
   end

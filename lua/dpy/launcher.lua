@@ -2,7 +2,9 @@
 -- manifest, graph.json, partition.pt), then hosts the nodes: in this process when the config
 -- says one process, else in child processes (`dpy-lua node ... --process p`) that reach each
 -- other over tcp. It shows a live progress line and ends with a summary table; it fails, naming
--- the node and its error, when any node fails.
+-- the node and its error, when any node fails. Ctrl-C or SIGTERM stops every node at once (the
+-- finished rounds stay, the manifest says so); a child process that fails to stop, or stops
+-- answering, is sent SIGTERM and then SIGKILL, stop_grace seconds apart.
 local nodes_core = require "dpy.nodes.core"
 local host = require "dpy.host.core"
 local layout = require "dpy.layout"
@@ -11,7 +13,6 @@ local progress = require "dpy.progress"
 
 local M = {}
 
-local GRACE = 15   -- seconds the other processes get to stop by themselves after a failure
 M.KEY_FILE = "run.key"   -- the run's random key (0600): the processes' proof to each other
 
 --- Makes a fresh run key in dir (every run its own: an old one is replaced).
@@ -19,8 +20,10 @@ function M.make_key(dir)
   local ok, err = nodes_core.make_key(dir .. "/" .. M.KEY_FILE)
   if not ok then error("cannot make the run key: " .. err, 0) end
 end
+M.SIGNALS = { [2] = "SIGINT", [15] = "SIGTERM", [1] = "SIGHUP" }
 
---- Hosts process p's nodes until they finish; calls tick(group) twice a second.
+--- Hosts process p's nodes until they finish; calls tick(group) twice a second. A signal caught
+-- by host.catch_interrupt stops every node at once.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
 function M.host_process(cfg, p, opts, tick)
   local uids = layout.uids_of(p, cfg.nodes, cfg.processes)
@@ -41,7 +44,15 @@ function M.host_process(cfg, p, opts, tick)
              overrides = table.concat(opts.overrides or {}, "\n") },
   }
   if not group then error("process " .. p .. ": " .. err, 0) end
+  -- a first sign of life as soon as the process is connected: from here on, a process silent for
+  -- stop_grace seconds is stopped (before, it may wait for slower peers as long as it takes)
+  if tick then tick(group) end
+  local stopped = false
   while not group:wait(0.5) do
+    if host.interrupted() and not stopped then
+      group:interrupt()
+      stopped = true
+    end
     if tick then tick(group) end
   end
   if tick then tick(group) end
@@ -110,13 +121,18 @@ local function spawn_children(cfg, opts)
   return children
 end
 
--- Progress of child processes, read from the progress-<p>.json files they write.
+-- Progress of child processes, read from the progress-<p>.json files they write; beats[p + 1]:
+-- when process p last wrote its file (host.clock()), if it has.
 local function read_progress(cfg, dir)
-  local total = { round = math.huge, accuracy = 0 / 0, sent = 0 }
+  local total = { round = math.huge, accuracy = 0 / 0, sent = 0, beats = {} }
   local acc_sum, acc_n = 0, 0
   for p = 0, cfg.processes - 1 do
     local t = metrics.read(string.format("%s/progress-%d.json", dir, p))
-    if not t then return { round = 0, accuracy = 0 / 0, sent = 0 } end
+    total.beats[p + 1] = t and t.beat
+  end
+  for p = 0, cfg.processes - 1 do
+    local t = metrics.read(string.format("%s/progress-%d.json", dir, p))
+    if not t then return { round = 0, accuracy = 0 / 0, sent = 0, beats = total.beats } end
     total.round = math.min(total.round, t.round)
     total.sent = total.sent + t.sent
     if t.accuracy then
@@ -127,8 +143,78 @@ local function read_progress(cfg, dir)
   return total
 end
 
---- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet }. Returns the summary;
--- raises naming the failed nodes.
+-- Sends sig to the children still running.
+local function signal_all(children, codes, sig)
+  for i, pid in ipairs(children) do
+    if not codes[i] then host.kill(pid, sig) end
+  end
+end
+
+-- Waits for the child processes; poll() shows progress and returns it (beats: each process's
+-- last sign of life). The children stop by themselves when a peer fails or a signal comes
+-- (forwarded as SIGTERM); one still running stop_grace seconds after a failure (abort) is sent
+-- SIGTERM, and SIGKILL stop_grace seconds after that; a child silent for stop_grace seconds
+-- (stopped, frozen) is stopped the same way. Returns the exit codes, by process index + 1.
+local function watch(cfg, children, bar, poll)
+  local grace = cfg.stop_grace
+  local codes, left = {}, #children
+  local term_at, kill_at = math.huge, math.huge
+  local silent, told = {}, false
+  while left > 0 do
+    for i, pid in ipairs(children) do
+      if not codes[i] then
+        local code = host.wait(pid, true)
+        if code then
+          codes[i], left = code, left - 1
+          -- the others see the dead peer and stop by themselves (saving what they have)
+          if code ~= 0 and cfg.on_peer_failure == "abort" then term_at = math.min(term_at, host.clock() + grace) end
+        end
+      end
+    end
+    local now = host.clock()
+    if host.interrupted() and not told then
+      told = true
+      bar:line("interrupted: stopping every process")
+      signal_all(children, codes, 15)
+      kill_at = math.min(kill_at, now + grace)
+    end
+    if now > term_at then
+      signal_all(children, codes, 15)
+      term_at, kill_at = math.huge, math.min(kill_at, now + grace)
+    end
+    if now > kill_at then
+      signal_all(children, codes, 9)
+      kill_at = math.huge
+    end
+    local beats = poll().beats
+    for i, pid in ipairs(children) do
+      if not codes[i] and beats[i] and not silent[i] and now - beats[i] > grace then
+        bar:line(string.format("process %d has not answered for %.0f s: stopping it", i - 1, now - beats[i]))
+        host.kill(pid, 15)
+        silent[i] = now
+      elseif not codes[i] and silent[i] and now - silent[i] > grace then
+        host.kill(pid, 9)
+        silent[i] = math.huge
+      end
+    end
+    if left > 0 then host.sleep(0.2) end
+  end
+  return codes
+end
+
+-- Records in the manifest that the run was interrupted: { signal, round } (round: the last one
+-- every node finished).
+local function mark_interrupted(dir, what)
+  local path = dir .. "/manifest.json"
+  local manifest = metrics.read(path) or {}
+  manifest.interrupted = { signal = what.signal, round = what.round }
+  local ok, err = host.write_atomic(path, metrics.json.encode(manifest))
+  if not ok then error(err, 0) end
+end
+
+--- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet }. Returns the summary
+-- (summary.interrupted = { signal, number, round } when a signal stopped it); raises naming the
+-- failed nodes.
 function M.run(cfg, opts)
   local bar = progress.new()
   local start = host.clock()
@@ -137,39 +223,24 @@ function M.run(cfg, opts)
   if info.spectral_gap then
     bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
-  local failed = {}
+  local failed, round = {}, 0
+  host.catch_interrupt()
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
-      bar:update(M.progress_line(cfg, group:progress(), start))
+      local pr = group:progress()
+      round = math.max(pr.round, 0)
+      bar:update(M.progress_line(cfg, pr, start))
     end)
     failed = failures(results)
   else
     M.make_key(opts.dir)
     local children = spawn_children(cfg, opts)
-    local codes, left, deadline = {}, #children, nil
-    while left > 0 do
-      for i, pid in ipairs(children) do
-        if not codes[i] then
-          local code = host.wait(pid, true)
-          if code then
-            codes[i], left = code, left - 1
-            -- the others see the dead peer and stop by themselves (saving what they have);
-            -- a grace period, then they are stopped
-            if code ~= 0 and cfg.on_peer_failure == "abort" and not deadline then
-              deadline = host.clock() + GRACE
-            end
-          end
-        end
-      end
-      if deadline and host.clock() > deadline then
-        for j, other in ipairs(children) do
-          if not codes[j] then host.kill(other, 15) end
-        end
-        deadline = math.huge
-      end
-      bar:update(M.progress_line(cfg, read_progress(cfg, opts.dir), start))
-      if left > 0 then host.sleep(0.2) end
-    end
+    local codes = watch(cfg, children, bar, function()
+      local pr = read_progress(cfg, opts.dir)
+      bar:update(M.progress_line(cfg, pr, start))
+      return pr
+    end)
+    round = read_progress(cfg, opts.dir).round
     for i, code in ipairs(codes) do
       if code ~= 0 then
         local out = io.open(string.format("%s/process-%d.out", opts.dir, i - 1))
@@ -192,6 +263,11 @@ function M.run(cfg, opts)
   local summary = M.summarize(cfg, opts.dir, seconds)
   summary.failed = failed
   summary.seconds = seconds
+  local sig = host.interrupted()
+  if sig then
+    summary.interrupted = { signal = M.SIGNALS[sig] or ("signal " .. sig), number = sig, round = round }
+    mark_interrupted(opts.dir, summary.interrupted)
+  end
   return summary
 end
 
@@ -200,12 +276,15 @@ end
 function M.node_main(cfg, opts)
   local p = opts.process
   local path = string.format("%s/progress-%d.json", opts.dir, p)
+  host.catch_interrupt()
   local results = M.host_process(cfg, p, opts, function(group)
     local pr = group:progress()
     local acc = pr.accuracy == pr.accuracy and pr.accuracy or nil
     host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, 0), accuracy = acc,
-                                                  count = acc and 1 or 0, sent = pr.sent })
+                                                  count = acc and 1 or 0, sent = pr.sent, beat = host.clock() })
   end)
+  local sig = host.interrupted()
+  if sig then return 128 + sig end   -- its nodes stopped; their logs say where
   local code = 0
   for _, f in ipairs(failures(results)) do
     io.stderr:write(string.format("node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))

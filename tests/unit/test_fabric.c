@@ -105,9 +105,22 @@ static void test_faults(void) {
 
     f = open_mem(map, 2, 0, 0, 1.0, 0);               /* corrupt everything */
     CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &x, sizeof x, err, sizeof err) == 0);
-    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_TIMEOUT);
+    void *why;
+    size_t len;
+    /* the receiver is told at once that the message came malformed, and why */
+    CHECK(dpy_fabric_recv(f, 1, 0, 0, 1, 30, &why, &len, NULL) == DPY_RECV_MALFORMED);
+    CHECK(len == strlen("checksum mismatch from node 0 (round 1)") &&
+          memcmp(why, "checksum mismatch from node 0 (round 1)", len) == 0);
+    dpy_fabric_release(why);
     CHECK(dpy_fabric_rejected(f, last, sizeof last) == 1);
     CHECK_CONTAINS(last, "checksum mismatch from node 0");
+    dpy_fabric_close(f);
+
+    f = open_mem(map, 2, 0, 0, 0, 0);                 /* a node that failed says why */
+    dpy_fabric_node_gone(f, 0, "boom at round 2\nstack traceback: ...");
+    CHECK(recv_int(f, 1, 0, 2, 30, &v) == DPY_RECV_DEAD);
+    CHECK(dpy_fabric_gone_reason(f, 0, last, sizeof last) == 1 && strcmp(last, "boom at round 2") == 0);
+    CHECK(dpy_fabric_gone_reason(f, 1, last, sizeof last) == 0);
     dpy_fabric_close(f);
 
     f = open_mem(map, 2, 0, 0, 0, 0.2);               /* delay up to 0.2 s */
@@ -116,7 +129,7 @@ static void test_faults(void) {
     CHECK(recv_int(f, 1, 0, 1, 1.0, &v) == DPY_RECV_OK && v == 42);
     /* a sender that finished right after sending: its delayed message still arrives */
     CHECK(dpy_fabric_send(f, 0, 1, 0, 2, &x, sizeof x, err, sizeof err) == 0);
-    dpy_fabric_node_gone(f, 0);
+    dpy_fabric_node_gone(f, 0, NULL);
     CHECK(recv_int(f, 1, 0, 2, 1.0, &v) == DPY_RECV_OK && v == 42);
     CHECK(recv_int(f, 1, 0, 3, 1.0, &v) == DPY_RECV_DEAD);
     dpy_fabric_close(f);
@@ -192,10 +205,23 @@ static void test_tcp(void) {
     CHECK(dpy_fabric_send(p[0].f, 0, 1, 0, 2, &x, sizeof x, err, sizeof err) == 0);
     CHECK(recv_int(p[1].f, 1, 0, 2, 5, &v) == DPY_RECV_OK && v == 3);
 
+    /* node 1 fails while its process lives on: a notice on the wire ends node 0's wait at once,
+    ** with node 1's reason */
+    dpy_fabric_node_gone(p[1].f, 1, "boom at round 3\nstack traceback: ...");
+    CHECK(recv_int(p[0].f, 0, 1, 3, 10, &v) == DPY_RECV_DEAD);
+    CHECK(dpy_fabric_gone_reason(p[0].f, 1, last, sizeof last) == 1 && strcmp(last, "boom at round 3") == 0);
+    CHECK(dpy_fabric_alive(p[0].f, 1));
+
     /* process 1 dies: process 0's wait for node 1 ends at once, not at the timeout */
     dpy_fabric_close(p[1].f);
     CHECK(recv_int(p[0].f, 0, 1, 2, 30, &v) == DPY_RECV_DEAD);
     CHECK(!dpy_fabric_alive(p[0].f, 1));
+    /* a send to a dead receiver and a live one: the live one still gets it */
+    uint32_t both[2] = {1, 0};
+    x = 5;
+    CHECK(dpy_fabric_send_many(p[0].f, 0, both, 2, 0, 4, 0, &x, sizeof x, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "node 1's process 1 is unreachable");
+    CHECK(recv_int(p[0].f, 0, 0, 4, 1, &v) == DPY_RECV_OK && v == 5);
     dpy_fabric_close(p[0].f);
 }
 

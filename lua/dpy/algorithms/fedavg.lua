@@ -26,9 +26,10 @@ local function serve(node, r, chosen)
   local flat = node.model:get_flat()
   exchange.send_model(node, chosen, r, flat)
   local sum, total = flat:mul(0), 0
+  local deadline = exchange.deadline(node)   -- one for all the clients: they are waited for together
   for _, c in ipairs(chosen) do
-    local x = exchange.receive(node, c, r)
-    local size = x and node.endpoint:recv(c, exchange.COUNT, r, node.cfg.peer_timeout, "float64")
+    local x = exchange.receive(node, c, r, deadline)
+    local size = x and node.endpoint:recv(c, exchange.COUNT, r, exchange.timeout(node, deadline), "float64")
     if x and size then
       sum:add_(x, size:item())
       total = total + size:item()

@@ -35,8 +35,9 @@ local function serve(node, r)
   local workers = live_workers(node)
   exchange.send_model(node, workers, r, flat)
   local sum, n = flat:mul(0), 0
+  local deadline = exchange.deadline(node)   -- one for all the workers: they are waited for together
   for _, u in ipairs(workers) do
-    local g = exchange.receive(node, u, r)
+    local g = exchange.receive(node, u, r, deadline)
     if g then
       sum:add_(g)
       g:free()

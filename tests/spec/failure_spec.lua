@@ -1,0 +1,88 @@
+-- Peer failure, end to end through the dpy-lua binary: a dead receiver does not stop a send to the
+-- live ones, a round waits for its peers under one deadline, a failed node's reason reaches every
+-- neighbour at once (in this process or another), a malformed payload is named as such.
+local host = require "dpy.host.core"
+local TINY, run = TINY_RUN, run_config
+
+-- An action that runs body (node, r and host in scope) on event; returns the config line.
+local function action(name, event, body)
+  local path = tmpdir() .. "/" .. name .. ".lua"
+  write_file(path, string.format([[
+    local registry = require "dpy.registry"
+    local host = require "dpy.host.core"
+    return registry.register { kind = "action", name = %q,
+      new = function() return { %s = function(node, r) %s end } end }
+  ]], name, event, body))
+  return "actions = { '" .. path .. "' }\n"
+end
+
+local function logs(out, uids)
+  local text = {}
+  for _, u in ipairs(uids) do text[#text + 1] = read_file(string.format("%s/%d.log", out, u)) or "" end
+  return table.concat(text, "\n")
+end
+
+describe("peer failure", function()
+  it("sends to every live receiver when one is dead (on_peer_failure = 'continue') #e2e", function()
+    -- node 0 is the first receiver of node 1 (ring: 1 sends to {0, 2}); its process dies in round 2
+    local crash = action("crash", "pre_train", "if node.uid == 0 and r == 2 then host.kill(host.pid(), 9) end")
+    local t0 = host.clock()
+    local code, _, err, out = run(TINY .. "processes = 4\non_peer_failure = 'continue'\npeer_timeout = 60\n" .. crash)
+    local seconds = host.clock() - t0
+    assert.are.equal(1, code, err)   -- a process died: the run says so
+    local text = logs(out, { 1, 2, 3 })
+    assert.not_matches("sent nothing", text)
+    for uid = 1, 3 do
+      assert.are.equal(3, #node_metrics(out, uid).test_accuracy, "node " .. uid .. " finished its rounds")
+    end
+    assert.is_true(seconds < 45, string.format("took %.1f s: someone waited out peer_timeout", seconds))
+  end)
+
+  for _, processes in ipairs { 1, 4 } do
+    it("waits for all its peers under one deadline per round, " .. processes .. " process(es)", function()
+      -- node 0's neighbours 1 and 3 fall silent in round 2: it gives up on both after one peer_timeout
+      local silent = action("silent", "pre_exchange",
+        "if (node.uid == 1 or node.uid == 3) and r == 2 then node.endpoint:release(); host.sleep(7) end")
+      local code, _, err, out = run(TINY .. "on_peer_failure = 'continue'\npeer_timeout = 2.5\n" .. silent,
+                                    "processes=" .. processes)
+      assert.are.equal(0, code, err)
+      local ex = node_metrics(out, 0).exchange_seconds[2][2]
+      assert.is_true(ex >= 2.4 and ex < 4.5, string.format("node 0 waited %.2f s in round 2", ex))
+      assert.matches("round 2: peer 1 sent nothing for 2.5 s; continuing without it", read_file(out .. "/0.log"))
+      assert.matches("round 2: peer 3 sent nothing for 2.5 s; continuing without it", read_file(out .. "/0.log"))
+    end)
+  end
+
+  for _, processes in ipairs { 1, 2 } do
+    it("tells every neighbour at once why a node failed, " .. processes .. " process(es)", function()
+      -- node 2 (process 1 of 2) fails in round 2: node 1 (process 0) and node 3 hear it at once
+      local boom = action("boom", "post_train", 'if node.uid == 2 and r == 2 then error("boom at round 2") end')
+      local t0 = host.clock()
+      local code, _, err, out = run(TINY .. "on_peer_failure = 'continue'\npeer_timeout = 60\n" .. boom,
+                                    "processes=" .. processes)
+      assert.is_true(host.clock() - t0 < 40, "someone waited out peer_timeout")
+      assert.are.equal(1, code)
+      assert.matches("node 2 failed: [^\n]*boom at round 2", err)
+      for _, uid in ipairs { 1, 3 } do
+        local log = read_file(out .. "/" .. uid .. ".log")
+        assert.matches("round 2: peer 2 failed: [^\n]*boom at round 2; continuing without it", log)
+        assert.not_matches("sent nothing", log)
+        assert.are.equal(3, #node_metrics(out, uid).test_accuracy)
+      end
+      -- and under "abort" the neighbours stop with the true reason
+      code, _, err = run(TINY .. "peer_timeout = 60\n" .. boom, "processes=" .. processes)
+      assert.are.equal(1, code)
+      assert.matches("node 1 failed: round 2: peer 2 failed: [^\n]*boom at round 2; stopping", err)
+    end)
+  end
+
+  it("names a malformed payload from another process as malformed, at once #e2e", function()
+    local code, _, err, out = run(TINY .. "faults = { corrupt = 1.0 }\non_peer_failure = 'continue'\n"
+                                  .. "peer_timeout = 60\nprocesses = 2\n")
+    assert.are.equal(0, code, err)
+    local log = read_file(out .. "/1.log")
+    assert.matches("round 1: rejected node 2's payload: malformed: checksum mismatch from node 2", log)
+    assert.not_matches("sent nothing", log)
+    assert.are.equal(3, #node_metrics(out, 1).test_accuracy)
+  end)
+end)

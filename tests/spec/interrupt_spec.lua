@@ -1,0 +1,111 @@
+-- Stopping a run, end to end through the dpy-lua binary: a hung (SIGSTOPped) child is killed
+-- after the grace period; Ctrl-C / SIGTERM stop every node at once, keep the finished rounds,
+-- mark the manifest and exit 130 / 143, leaving no process and no temporary file behind.
+local host = require "dpy.host.core"
+local metrics = require "dpy.metrics"
+local BIN = shell_quote(DPY_BIN)
+
+-- The ids of the processes whose command line names dir (this spec's own runs).
+local function procs_of(dir)
+  local pids = {}
+  for _, name in ipairs(select(1, require("dpy.data.core").list_dir("/proc")) or {}) do
+    local cmd = name:match("^%d+$") and read_file("/proc/" .. name .. "/cmdline")
+    if cmd and cmd:find(dir, 1, true) and cmd:find("dpy-lua", 1, true) then pids[#pids + 1] = tonumber(name) end
+  end
+  return pids
+end
+
+local function kill_all(dir)   -- what a failing test left behind
+  for _, pid in ipairs(procs_of(dir)) do host.kill(pid, 9) end
+end
+
+local function wait_for(fn, seconds)
+  local t0 = host.clock()
+  while host.clock() - t0 < seconds do
+    local v = fn()
+    if v then return v end
+    host.sleep(0.1)
+  end
+end
+
+local function tmp_files(dir)
+  local found = {}
+  for _, name in ipairs(select(2, require("dpy.data.core").list_dir(dir)) or {}) do
+    if name:find("%.tmp") then found[#found + 1] = name end
+  end
+  return found
+end
+
+-- An action that runs body (node, r and host in scope) on event; returns the config line.
+local function action(name, event, body)
+  local path = tmpdir() .. "/" .. name .. ".lua"
+  write_file(path, string.format([[
+    local registry = require "dpy.registry"
+    local host = require "dpy.host.core"
+    return registry.register { kind = "action", name = %q,
+      new = function() return { %s = function(node, r) %s end } end }
+  ]], name, event, body))
+  return "actions = { '" .. path .. "' }\n"
+end
+
+describe("stopping a run", function()
+  it("kills a child that stopped answering after the grace period #e2e", function()
+    local stop = action("stop", "pre_train", "if node.uid == 3 and r == 2 then host.kill(host.pid(), 19) end")
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY_RUN .. "processes = 2\npeer_timeout = 60\nstop_grace = 3\n" .. stop)
+    local t0 = host.clock()
+    local code, _, err = sh("timeout -s KILL 50 " .. BIN .. " run " .. dir .. "/c.lua --out " .. dir .. "/out")
+    local seconds = host.clock() - t0
+    kill_all(dir)
+    assert.are.equal(1, code, err)   -- not 137: the launcher itself came back
+    assert.is_true(seconds < 40, string.format("took %.1f s", seconds))
+    assert.matches("process 1 exited with 137", err)
+    for uid = 0, 1 do   -- the survivors' results
+      local m = node_metrics(dir .. "/out", uid)
+      assert.truthy(m, "node " .. uid .. "'s metrics")
+      assert.is_true(#m.test_accuracy >= 1)
+    end
+  end)
+
+  for _, case in ipairs { { "SIGINT", 2, 130, 1 }, { "SIGTERM", 15, 143, 2 }, { "SIGINT", 2, 130, 2 } } do
+    local name, signum, expected, processes = case[1], case[2], case[3], case[4]
+    it(string.format("stops every node at once on %s, %d process(es)", name, processes), function()
+      local dir = tmpdir()
+      local out = dir .. "/out"
+      write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 40") .. "processes = " .. processes .. "\n")
+      -- the run in the background (its pid and exit status into files)
+      write_file(dir .. "/bg.sh", string.format("%s run %s/c.lua --out %s >%s/run.out 2>&1 &\necho $! >%s/pid\n"
+                                                .. "wait $!\necho $? >%s/code\n", BIN, dir, out, dir, dir, dir))
+      os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
+      local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
+      assert.truthy(pid)
+      local first = wait_for(function()   -- every node has finished round 1
+        for uid = 0, 3 do
+          local m = node_metrics(out, uid)
+          if not (m and m.test_accuracy and #m.test_accuracy >= 1) then return false end
+        end
+        return true
+      end, 60)
+      assert.truthy(first, "round 1 never reached the metrics")
+      local t0 = host.clock()
+      host.kill(pid, signum)
+      local code = wait_for(function() return tonumber(read_file(dir .. "/code") or "") end, 30)
+      local seconds = host.clock() - t0
+      local left = procs_of(out)
+      kill_all(out)
+      assert.are.equal(expected, code, read_file(dir .. "/run.out"))
+      assert.is_true(seconds < 15, string.format("stopped %.1f s after the signal", seconds))
+      assert.are.same({}, left, "no dpy-lua process remains")
+      local manifest = metrics.read(out .. "/manifest.json")
+      assert.are.equal(name, manifest.interrupted and manifest.interrupted.signal)
+      local r = manifest.interrupted.round
+      assert.is_true(r >= 1 and r < 40, "round " .. tostring(r))
+      for uid = 0, 3 do
+        local m = node_metrics(out, uid)
+        assert.is_true(#m.test_accuracy >= r and #m.test_accuracy < 40, "node " .. uid .. " kept its rounds")
+      end
+      assert.are.same({}, tmp_files(out))
+      assert.matches("interrupted", read_file(dir .. "/run.out"))
+    end)
+  end
+end)
