@@ -185,7 +185,9 @@ function Aggregator:forward(shared)
   for _, u in ipairs(self.u1) do
     if shared[u] then u2[#u2 + 1], out[u] = u, {} end
   end
-  if #u2 < self.t then return nil, string.format("%d of %d clients shared keys (threshold %d)", #u2, #self.u1, self.t) end
+  if #u2 < self.t then
+    return nil, string.format("%d of %d clients shared keys (threshold %d)", #u2, #self.u1, self.t)
+  end
   local in2 = set_of(u2)
   for _, u in ipairs(u2) do
     local m = shared[u]
@@ -261,6 +263,149 @@ function Aggregator:unmask(responses)
   end
   self.sum = nil
   return sum, self.u3
+end
+
+-- {==== over the fabric ====}
+-- Steps alternate: clients send the even ones and aggregators receive them, aggregators send the
+-- odd ones. A party that gives up sends GIVE_UP where its next message was due, so that nobody
+-- waits peer_timeout for it; a party that is gone is dropped as exchange.receive drops it.
+
+M.GIVE_UP = "give up!"   -- 8 bytes: no valid message of any step has this length
+
+local function send(node, peer, r, step, payload)
+  local ok, err = node.endpoint:send(peer, M.CHANNEL, r * 8 + step, payload)
+  if not ok then
+    if node.cfg.on_peer_failure == "abort" then error(string.format("round %d: %s", r, err), 0) end
+    node.log:write("round %d: secure aggregation: send failed (%s); continuing", r, err)
+  end
+end
+
+-- What peer sent at the step: a string, or an int64 tensor for MASKED; nil when it is gone or
+-- silent (raises under on_peer_failure = "abort", as exchange.receive does).
+local function recv(node, peer, r, step)
+  local cfg = node.cfg
+  local x, why = node.endpoint:recv(peer, M.CHANNEL, r * 8 + step, cfg.peer_timeout, step == MASKED and "int64" or nil)
+  if x then return x end
+  local what = why == "dead" and "is gone"
+               or why == "timeout" and string.format("sent nothing for %g s", cfg.peer_timeout) or why
+  if cfg.on_peer_failure == "abort" then
+    error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)
+  end
+  node.log:write("round %d: peer %d %s (secure aggregation, step %d); continuing without it", r, peer, what, step)
+  node.dropped = node.dropped or {}
+  node.dropped[peer] = true
+  return nil
+end
+
+local function gave_up(node, r, who, why)
+  node.log:write("round %d: secure aggregation %s gave up: %s", r, who, why)
+end
+
+--- secagg.open(node, r, opts) -> a session after the key steps (KEYS to FORWARD) of every
+-- aggregation node takes part in this round: opts.aggregate lists the clients of the one it
+-- aggregates (opts.size: the length of their vectors), opts.contribute the aggregators it is a
+-- client of; opts.fraction sets the threshold (secagg.threshold).
+function M.open(node, r, opts)
+  local me, f = node.uid, opts.fraction
+  local s = { node = node, r = r, size = opts.size, clients = {} }
+  for _, a in ipairs(opts.contribute or {}) do
+    s.clients[a] = M.client(me, a, r, f)
+    send(node, a, r, KEYS, s.clients[a].advertise)
+  end
+  local agg
+  if opts.aggregate and #opts.aggregate > 0 then
+    agg = M.aggregator(me, r, f)
+    local adv = {}
+    for _, u in ipairs(opts.aggregate) do adv[u] = recv(node, u, r, KEYS) end
+    local roster = agg:roster(adv)
+    for _, u in ipairs(agg.u1) do send(node, u, r, ROSTER, roster) end
+    if #agg.u1 == 0 then agg = nil end
+  end
+  for a, c in pairs(s.clients) do
+    local roster = recv(node, a, r, ROSTER)
+    local msg, why
+    if roster and roster ~= M.GIVE_UP then msg, why = c:share(roster) end
+    if why then gave_up(node, r, "with aggregator " .. a, why) end
+    if roster and roster ~= M.GIVE_UP then send(node, a, r, SHARES, msg or M.GIVE_UP) end
+    if not msg then s.clients[a] = nil end
+  end
+  if agg then
+    local shared = {}
+    for _, u in ipairs(agg.u1) do
+      local m = recv(node, u, r, SHARES)
+      if m ~= M.GIVE_UP then shared[u] = m end
+    end
+    local fwd, why = agg:forward(shared)
+    if fwd then
+      for _, v in ipairs(agg.u2) do send(node, v, r, FORWARD, fwd[v]) end
+    else
+      gave_up(node, r, "as aggregator", why)
+      for u in pairs(shared) do send(node, u, r, FORWARD, M.GIVE_UP) end
+      agg = nil
+    end
+  end
+  for a, c in pairs(s.clients) do
+    local m = recv(node, a, r, FORWARD)
+    local ok, why = false, nil
+    if m and m ~= M.GIVE_UP then ok, why = c:receive(m) end
+    if why then gave_up(node, r, "with aggregator " .. a, why) end
+    if why then c.failed = true elseif not ok then s.clients[a] = nil end
+  end
+  s.agg = agg
+  return s
+end
+
+--- secagg.close(session, inputs) -> for an aggregating node, the sum of its surviving clients'
+-- vectors (int64, mod 2^64) and their uids, or nil and why; inputs = { [aggregator uid] = the
+-- int64 vector this node gives it } (masked in place, then freed).
+function M.close(s, inputs)
+  local node, r, agg = s.node, s.r, s.agg
+  for a, c in pairs(s.clients) do
+    local y = inputs[a]
+    if c.failed or not y then
+      send(node, a, r, MASKED, M.GIVE_UP)
+      s.clients[a] = nil
+    else
+      send(node, a, r, MASKED, c:mask(y))
+    end
+  end
+  for _, y in pairs(inputs) do y:free() end
+  local survivors, why
+  if agg then
+    local masked = {}
+    for _, u in ipairs(agg.u2) do
+      local y = recv(node, u, r, MASKED)
+      if y and y:numel() == s.size then masked[u] = y elseif y then y:free() end
+    end
+    survivors, why = agg:survivors(masked)
+    for _, y in pairs(masked) do y:free() end
+    if why then gave_up(node, r, "as aggregator", why) end
+    for _, u in ipairs(agg.u3) do send(node, u, r, SURVIVORS, why and M.GIVE_UP or survivors) end
+  end
+  for a, c in pairs(s.clients) do
+    local m = recv(node, a, r, SURVIVORS)
+    if m and m ~= M.GIVE_UP then
+      local out, err = c:unmask(m)
+      if err then gave_up(node, r, "with aggregator " .. a, err) end
+      send(node, a, r, UNMASK, out or M.GIVE_UP)
+    end
+  end
+  if not agg then return nil, "not aggregating" end
+  if why then
+    if agg.sum then agg.sum:free() end
+    return nil, why
+  end
+  local responses = {}
+  for _, u in ipairs(agg.u3) do
+    local m = recv(node, u, r, UNMASK)
+    if m ~= M.GIVE_UP then responses[u] = m end
+  end
+  local sum, got = agg:unmask(responses)
+  if not sum then
+    gave_up(node, r, "as aggregator", got)
+    if agg.sum then agg.sum:free() end
+  end
+  return sum, got
 end
 
 return M

@@ -22,7 +22,8 @@ describe("dpy.crypto", function()
   it("expands ChaCha20 keystreams as a pure-Python ChaCha20 does (across the 64 KiB chunks)", function()
     -- the all-zero key's first block is the well-known 76b8e0ad a0f13d90 ...
     local z = crypto.stream(string.rep("\0", 32), 2):bytes()
-    assert.are.equal("76b8e0ada0f13d90405d6ae55386bd28", (z:gsub(".", function(c) return string.format("%02x", c:byte()) end)))
+    local hex = z:gsub(".", function(c) return string.format("%02x", c:byte()) end)
+    assert.are.equal("76b8e0ada0f13d90405d6ae55386bd28", hex)
     -- tests/fixtures/secagg/reference.py: word(bytes(range(32)), i), as signed int64
     local s = crypto.stream(key(0), 20001)
     local want = { [0] = 7645359380336737593, [1] = 5281276197874154893, [7] = 883087369427888066,
@@ -49,7 +50,8 @@ describe("dpy.crypto", function()
     assert.is_nil(k)
     assert.matches("low%-order", err)
     assert.has_error(function() crypto.agree(ask, bpk) end)
-    assert.has_error(function() crypto.agree("short", bpk, "c") end, "bad argument #1 to 'agree' (a 32-byte key expected, got 5 bytes)")
+    assert.has_error(function() crypto.agree("short", bpk, "c") end,
+                     "bad argument #1 to 'agree' (a 32-byte key expected, got 5 bytes)")
   end)
 
   it("seals and opens, and refuses a tampered or foreign message", function()
@@ -218,5 +220,70 @@ describe("dpy.secagg", function()
     assert.is_nil(m)
     assert.matches("names node 1 unexpectedly", why)
     assert.matches("leaves this node out", select(2, c:unmask(string.pack("<I4", 2))))
+  end)
+end)
+
+describe("secure aggregation end to end", function()
+  local TINY, run = TINY_RUN, run_config
+  local crash = [[
+local registry = require "dpy.registry"
+return registry.register { kind = "action", name = "crash", new = function() return {
+  post_train = function(node, r) if node.uid == 3 and r == 2 then error("gone at round 2") end end } end }
+]]
+
+  -- node uid's test losses of the run in out, as a list
+  local function losses(out, uid)
+    local l = {}
+    for i, p in ipairs(node_metrics(out, uid).test_loss) do l[i] = p[2] end
+    return l
+  end
+
+  local function close_lists(a, b, tol)
+    assert.are.equal(#a, #b)
+    for i = 1, #a do assert.is_true(math.abs(a[i] - b[i]) < tol, string.format("%d: %g vs %g", i, a[i], b[i])) end
+  end
+
+  it("secure_fedavg averages as fedavg does, and without a client that left mid-round #e2e", function()
+    local base = TINY:gsub("nodes = 4", "nodes = 5")
+    local c1, _, e1, plain = run(base .. "algorithm = 'fedavg'\n")
+    local c2, _, e2, secure = run(base .. "algorithm = 'secure_fedavg'\n")
+    assert.are.equal(0, c1, e1)
+    assert.are.equal(0, c2, e2)
+    close_lists(losses(plain, 0), losses(secure, 0), 1e-4)
+    assert.matches("round 3: secure aggregation of 4 of 4 clients", read_file(secure .. "/0.log"))
+    -- node 3 fails after the key exchange of round 2, before sending its masked model
+    local dir = tmpdir()
+    write_file(dir .. "/crash.lua", crash)
+    local failing = base .. "on_peer_failure = 'continue'\nactions = { '" .. dir .. "/crash.lua' }\n"
+    _, _, _, plain = run(failing .. "algorithm = 'fedavg'\n")
+    c2, _, e2, secure = run(failing .. "algorithm = 'secure_fedavg'\n")
+    assert.are.equal(1, c2)
+    assert.matches("node 3 failed: .*gone at round 2", e2)
+    local log = read_file(secure .. "/0.log")
+    assert.matches("round 2: peer 3 is gone %(secure aggregation, step 4%)", log)
+    assert.matches("round 2: secure aggregation of 3 of 4 clients", log)
+    close_lists(losses(plain, 0), losses(secure, 0), 1e-4)   -- the same survivors' average
+  end)
+
+  it("secure_average mixes as average does, a failed neighbour's weight staying home #e2e", function()
+    local base = TINY:gsub("nodes = 4", "nodes = 6") .. "graph = { 'regular', degree = 3 }\n"
+    local c1, _, e1, plain = run(base)
+    local c2, _, e2, secure = run(base .. "sharing = 'secure_average'\n")
+    assert.are.equal(0, c1, e1)
+    assert.are.equal(0, c2, e2)
+    for uid = 0, 5 do close_lists(losses(plain, uid), losses(secure, uid), 1e-4) end
+    local dir = tmpdir()
+    write_file(dir .. "/crash.lua", crash)
+    local failing = base .. "on_peer_failure = 'continue'\nactions = { '" .. dir .. "/crash.lua' }\n"
+    _, _, _, plain = run(failing)
+    c2, _, _, secure = run(failing .. "sharing = 'secure_average'\n")
+    assert.are.equal(1, c2)
+    for _, uid in ipairs { 0, 1, 2, 4, 5 } do close_lists(losses(plain, uid), losses(secure, uid), 1e-4) end
+  end)
+
+  it("refuses bad options with the option's name", function()
+    local code, _, err = run(TINY .. "algorithm = { 'secure_fedavg', threshold = 1.5 }\n")
+    assert.are_not.equal(0, code)
+    assert.matches("option 'threshold' must be a number >= 0 and < 1, got 1.5", err)
   end)
 end)
