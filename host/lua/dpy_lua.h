@@ -86,6 +86,7 @@ int luaopen_dpy_nodes_core(lua_State *L);
 int luaopen_dpy_codec_core(lua_State *L);
 int luaopen_dpy_aggregate_core(lua_State *L);
 int luaopen_dpy_ssh_core(lua_State *L);
+int luaopen_dpy_crypto_core(lua_State *L);
 
 /* {==== the allocator (heap.c) ====} */
 

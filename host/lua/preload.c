@@ -12,6 +12,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.codec.core", luaopen_dpy_codec_core},
     {"dpy.aggregate.core", luaopen_dpy_aggregate_core},
     {"dpy.ssh.core", luaopen_dpy_ssh_core},
+    {"dpy.crypto.core", luaopen_dpy_crypto_core},
     {NULL, NULL}};
 
 void dpy_preload_bindings(lua_State *L) {

@@ -6,6 +6,7 @@
 local registry = require "dpy.registry"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
+local random = require "dpy.random"
 local host = require "dpy.host.core"
 
 local M = {}
@@ -88,9 +89,9 @@ function M.send(node, peer, r, t, channel)
   end
 end
 
--- What a node sends of flat: the actions' outgoing modifiers, then the transform chain. Each
--- step's bytes in and out go to the metrics (once per round).
-local function encode(node, flat, r)
+--- exchange.modified(node, flat, r) -> what the node shares of flat: the actions' outgoing
+-- modifiers applied in order (flat itself when there are none; else a new tensor).
+function M.modified(node, flat, r)
   local t = flat
   for _, m in ipairs(node.modifiers) do
     local u = m.modify(node, t, r)
@@ -101,6 +102,26 @@ local function encode(node, flat, r)
     if t ~= flat and u ~= t then t:free() end
     t = u
   end
+  return t
+end
+
+--- exchange.sampled(cfg, r) -> the clients (uids 1 .. nodes - 1) a server samples in round r, a
+-- seeded fraction, sorted: the same on every node.
+function M.sampled(cfg, r)
+  local clients = {}
+  for u = 1, cfg.nodes - 1 do clients[#clients + 1] = u end
+  local k = math.max(1, math.floor(cfg.fraction * #clients + 0.5))
+  random.new(cfg.seed * 7919 + r):shuffle(clients)
+  local chosen = {}
+  for i = 1, k do chosen[i] = clients[i] end
+  table.sort(chosen)
+  return chosen
+end
+
+-- What a node sends of flat: the actions' outgoing modifiers, then the transform chain. Each
+-- step's bytes in and out go to the metrics (once per round).
+local function encode(node, flat, r)
+  local t = M.modified(node, flat, r)
   local sizes = node.encoded_round ~= r and {} or nil
   local payload = node.chain:encode(t, sizes)
   if payload ~= t and t ~= flat then t:free() end

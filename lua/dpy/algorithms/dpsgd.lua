@@ -13,6 +13,12 @@ local function round(node, r)
   node:fire("pre_exchange", r)
   local t0 = host.clock()
   local g, peers = exchange.neighbours(node, r)
+  if node.sharing.exchange then   -- a rule with messages of its own (secure_average)
+    node.sharing.exchange(node, r, g, peers)
+    node.exchange_seconds = host.clock() - t0
+    node:fire("post_exchange", r)
+    return loss, secs
+  end
   local flat = node.model:get_flat()
   if #peers > 0 then exchange.send_model(node, peers, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent

@@ -4,21 +4,9 @@
 -- those counts.
 local registry = require "dpy.registry"
 local tensor = require "dpy.tensor"
-local random = require "dpy.random"
 local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
 
--- The clients sampled in round r, the same on every node.
-local function sampled(cfg, r)
-  local clients = {}
-  for u = 1, cfg.nodes - 1 do clients[#clients + 1] = u end
-  local k = math.max(1, math.floor(cfg.fraction * #clients + 0.5))
-  random.new(cfg.seed * 7919 + r):shuffle(clients)
-  local chosen = {}
-  for i = 1, k do chosen[i] = clients[i] end
-  table.sort(chosen)
-  return chosen
-end
 
 local function serve(node, r, chosen)
   local t0 = host.clock()
@@ -43,7 +31,7 @@ local function serve(node, r, chosen)
 end
 
 local function round(node, r)
-  local chosen = sampled(node.cfg, r)
+  local chosen = exchange.sampled(node.cfg, r)
   if node.is_server then return serve(node, r, chosen) end
   local mine = false
   for _, c in ipairs(chosen) do mine = mine or c == node.uid end
