@@ -51,6 +51,9 @@ M.SCHEMA = {
   on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
                       doc = "when a peer dies or is silent past peer_timeout" },
   peer_timeout = { type = "number", default = 300, above = 0, doc = "seconds to wait for a peer's message" },
+  checkpoint_every = { type = "integer", min = 1,
+                       doc = "write each node's whole state every this many rounds (ckpt/<uid>/<round>.ckpt), "
+                             .. "for `dpy-lua run --resume` (default: none)" },
   actions = { list_of = "action", default = {}, doc = "actions: names or paths of Lua files" },
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   pin_slots = { type = "boolean", default = true,

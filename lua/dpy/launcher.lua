@@ -30,7 +30,8 @@ function M.host_process(cfg, p, opts, tick)
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
-             overrides = table.concat(opts.overrides or {}, "\n") },
+             overrides = table.concat(opts.overrides or {}, "\n"),
+             resume = opts.resume and tostring(opts.resume) or nil },
   }
   if not group then error("process " .. p .. ": " .. err, 0) end
   while not group:wait(0.5) do
@@ -91,6 +92,10 @@ local function spawn_children(cfg, opts)
     local argv = { opts.exe, "node", opts.config, "--process", tostring(p), "--dir", opts.dir,
                    "--run-id", tostring(opts.run_id), "--seed", tostring(cfg.seed),
                    "--t0", string.format("%.6f", opts.t0) }
+    if opts.resume then
+      argv[#argv + 1] = "--resume"
+      argv[#argv + 1] = tostring(opts.resume)
+    end
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
     local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p))
     if not pid then
@@ -119,7 +124,8 @@ local function read_progress(cfg, dir)
   return total
 end
 
---- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet }. Returns the summary;
+--- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet, resume = round }.
+-- Returns the summary;
 -- raises naming the failed nodes.
 function M.run(cfg, opts)
   local bar = progress.new()
