@@ -129,10 +129,15 @@ end }
 ]], marker, marker))
   end
 
-  for _, processes in ipairs { 1, 2 } do
-    it(string.format("ends bit for bit as the run that was not (%d process%s)", processes,
-                     processes > 1 and "es" or ""), function()
-      local config = CONFIG .. "processes = " .. processes .. "\n"
+  -- the built-in actions that keep state across rounds: what a Byzantine node saw the round
+  -- before (ALIE crafts from it), and local DP's start model and noise
+  local STATEFUL = "actions = { 'kill.lua', { 'byzantine_attack', attack = 'alie', nodes = { 2 } }, "
+                   .. "{ 'differential_privacy', mode = 'local', noise = 0.01 } }\n"
+  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" } } do
+    local processes = case[1]
+    it(string.format("ends bit for bit as the run that was not (%d process%s%s)", processes,
+                     processes > 1 and "es" or "", case[3] and ", " .. case[3] or ""), function()
+      local config = CONFIG .. "processes = " .. processes .. "\n" .. (case[2] or "")
       local ref = tmpdir()
       kill_action(ref, ref .. "/never")
       write_file(ref .. "/never", "")
