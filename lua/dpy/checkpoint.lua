@@ -227,7 +227,8 @@ function M.restore(node, path)
     buffers[n]:copy_(need(t["buffer." .. n], "buffer." .. n, path, b:dtype(), b:numel()):view(b:size()))
   end
   if node.optimizer then
-    local ok, msg = pcall(node.optimizer.set_state, node.optimizer, need(t.optimizer, "optimizer", path, "uint8"):bytes())
+    local bytes = need(t.optimizer, "optimizer", path, "uint8"):bytes()
+    local ok, msg = pcall(node.optimizer.set_state, node.optimizer, bytes)
     if not ok then error(string.format("%s: optimizer: %s", path, msg), 0) end
   end
   local default = tensor.default_generator()

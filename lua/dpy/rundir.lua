@@ -16,7 +16,8 @@ M.EFFECTIVE = "config.effective.lua"
 local OWN = { ["config.lua"] = true, [M.EFFECTIVE] = true, ["config.json"] = true, ["manifest.json"] = true,
               ["graph.json"] = true, ["partition.pt"] = true, ["addresses.json"] = true, rendezvous = true,
               _files = true, ckpt = true }
-local OWN_PATTERNS = { "^%d+%.log$", "^%d+%.metrics%.json$", "^%d+%.model%.pt$", "^progress%-%d+%.json$", "^process%-%d+%.out$",
+local OWN_PATTERNS = { "^%d+%.log$", "^%d+%.metrics%.json$", "^%d+%.model%.pt$", "^progress%-%d+%.json$",
+                       "^process%-%d+%.out$",
                        "^pid%-%d+$" }
 
 local function own(rel)
