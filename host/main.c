@@ -30,6 +30,7 @@ static const char USAGE[] =
     "\n"
     "commands:\n"
     "  run CONFIG.lua [--seed N] [--out DIR] [-q] [KEY=VALUE...]   run an experiment\n"
+    "  run --resume RUN_DIR       continue a run from its checkpoints (checkpoint_every)\n"
     "  node CONFIG.lua --process P --dir DIR [--run-id N] [--seed N] [KEY=VALUE...]\n"
     "                           host one process's nodes of a run (for launchers)\n"
     "  repl [CONFIG.lua --uid U [KEY=VALUE...]]\n"

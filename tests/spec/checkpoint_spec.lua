@@ -179,4 +179,17 @@ end }
     assert.are.equal(2, code)
     assert.matches("no %-%-out, %-%-seed, %-%-force or KEY=VALUE", err)
   end)
+
+  it("an action's checkpoint goes with a restore", function()
+    local dir = tmpdir()
+    write_file(dir .. "/a.lua", [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "action", name = "half",
+        new = function() return { checkpoint = function() return {} end } end }
+    ]])
+    write_file(dir .. "/c.lua", TINY_RUN .. "rounds = 1\nactions = { 'a.lua' }\n")
+    local code, _, err = sh(shell_quote(DPY_BIN) .. " run -q " .. dir .. "/c.lua --out " .. dir .. "/out")
+    assert.are.equal(1, code)
+    assert.matches("action 'half': checkpoint and restore go together", err)
+  end)
 end)
