@@ -78,6 +78,25 @@ static int g_draw(lua_State *L) {
     return 1;
 }
 
+/* g:state() -> uint8 dpy.Tensor: the whole state (to checkpoint) */
+static int g_state(lua_State *L) {
+    dpy_generator *g = dpy_checkgenerator(L, 1);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_generator_get_state(&b->h, g) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/* g:set_state(t) -> g; raises when t is not a state of g:state() */
+static int g_set_state(lua_State *L) {
+    dpy_generator *g = dpy_checkgenerator(L, 1);
+    if (dpy_generator_set_state(g, dpy_checktensor(L, 2)) != DPY_OK)
+        return luaL_error(L, "generator:set_state: %s", dpy_torch_errmsg());
+    lua_settop(L, 1);
+    return 1;
+}
+
 static int g_free(lua_State *L) {
     gen_box *b = luaL_checkudata(L, 1, DPY_GENERATOR_MT);
     dpy_generator_free(b->h);
@@ -91,7 +110,8 @@ static int g_tostring(lua_State *L) {
     return 1;
 }
 
-static const luaL_Reg methods[] = {{"seed", g_seed}, {"draw", g_draw}, {"free", g_free},
+static const luaL_Reg methods[] = {{"seed", g_seed}, {"draw", g_draw}, {"state", g_state},
+                                   {"set_state", g_set_state}, {"free", g_free},
                                    {NULL, NULL}};
 static const luaL_Reg meta[] = {{"__gc", g_free}, {"__close", g_free},
                                 {"__tostring", g_tostring}, {NULL, NULL}};

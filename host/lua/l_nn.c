@@ -130,16 +130,16 @@ static int m_parameters(lua_State *L) {
     return 1;
 }
 
-/* m:named_parameters() -> { [name] = dpy.Tensor }, { names in order } */
-static int m_named_parameters(lua_State *L) {
-    dpy_module *m = dpy_checkmodule(L, 1);
-    size_t n = dpy_module_nparams(m);
+typedef dpy_err (*named_fn)(dpy_tensor **, const char **, const dpy_module *, size_t);
+
+/* { [name] = dpy.Tensor }, { names in order } of n entries got by get */
+static int push_named(lua_State *L, dpy_module *m, size_t n, named_fn get) {
     lua_createtable(L, 0, (int)n);
     lua_createtable(L, (int)n, 0);   /* stack: map, names */
     for (size_t i = 0; i < n; i++) {
         const char *name;
         dpy_tensor_box *b = dpy_newtensor(L);
-        if (dpy_module_param(&b->h, &name, m, i) != DPY_OK)
+        if (get(&b->h, &name, m, i) != DPY_OK)
             return dpy_torch_error(L);
         dpy_tensor_filled(L, b);
         lua_pushstring(L, name);     /* stack: map, names, box, name */
@@ -149,6 +149,19 @@ static int m_named_parameters(lua_State *L) {
         lua_rawset(L, -4);
     }
     return 2;
+}
+
+/* m:named_parameters() -> { [name] = dpy.Tensor }, { names in order } */
+static int m_named_parameters(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    return push_named(L, m, dpy_module_nparams(m), dpy_module_param);
+}
+
+/* m:named_buffers() -> { [name] = dpy.Tensor }, { names in order }: batchnorm's running
+** statistics (sharing the module's storage) */
+static int m_named_buffers(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    return push_named(L, m, dpy_module_nbuffers(m), dpy_module_buffer);
 }
 
 /* m:is_native() -> true when forward runs in C++ (a layer or a sequential of them) */
@@ -366,7 +379,7 @@ static int n_is_module(lua_State *L) {
 
 static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
-    {"named_parameters", m_named_parameters}, {"numel", m_numel}, {"get_flat", m_get_flat},
+    {"named_parameters", m_named_parameters}, {"named_buffers", m_named_buffers}, {"numel", m_numel}, {"get_flat", m_get_flat},
     {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"set_grad_flat", m_set_grad_flat},
     {"per_sample_grads", m_per_sample_grads}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},

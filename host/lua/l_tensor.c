@@ -943,6 +943,64 @@ static int f_load(lua_State *L) {
     return 1;
 }
 
+/* tensor.pickle({names...}, {tensors...}) -> bytes of a file torch.load reads as the dict
+** {name: tensor} (a state dict, when the names are a module's) */
+static int f_pickle(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    size_t n = (size_t)luaL_len(L, 1);
+    luaL_argcheck(L, (size_t)luaL_len(L, 2) == n, 2, "as many tensors as names expected");
+    const char **names = lua_newuserdatauv(L, (n ? n : 1) * sizeof *names, 0);
+    const dpy_tensor **ts = lua_newuserdatauv(L, (n ? n : 1) * sizeof *ts, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_geti(L, 1, (lua_Integer)i + 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            return luaL_error(L, "tensor.pickle: names[%d] is not a string", (int)i + 1);
+        names[i] = lua_tostring(L, -1);   /* the names table keeps it alive */
+        lua_pop(L, 1);
+        lua_geti(L, 2, (lua_Integer)i + 1);
+        ts[i] = dpy_checktensor(L, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    char *buf;
+    size_t len;
+    if (dpy_pickle_tensors(&buf, &len, names, ts, n) != DPY_OK)
+        return luaL_error(L, "tensor.pickle: %s", dpy_torch_errmsg());
+    lua_pushlstring(L, buf, len);   /* raises only when Lua is out of memory (buf leaks then) */
+    dpy_torch_free(buf);
+    return 1;
+}
+
+/* tensor.unpickle(bytes) -> {names...}, {tensors...} | nil, err (bytes not a dict of tensors) */
+static int f_unpickle(lua_State *L) {
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    char **names;
+    dpy_tensor **ts;
+    size_t n;
+    if (dpy_unpickle_tensors(&names, &ts, &n, s, len) != DPY_OK) {
+        luaL_pushfail(L);
+        lua_pushstring(L, dpy_torch_errmsg());
+        return 2;
+    }
+    lua_createtable(L, (int)n, 0);   /* stack: names, tensors (raises only out of memory) */
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        dpy_tensor_box *b = dpy_newtensor(L);
+        b->h = ts[i];
+        ts[i] = NULL;
+        dpy_tensor_filled(L, b);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -3, (lua_Integer)i + 1);
+        dpy_torch_free(names[i]);
+        names[i] = NULL;
+    }
+    dpy_torch_free(names);
+    dpy_torch_free(ts);
+    return 2;
+}
+
 /* tensor.is_tensor(v) -> boolean */
 static int f_is_tensor(lua_State *L) {
     lua_pushboolean(L, luaL_testudata(L, 1, DPY_TENSOR_MT) != NULL);
@@ -1018,6 +1076,7 @@ static const luaL_Reg t_functions[] = {
     {"randint", f_randint}, {"randperm", f_randperm}, {"bernoulli", f_bernoulli},
     {"new", f_new}, {"from_bytes", f_from_bytes}, {"cat", f_cat}, {"stack", f_stack},
     {"where", f_where}, {"load", f_load}, {"is_tensor", f_is_tensor},
+    {"pickle", f_pickle}, {"unpickle", f_unpickle},
     {"set_grad_enabled", f_set_grad_enabled}, {NULL, NULL}};
 
 int luaopen_dpy_tensor_core(lua_State *L) {

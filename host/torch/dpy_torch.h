@@ -61,6 +61,10 @@ DPY_API void dpy_generator_free(dpy_generator *g) DPY_NOEXCEPT;
 DPY_API void dpy_generator_seed(dpy_generator *g, uint64_t seed) DPY_NOEXCEPT;
 /* A fresh 64-bit draw (used to derive seeds); never fails. */
 DPY_API uint64_t dpy_generator_draw(dpy_generator *g) DPY_NOEXCEPT;
+/* The generator's whole state (libtorch's get_state: a uint8 cpu tensor), and back: set_state
+** refuses a tensor that is not such a state (DPY_ETORCH names why). Checkpoints use them. */
+DPY_API dpy_err dpy_generator_get_state(dpy_tensor **out, dpy_generator *g) DPY_NOEXCEPT;
+DPY_API dpy_err dpy_generator_set_state(dpy_generator *g, const dpy_tensor *state) DPY_NOEXCEPT;
 
 /* {==== tensors: creation ====} */
 
@@ -122,6 +126,15 @@ DPY_API dpy_err dpy_tensor_format(const dpy_tensor *t, char *buf, size_t len) DP
 /* Files readable by PyTorch's torch.load (pickle format of torch::pickle_save). */
 DPY_API dpy_err dpy_tensor_save(const dpy_tensor *t, const char *path) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_tensor_load(dpy_tensor **out, const char *path) DPY_NOEXCEPT;
+/* A dict {names[i]: ts[i]} (insertion order kept; cpu copies) as the bytes of a file torch.load
+** reads (torch::pickle_save); *buf is freed with dpy_torch_free. */
+DPY_API dpy_err dpy_pickle_tensors(char **buf, size_t *len, const char *const *names,
+                                   const dpy_tensor *const *ts, size_t n) DPY_NOEXCEPT;
+/* The inverse: *names (n strings) and *ts (n tensors) in the dict's order; the arrays and the
+** names are freed with dpy_torch_free, the tensors with dpy_tensor_free. DPY_ETORCH when buf
+** is not such a file (a dict of string keys and tensor values). */
+DPY_API dpy_err dpy_unpickle_tensors(char ***names, dpy_tensor ***ts, size_t *n, const char *buf,
+                                     size_t len) DPY_NOEXCEPT;
 
 /* {==== tensors: operations ====} */
 
@@ -236,6 +249,10 @@ DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat,
 DPY_API dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
                                const double *weights, size_t n) DPY_NOEXCEPT;
 DPY_API int64_t dpy_module_numel(const dpy_module *m) DPY_NOEXCEPT;
+/* The buffers (batchnorm's running statistics), as dpy_module_nparams / dpy_module_param. */
+DPY_API size_t dpy_module_nbuffers(const dpy_module *m) DPY_NOEXCEPT;
+DPY_API dpy_err dpy_module_buffer(dpy_tensor **out, const char **name, const dpy_module *m,
+                                  size_t i) DPY_NOEXCEPT;
 DPY_API void dpy_module_train(dpy_module *m, int on) DPY_NOEXCEPT;
 DPY_API int dpy_module_is_training(const dpy_module *m) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_module_to(dpy_module *m, int dtype, const char *device) DPY_NOEXCEPT;

@@ -201,6 +201,29 @@ dpy_err dpy_module_param(dpy_tensor **out, const char **name, const dpy_module *
     });
 }
 
+size_t dpy_module_nbuffers(const dpy_module *m) noexcept {
+    try {
+        return m->m->buffers().size();
+    } catch (...) {
+        return 0;
+    }
+}
+
+dpy_err dpy_module_buffer(dpy_tensor **out, const char **name, const dpy_module *m,
+                          size_t i) noexcept {
+    *out = nullptr;
+    *name = nullptr;
+    return dpy_guard([&] {
+        static thread_local std::string last;
+        auto nb = m->m->named_buffers();
+        if (i >= nb.size())
+            dpy_invalid("buffer index out of range");
+        last = nb[i].key();
+        *name = last.c_str();
+        *out = dpy_wrap(nb[i].value());
+    });
+}
+
 int64_t dpy_module_numel(const dpy_module *m) noexcept {
     int64_t n = 0;
     try {

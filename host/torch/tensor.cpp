@@ -116,6 +116,24 @@ uint64_t dpy_generator_draw(dpy_generator *g) noexcept {
     return g->g.get<at::CPUGeneratorImpl>()->random64();
 }
 
+dpy_err dpy_generator_get_state(dpy_tensor **out, dpy_generator *g) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        std::lock_guard<std::mutex> lock(g->g.mutex());
+        *out = dpy_wrap(g->g.get_state());
+    });
+}
+
+dpy_err dpy_generator_set_state(dpy_generator *g, const dpy_tensor *state) noexcept {
+    return dpy_guard([&] {
+        auto t = state->v.detach().to(torch::kCPU).contiguous();
+        if (t.scalar_type() != torch::kUInt8)
+            dpy_invalid("a generator state is a uint8 tensor, got " + std::string(c10::toString(t.scalar_type())));
+        std::lock_guard<std::mutex> lock(g->g.mutex());
+        g->g.set_state(t);
+    });
+}
+
 static c10::optional<at::Generator> gen_of(dpy_generator *g) {
     return g ? c10::optional<at::Generator>(g->g) : c10::nullopt;
 }
@@ -316,6 +334,80 @@ dpy_err dpy_tensor_load(dpy_tensor **out, const char *path) noexcept {
         if (!v.isTensor())
             throw std::runtime_error(std::string(path) + " does not hold a tensor");
         *out = dpy_wrap(v.toTensor());
+    });
+}
+
+dpy_err dpy_pickle_tensors(char **buf, size_t *len, const char *const *names,
+                           const dpy_tensor *const *ts, size_t n) noexcept {
+    *buf = nullptr;
+    *len = 0;
+    return dpy_guard([&] {
+        c10::Dict<std::string, torch::Tensor> d;
+        for (size_t i = 0; i < n; i++) {
+            if (d.contains(names[i]))
+                dpy_invalid(std::string("the name '") + names[i] + "' twice");
+            d.insert(names[i], ts[i]->v.detach().to(torch::kCPU));
+        }
+        auto bytes = torch::pickle_save(d);
+        *buf = static_cast<char *>(std::malloc(bytes.size() ? bytes.size() : 1));
+        if (!*buf)
+            throw std::bad_alloc();
+        std::memcpy(*buf, bytes.data(), bytes.size());
+        *len = bytes.size();
+    });
+}
+
+dpy_err dpy_unpickle_tensors(char ***names, dpy_tensor ***ts, size_t *n, const char *buf,
+                             size_t len) noexcept {
+    *names = nullptr;
+    *ts = nullptr;
+    *n = 0;
+    std::vector<std::string> keys;
+    std::vector<torch::Tensor> values;
+    dpy_err e = dpy_guard([&] {
+        auto v = torch::pickle_load(std::vector<char>(buf, buf + len));
+        if (!v.isGenericDict())
+            throw std::runtime_error("not a dict of tensors (a " + v.tagKind() + ")");
+        for (const auto &kv : v.toGenericDict()) {
+            if (!kv.key().isString())
+                throw std::runtime_error("a key of the dict is not a string");
+            if (!kv.value().isTensor())
+                throw std::runtime_error("the value of '" + kv.key().toStringRef() + "' is not a tensor");
+            keys.push_back(kv.key().toStringRef());
+            values.push_back(kv.value().toTensor());
+        }
+    });
+    if (e != DPY_OK)
+        return e;
+    return dpy_guard([&] {
+        size_t k = keys.size();
+        char **nm = static_cast<char **>(std::calloc(k ? k : 1, sizeof *nm));
+        dpy_tensor **tv = static_cast<dpy_tensor **>(std::calloc(k ? k : 1, sizeof *tv));
+        if (!nm || !tv) {
+            std::free(nm);
+            std::free(tv);
+            throw std::bad_alloc();
+        }
+        try {
+            for (size_t i = 0; i < k; i++) {
+                nm[i] = static_cast<char *>(std::malloc(keys[i].size() + 1));
+                if (!nm[i])
+                    throw std::bad_alloc();
+                std::memcpy(nm[i], keys[i].c_str(), keys[i].size() + 1);
+                tv[i] = dpy_wrap(values[i]);
+            }
+        } catch (...) {
+            for (size_t i = 0; i < k; i++) {
+                std::free(nm[i]);
+                delete tv[i];
+            }
+            std::free(nm);
+            std::free(tv);
+            throw;
+        }
+        *names = nm;
+        *ts = tv;
+        *n = k;
     });
 }
 

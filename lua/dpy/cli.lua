@@ -12,6 +12,7 @@ local function run_parser()
   p:option("--seed", "Seed (overrides the config's seed)."):convert(math.tointeger)
   p:option("--out", "Run directory (default: out/<UTC timestamp>).")
   p:flag("--force", "Replace the run that --out holds.")
+  p:flag("--resume", "Continue the run directory CONFIG from the last round every node checkpointed.")
   p:flag("-q --quiet", "Print only the summary.")
   return p
 end
@@ -73,6 +74,24 @@ local function rerun_of(path)
   return rerun.config, rerun
 end
 
+-- `run --resume DIR`: the run of DIR continued in DIR from the round every node checkpointed.
+-- Returns cfg, opts | nil, message, exit code.
+local function resume_of(a, args)
+  if a.out or a.seed or a.force or #a.overrides > 0 then
+    return nil, "--resume continues a run as it was: no --out, --seed, --force or KEY=VALUE", 2
+  end
+  local rundir = require "dpy.rundir"
+  local rerun, err = rundir.rerun(a.config)
+  if not rerun then return nil, err, 1 end
+  local cfg = load_config(rerun.config, {})
+  if not cfg then return nil, "cannot load " .. rerun.config, 1 end
+  if not cfg.nodes then return nil, rerun.dir .. ": --resume continues decentralized runs only", 1 end
+  local round, why = require("dpy.checkpoint").resume_round(rerun.dir, cfg.nodes)
+  if not round then return nil, why, 1 end
+  return cfg, { dir = rerun.dir, config = rerun.config, overrides = {}, quiet = a.quiet, resume = round,
+                argv = { "run", table.unpack(args) } }
+end
+
 function M.run(args)
   local parser = run_parser()
   local ok, a = parser:pparse(args)
@@ -81,6 +100,20 @@ function M.run(args)
     return 2
   end
   local experiment = require "dpy.experiment"
+  if a.resume then
+    local cfg, opts, code = resume_of(a, args)
+    if not cfg then
+      io.stderr:write("dpy-lua run: ", opts, "\n")
+      return code
+    end
+    if not a.quiet then print(string.format("resuming %s from round %d", opts.dir, opts.resume)) end
+    local ran, summary = pcall(experiment.resume, cfg, opts)
+    if not ran then
+      io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n")
+      return 1
+    end
+    return M.decentralized_result(cfg, opts.dir, summary)
+  end
   local paths = require "dpy.paths"
   local config_path, rerun = rerun_of(a.config)
   if not config_path then
@@ -112,24 +145,27 @@ function M.run(args)
                     "(results written so far are in ", dir, ")\n")
     return 1
   end
-  if cfg.nodes then
-    print(decentralized_text(cfg, dir, summary))
-    local stop = summary.interrupted
-    if stop then   -- the nodes' "interrupted!" is no failure of theirs
-      io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
-                                    stop.signal, stop.round, dir))
-      return 128 + stop.number
-    end
-    if #summary.failed > 0 then
-      for _, f in ipairs(summary.failed) do   -- the message; the traceback is in the node's log
-        io.stderr:write(failure_line(f))
-      end
-      io.stderr:write("(tracebacks in ", dir, "/<uid>.log)\n")
-      return 1
-    end
-    return 0
-  end
+  if cfg.nodes then return M.decentralized_result(cfg, dir, summary) end
   print(summary_text(dir, summary))
+  return 0
+end
+
+--- Prints a decentralized run's summary and its failed nodes; returns the exit code.
+function M.decentralized_result(cfg, dir, summary)
+  print(decentralized_text(cfg, dir, summary))
+  local stop = summary.interrupted
+  if stop then   -- the nodes' "interrupted!" is no failure of theirs
+    io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
+                                  stop.signal, stop.round, dir))
+    return 128 + stop.number
+  end
+  if #summary.failed > 0 then
+    for _, f in ipairs(summary.failed) do   -- the message; the traceback is in the node's log
+      io.stderr:write(failure_line(f))
+    end
+    io.stderr:write("(tracebacks in ", dir, "/<uid>.log)\n")
+    return 1
+  end
   return 0
 end
 
@@ -144,6 +180,8 @@ function M.node(args)
   p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
   p:option("--seed", "Seed."):convert(math.tointeger)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
+  p:option("--resume", "Resume from this round's checkpoints, or 'auto': the last round every node "
+           .. "checkpointed in --dir.")
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
   local rendezvous = require "dpy.rendezvous"
@@ -166,12 +204,29 @@ function M.node(args)
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
                  overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir) }
+  if a.resume then   -- before any process of the run can write a checkpoint
+    local why
+    opts.resume = math.tointeger(tonumber(a.resume))
+    if a.resume == "auto" then
+      opts.resume, why = require("dpy.checkpoint").resume_round(a.dir, cfg.nodes)
+    elseif not opts.resume or opts.resume < 0 then
+      why = "--resume: a round (an integer >= 0) or 'auto' expected, got " .. a.resume
+    end
+    if not opts.resume then
+      io.stderr:write("dpy-lua node: ", why, "\n")
+      return a.resume == "auto" and 1 or 2
+    end
+  end
   local ran, code = pcall(function()
     if rank and not a.uid and a.process == rank then   -- started by mpirun / srun: join the others
       cfg.processes = size
       if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
       opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function()
+        if opts.resume then   -- the run directory holds the run already
+          require("dpy.layout").prepare(cfg, a.dir)
+          return
+        end
         require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, included = included,
                                                          config = a.config, argv = { "node", table.unpack(args) },
                                                          run_id = opts.run_id, launcher = launched_by,

@@ -54,6 +54,9 @@ M.SCHEMA = {
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },
+  checkpoint_every = { type = "integer", min = 1,
+                       doc = "write each node's whole state every this many rounds (ckpt/<uid>/<round>.ckpt), "
+                             .. "for `dpy-lua run --resume` (default: none)" },
   actions = { list_of = "action", default = {}, doc = "actions: names or paths of Lua files" },
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   pin_slots = { type = "boolean", default = true,

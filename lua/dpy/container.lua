@@ -6,7 +6,9 @@
 -- node (an action's own state, the round) stay free.
 -- An action's handlers may also declare `outgoing = function(node, flat, round) -> tensor`: a
 -- modifier of the model vector the node sends, applied in action order before the transforms,
--- declared once at build time.
+-- declared once at build time. An action that keeps state across rounds declares `checkpoint =
+-- function(node) -> plain table` and `restore = function(node, t)` (see dpy.checkpoint): what a
+-- checkpoint saves of it, and how a resumed run puts it back (after init, before startup).
 local tensor = require "dpy.tensor"
 local registry = require "dpy.registry"
 local config = require "dpy.config"
@@ -30,7 +32,7 @@ M.SLOTS = {}
 for _, k in ipairs { "uid", "cfg", "dir", "endpoint", "log", "metrics", "train_set", "test_set", "task",
                      "model", "optimizer", "loader", "trainer", "indices", "local_steps", "graph", "sharing",
                      "chain", "algorithm", "test_indices", "evaluates", "is_server", "handlers",
-                     "modifiers" } do
+                     "modifiers", "checkpointers" } do
   M.SLOTS[k] = true
 end
 
@@ -146,25 +148,35 @@ end
 
 -- Builds the config's actions on node: their handlers by event, and their outgoing modifiers.
 local function build_actions(node, list)
-  local handlers, modifiers = {}, {}
-  for _, entry in ipairs(list or {}) do
+  local handlers, modifiers, savers = {}, {}, {}
+  for i, entry in ipairs(list or {}) do
     local spec = registry.spec("action", entry, 2)
     local returned = registry.build("action", entry, node) or {}
+    if (returned.checkpoint == nil) ~= (returned.restore == nil) then
+      error(string.format("action '%s': checkpoint and restore go together", spec.name), 0)
+    end
+    if returned.checkpoint ~= nil then
+      options.check_type(returned.checkpoint, "function", string.format("action '%s': checkpoint", spec.name), 0)
+      options.check_type(returned.restore, "function", string.format("action '%s': restore", spec.name), 0)
+      savers[#savers + 1] = { name = spec.name, index = i, checkpoint = returned.checkpoint,
+                              restore = returned.restore }
+    end
     for event, h in pairs(returned) do
       if event == "outgoing" then
         options.check_type(h, "function", string.format("action '%s': outgoing", spec.name), 0)
         modifiers[#modifiers + 1] = { action = spec.name, modify = h }
-      elseif not M.EVENTS[event] then
+      elseif not M.EVENTS[event] and event ~= "checkpoint" and event ~= "restore" then
         error(string.format("action '%s': unknown event '%s'%s (events: init, startup, pre_train, "
-                            .. "post_train, pre_exchange, post_exchange, shutdown; and outgoing, a modifier)",
+                            .. "post_train, pre_exchange, post_exchange, shutdown; outgoing, a modifier; checkpoint "
+                            .. "and restore)",
                             spec.name, tostring(event), options.suggest(event, M.EVENTS)), 0)
-      else
+      elseif M.EVENTS[event] then
         handlers[event] = handlers[event] or {}
         table.insert(handlers[event], h)
       end
     end
   end
-  return handlers, modifiers
+  return handlers, modifiers, savers
 end
 
 local function split_lines(s)
@@ -217,7 +229,7 @@ function M.build(ep, args)
   if cfg.test_samples then c.test_indices = tensor.arange(math.min(cfg.test_samples, data.size(c.test_set))) end
   c.evaluates = M.evaluates(cfg, uid)
   c.algorithm = registry.build("algorithm", cfg.algorithm, node)
-  c.handlers, c.modifiers = build_actions(node, cfg.actions)
+  c.handlers, c.modifiers, c.checkpointers = build_actions(node, cfg.actions)
   return node
 end
 

@@ -104,6 +104,19 @@ function M.run(cfg, opts)
   return result
 end
 
+--- experiment.resume(cfg, {dir, config, resume = round, argv, quiet}) -> summary: the run of dir
+-- continued from its checkpoints of round opts.resume, in dir (manifest.json records it).
+function M.resume(cfg, opts)
+  opts.t0 = opts.t0 or host.clock()
+  opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
+  local manifest = metrics.read(opts.dir .. "/manifest.json") or {}
+  manifest.resumed = manifest.resumed or {}
+  table.insert(manifest.resumed, { round = opts.resume, at = os.date("!%Y-%m-%dT%H:%M:%SZ"), run_id = opts.run_id,
+                                   argv = opts.argv })
+  write_json(opts.dir .. "/manifest.json", manifest)
+  return M.run_decentralized(cfg, opts)
+end
+
 function M.run_decentralized(cfg, opts)
   local launcher = require "dpy.launcher"
   opts.exe = opts.exe or host.exe()

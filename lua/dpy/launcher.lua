@@ -41,7 +41,8 @@ function M.host_process(cfg, p, opts, tick)
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
-             overrides = table.concat(opts.overrides or {}, "\n") },
+             overrides = table.concat(opts.overrides or {}, "\n"),
+             resume = opts.resume and tostring(opts.resume) or nil },
   }
   if not group then error("process " .. p .. ": " .. err, 0) end
   -- a first sign of life as soon as the process is connected: from here on, a process silent for
@@ -110,6 +111,10 @@ local function spawn_children(cfg, opts)
     local argv = { opts.exe, "node", opts.config, "--process", tostring(p), "--dir", opts.dir,
                    "--run-id", tostring(opts.run_id), "--seed", tostring(cfg.seed),
                    "--t0", string.format("%.6f", opts.t0) }
+    if opts.resume then
+      argv[#argv + 1] = "--resume"
+      argv[#argv + 1] = tostring(opts.resume)
+    end
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
     local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p))
     if not pid then
@@ -212,9 +217,9 @@ local function mark_interrupted(dir, what)
   if not ok then error(err, 0) end
 end
 
---- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet }. Returns the summary
--- (summary.interrupted = { signal, number, round } when a signal stopped it); raises naming the
--- failed nodes.
+--- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet, resume = round }.
+-- Returns the summary (summary.interrupted = { signal, number, round } when a signal stopped it);
+-- raises naming the failed nodes.
 function M.run(cfg, opts)
   local bar = progress.new()
   local start = host.clock()

@@ -3,10 +3,13 @@
 -- each round the algorithm (lua/dpy/algorithms/, or a user's file) runs
 --   pre_train -> local steps -> post_train -> pre_exchange -> send / receive / combine ->
 --   post_exchange
--- and the loop records the round's metrics and evaluates every eval_every rounds.
+-- and the loop records the round's metrics and evaluates every eval_every rounds, writes a
+-- checkpoint every checkpoint_every rounds, and at the end the final model (<uid>.model.pt).
+-- A resumed node (args.resume = round) starts from its checkpoint of that round.
 local trainer = require "dpy.trainer"
 local host = require "dpy.host.core"
 local container = require "dpy.container"
+local checkpoint = require "dpy.checkpoint"
 
 local M = {}
 
@@ -43,7 +46,16 @@ local function record(node, r, loss, train_secs, round_start, before)
   end
 end
 
-local function run(node)
+-- The end of round r: the checkpoint when one is due, then the pruning of older ones.
+local function save_checkpoint(node, r)
+  local every = node.cfg.checkpoint_every
+  if not every or r % every ~= 0 then return end
+  node.endpoint:release()   -- no compute slot held over a file write
+  checkpoint.save(node, r)
+  checkpoint.prune(node.dir, node.uid, node.cfg.nodes)
+end
+
+local function run(node, resume)
   local cfg = node.cfg
   local algorithm = node.algorithm
   local eval_every = cfg.eval_every or 10
@@ -53,10 +65,16 @@ local function run(node)
                  string.format("%d training samples", node.indices:numel()), cfg.rounds,
                  node.local_steps or 0,
                  node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
-  if node.t0 then node.metrics:add("ready_seconds", 0, host.clock() - node.t0) end
+  if resume then
+    checkpoint.restore(node, checkpoint.path(node.dir, node.uid, resume))
+    checkpoint.drop_after(node.dir, node.uid, resume)
+    node.log:write("resumed from the checkpoint of round %d", resume)
+  elseif node.t0 then
+    node.metrics:add("ready_seconds", 0, host.clock() - node.t0)
+  end
   node:fire("startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
-  for r = 1, cfg.rounds do
+  for r = (resume or 0) + 1, cfg.rounds do
     node.round = r
     local t0 = host.clock()
     local loss, secs = algorithm(node, r)
@@ -64,6 +82,7 @@ local function run(node)
     local acc
     if node.evaluates and (r % eval_every == 0 or r == cfg.rounds) then acc = evaluate(node, r) end
     node.endpoint:report(r, acc)
+    save_checkpoint(node, r)
     if acc or host.clock() - last_save > 5 then
       node.endpoint:release()   -- no compute slot held over a file write
       local ok, err = node.metrics:save()
@@ -72,15 +91,18 @@ local function run(node)
     end
   end
   node:fire("shutdown")
+  node.endpoint:release()
   local ok, err = node.metrics:save()
   if not ok then error("cannot write metrics: " .. err, 0) end
+  checkpoint.save_model(node)
   node.log:write("done: %d rounds", cfg.rounds)
 end
 
---- The entry point of a node thread (see l_nodes.c): args = { config, dir, seed, overrides }.
+--- The entry point of a node thread (see l_nodes.c): args = { config, dir, seed, overrides [,
+-- resume = the round to resume from] }.
 function M.main(ep, args)
   local node = container.open(ep, args)
-  local ok, err = xpcall(run, debug.traceback, node)
+  local ok, err = xpcall(run, debug.traceback, node, math.tointeger(tonumber(args.resume or "")))
   if not ok then
     node.metrics:save()   -- what was finished stays readable
     node.log:write("failed: %s", err)

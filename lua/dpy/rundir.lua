@@ -15,8 +15,9 @@ M.EFFECTIVE = "config.effective.lua"
 -- The run directory's own top-level names, which a copied file must not take.
 local OWN = { ["config.lua"] = true, [M.EFFECTIVE] = true, ["config.json"] = true, ["manifest.json"] = true,
               ["graph.json"] = true, ["partition.pt"] = true, ["addresses.json"] = true, rendezvous = true,
-              _files = true }
-local OWN_PATTERNS = { "^%d+%.log$", "^%d+%.metrics%.json$", "^progress%-%d+%.json$", "^process%-%d+%.out$",
+              _files = true, ckpt = true }
+local OWN_PATTERNS = { "^%d+%.log$", "^%d+%.metrics%.json$", "^%d+%.model%.pt$", "^progress%-%d+%.json$",
+                       "^process%-%d+%.out$",
                        "^pid%-%d+$" }
 
 local function own(rel)

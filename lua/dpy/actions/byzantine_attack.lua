@@ -3,7 +3,8 @@
 -- { uid, ... } or fraction = 0.2 (seeded), seed. A Byzantine node crafts its vector from what it
 -- knows: its own honestly trained model and the models its neighbours sent it the round before;
 -- n is the run's node count and f the number of Byzantine nodes. The uids go to the manifest
--- (actions.byzantine_attack.byzantine). D-PSGD runs.
+-- (actions.byzantine_attack.byzantine). D-PSGD runs. A checkpoint keeps what it saw and its
+-- generator, so that a resumed run attacks as the uninterrupted one.
 local registry = require "dpy.registry"
 local actions = require "dpy.actions"
 local tensor = require "dpy.tensor"
@@ -38,6 +39,12 @@ return registry.register {
     local gen = tensor.generator(node.cfg.seed * 31 + node.uid)
     return {
       startup = function(n) n.log:write("byzantine_attack: this node sends %s vectors", name) end,
+      checkpoint = function() return { seen = seen, gen = gen:state() } end,
+      restore = function(_, t)
+        for _, x in ipairs(seen) do x:free() end
+        seen = t.seen or {}
+        gen:set_state(t.gen)
+      end,
       outgoing = function(_, flat)
         local honest = tensor.stack({ flat, table.unpack(seen) }, 0)
         local byz = attacks.craft(entry, honest, node.cfg.nodes, f, gen)

@@ -9,6 +9,8 @@
 --   sent; the node keeps its own model. Both epsilons are then node-level: one Gaussian mechanism
 --   of sensitivity clip per round.
 -- Options: clip = 1.0, noise = 1.0 (the noise multiplier sigma), delta = 1e-5, mode.
+-- A checkpoint keeps the steps taken (sgd: what the accountant counts) or the round's starting
+-- model (local); the noise comes from the node's generator, which the checkpoint keeps too.
 local registry = require "dpy.registry"
 local privacy = require "dpy.privacy"
 
@@ -73,6 +75,8 @@ return registry.register {
         post_train = function(n, r)
           record(n.metrics, r, per_step, trainer.steps, o.delta)
         end,
+        checkpoint = function() return { steps = trainer.steps } end,
+        restore = function(_, t) trainer.steps = t.steps end,
       }
     end
     local start
@@ -88,6 +92,11 @@ return registry.register {
       pre_train = function(n) if start then start:free() end; start = n.model:get_flat() end,
       post_exchange = function(n, r)
         record(n.metrics, r, per_step, r, o.delta)
+      end,
+      checkpoint = function() return { start = start } end,
+      restore = function(_, t)
+        if start then start:free() end
+        start = t.start
       end,
     }
   end,

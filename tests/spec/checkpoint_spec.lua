@@ -1,0 +1,195 @@
+-- Checkpoint and resume: generator state, the dict-of-tensors file, and a run killed mid-way
+-- and resumed ending bit for bit as the uninterrupted one, in one process and in two.
+local tensor = require "dpy.tensor"
+local checkpoint = require "dpy.checkpoint"
+
+-- Whether tensors a and b hold the same dtype, shape and values (bit for bit: NaN-free here).
+local function same(a, b)
+  return a:dtype() == b:dtype() and table.concat(a:size(), "x") == table.concat(b:size(), "x")
+         and a:eq(b):all():item()
+end
+
+describe("generator state", function()
+  it("comes back: the draws after set_state are those after state()", function()
+    local g = tensor.generator(7)
+    tensor.rand(5, { generator = g }):free()
+    local s = g:state()
+    local a = tensor.randperm(50, { generator = g })
+    tensor.rand(9, { generator = g }):free()
+    g:set_state(s)
+    local b = tensor.randperm(50, { generator = g })
+    assert.is_true(same(a, b))
+  end)
+
+  it("refuses what is not a state, naming why", function()
+    local g = tensor.generator(7)
+    assert.has_error(function() g:set_state(tensor.zeros(3)) end,
+                     "generator:set_state: a generator state is a uint8 tensor, got Float")
+    local ok, err = pcall(g.set_state, g, tensor.zeros(3, "uint8"))
+    assert.is_false(ok)
+    assert.matches("RNG state size", err)
+  end)
+end)
+
+describe("tensor.pickle", function()
+  it("round-trips a dict of tensors in order", function()
+    local bytes = tensor.pickle({ "w", "b" }, { tensor.arange(4), tensor.ones(2, 2) })
+    assert.are.equal("PK", bytes:sub(1, 2))   -- PyTorch's zip format
+    local names, ts = tensor.unpickle(bytes)
+    assert.are.same({ "w", "b" }, names)
+    assert.are.same({ 0, 1, 2, 3 }, ts[1]:totable())
+    assert.are.same({ { 1, 1 }, { 1, 1 } }, ts[2]:totable())
+  end)
+
+  -- bytes of tensor.pickle({"w", "b"}, {arange(4), ones(2, 2)}) read by a reference reader of
+  -- torch.load's format (zipfile + pickle with persistent_load, in pure Python): the keys,
+  -- shapes and values above. The archive's members are those torch.save writes.
+  it("writes the members torch.load reads", function()
+    local bytes = tensor.pickle({ "w" }, { tensor.arange(4) })
+    for _, member in ipairs { "archive/data.pkl", "archive/data/0", "archive/version" } do
+      assert.truthy(bytes:find(member, 1, true), member)
+    end
+  end)
+
+  it("refuses a name twice and bytes that are not such a dict", function()
+    assert.has_error(function() tensor.pickle({ "a", "a" }, { tensor.zeros(1), tensor.zeros(1) }) end)
+    local names, err = tensor.unpickle("garbage")
+    assert.is_nil(names)
+    assert.matches("zip archive", err)
+    assert.has_error(function() tensor.pickle({ "a" }, {}) end)
+  end)
+end)
+
+describe("checkpoint.read", function()
+  it("names the file and the problem of a file that is no checkpoint", function()
+    local dir = tmpdir()
+    write_file(dir .. "/x.ckpt", "not a zip")
+    local ck, err = checkpoint.read(dir .. "/x.ckpt")
+    assert.is_nil(ck)
+    assert.matches(dir .. "/x.ckpt: not a checkpoint", err, 1, true)
+    write_file(dir .. "/y.ckpt", tensor.pickle({ "model" }, { tensor.zeros(3) }))
+    ck, err = checkpoint.read(dir .. "/y.ckpt")
+    assert.is_nil(ck)
+    assert.matches("not a checkpoint (no meta)", err, 1, true)
+  end)
+
+  it("resume_round: the minimum of the nodes' last rounds; a node without one is named", function()
+    local dir = tmpdir()
+    for u, rounds in pairs { [0] = { 1, 2, 3 }, [1] = { 2 }, [2] = { 2, 3 } } do
+      assert(require("dpy.host.core").mkdir_p(dir .. "/ckpt/" .. u))
+      for _, r in ipairs(rounds) do write_file(checkpoint.path(dir, u, r), "") end
+    end
+    assert.are.equal(2, checkpoint.resume_round(dir, 3))
+    local r, err = checkpoint.resume_round(dir, 4)
+    assert.is_nil(r)
+    assert.matches("node 3 has no checkpoint", err)
+    checkpoint.prune(dir, 0, 3)   -- every node has round 2: round 1 of node 0 can go
+    assert.are.same({ 2, 3 }, checkpoint.rounds(dir, 0))
+  end)
+end)
+
+-- The series that do not measure time.
+local TIMED = { train_seconds = true, exchange_seconds = true, wall_seconds = true, ready_seconds = true }
+
+local function values(out, nodes)
+  local all = {}
+  for u = 0, nodes - 1 do
+    local m = assert(node_metrics(out, u), "metrics of node " .. u)
+    for name, series in pairs(m) do
+      if not TIMED[name] then all[u .. "." .. name] = series end
+    end
+  end
+  return all
+end
+
+local function model_of(out, uid)
+  local names, ts = tensor.unpickle(assert(read_file(string.format("%s/%d.model.pt", out, uid))))
+  assert(names, ts)
+  return names, ts
+end
+
+describe("a run killed and resumed #e2e", function()
+  local CONFIG = TINY_RUN .. "rounds = 4\ncheckpoint_every = 1\nactions = { 'kill.lua' }\n"
+
+  -- An action that SIGKILLs node 0's process as its round 3 starts, unless marker exists.
+  local function kill_action(dir, marker)
+    write_file(dir .. "/kill.lua", string.format([[
+local registry = require "dpy.registry"
+local host = require "dpy.host.core"
+return registry.register { kind = "action", name = "kill_once", new = function()
+  return { pre_train = function(node, r)
+    if node.uid ~= 0 or r ~= 3 then return end
+    local f = io.open(%q, "r")
+    if f then f:close() return end
+    f = assert(io.open(%q, "w"))
+    f:close()
+    host.kill(host.pid(), 9)
+  end }
+end }
+]], marker, marker))
+  end
+
+  -- the built-in actions that keep state across rounds: what a Byzantine node saw the round
+  -- before (ALIE crafts from it), and local DP's start model and noise
+  local STATEFUL = "actions = { 'kill.lua', { 'byzantine_attack', attack = 'alie', nodes = { 2 } }, "
+                   .. "{ 'differential_privacy', mode = 'local', noise = 0.01 } }\n"
+  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" } } do
+    local processes = case[1]
+    it(string.format("ends bit for bit as the run that was not (%d process%s%s)", processes,
+                     processes > 1 and "es" or "", case[3] and ", " .. case[3] or ""), function()
+      local config = CONFIG .. "processes = " .. processes .. "\n" .. (case[2] or "")
+      local ref = tmpdir()
+      kill_action(ref, ref .. "/never")
+      write_file(ref .. "/never", "")
+      write_file(ref .. "/c.lua", config)
+      local code, _, err = sh(shell_quote(DPY_BIN) .. " run -q " .. ref .. "/c.lua --out " .. ref .. "/out")
+      assert.are.equal(0, code, err)
+
+      local dir = tmpdir()
+      kill_action(dir, dir .. "/killed")
+      write_file(dir .. "/c.lua", config)
+      code = sh(shell_quote(DPY_BIN) .. " run -q " .. dir .. "/c.lua --out " .. dir .. "/out")
+      assert.are_not.equal(0, code)
+      assert.truthy(read_file(dir .. "/killed"), "the first attempt was killed")
+      assert.is_nil(read_file(dir .. "/out/0.model.pt"), "the first attempt did not finish")
+      local out
+      code, out, err = sh(shell_quote(DPY_BIN) .. " run --resume " .. dir .. "/out")
+      assert.are.equal(0, code, err)
+      assert.matches("resuming .* from round [12]", out)
+
+      assert.are.same(values(ref .. "/out", 4), values(dir .. "/out", 4))
+      for u = 0, 3 do
+        local names, a = model_of(ref .. "/out", u)
+        local names2, b = model_of(dir .. "/out", u)
+        assert.are.same(names, names2)
+        for i = 1, #a do assert.is_true(same(a[i], b[i]), names[i]) end
+      end
+      local manifest = require("dpy.metrics").read(dir .. "/out/manifest.json")
+      assert.are.equal(1, #manifest.resumed)
+    end)
+  end
+
+  it("--resume refuses a directory without checkpoints, and overrides", function()
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 1\n", "-q")
+    assert.are.equal(0, code, err)
+    code, _, err = sh(shell_quote(DPY_BIN) .. " run --resume " .. out)
+    assert.are.equal(1, code)
+    assert.matches("node 0 has no checkpoint", err)
+    code, _, err = sh(shell_quote(DPY_BIN) .. " run --resume " .. out .. " rounds=3")
+    assert.are.equal(2, code)
+    assert.matches("no %-%-out, %-%-seed, %-%-force or KEY=VALUE", err)
+  end)
+
+  it("an action's checkpoint goes with a restore", function()
+    local dir = tmpdir()
+    write_file(dir .. "/a.lua", [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "action", name = "half",
+        new = function() return { checkpoint = function() return {} end } end }
+    ]])
+    write_file(dir .. "/c.lua", TINY_RUN .. "rounds = 1\nactions = { 'a.lua' }\n")
+    local code, _, err = sh(shell_quote(DPY_BIN) .. " run -q " .. dir .. "/c.lua --out " .. dir .. "/out")
+    assert.are.equal(1, code)
+    assert.matches("action 'half': checkpoint and restore go together", err)
+  end)
+end)
