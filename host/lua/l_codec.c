@@ -175,7 +175,35 @@ static int c_unfpzip(lua_State *L) {
     return done(input, 1);
 }
 
+/* quantize_size(n, bits [, chunk = 0]), zstd_bound(bytes), fpzip_bound(n): the largest encoding
+** of n values (or bytes), which bounds what the next decoder of a chain may produce */
+static int c_quantize_size(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1), bits = luaL_checkinteger(L, 2);
+    lua_Integer chunk = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 50), 1, "must be 0..2^50");
+    luaL_argcheck(L, (bits >= 1 && bits <= 8) || bits == 16, 2, "bits must be 1..8 or 16");
+    luaL_argcheck(L, chunk >= 0, 3, "chunk must be >= 0 (0: one chunk)");
+    lua_pushinteger(L, (lua_Integer)dpy_quant_size((size_t)n, (int)bits, (size_t)chunk));
+    return 1;
+}
+
+static int c_zstd_bound(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 50), 1, "must be 0..2^50");
+    lua_pushinteger(L, (lua_Integer)dpy_zstd_bound((size_t)n));
+    return 1;
+}
+
+static int c_fpzip_bound(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 50), 1, "must be 0..2^50");
+    lua_pushinteger(L, (lua_Integer)dpy_fpzip_bound((size_t)n));
+    return 1;
+}
+
 static const luaL_Reg functions[] = {
+    {"quantize_size", c_quantize_size}, {"zstd_bound", c_zstd_bound},
+    {"fpzip_bound", c_fpzip_bound},
     {"quantize", c_quantize}, {"dequantize", c_dequantize}, {"zstd", c_zstd},
     {"unzstd", c_unzstd},     {"fpzip", c_fpzip},           {"unfpzip", c_unfpzip},
     {NULL, NULL}};
