@@ -22,9 +22,13 @@
 size_t dpy_quant_size(size_t n, int bits, size_t chunk);
 int dpy_quant_encode(uint8_t *out, const float *x, size_t n, int bits, size_t chunk,
                      char *err, size_t errlen);
-/* The number of values an encoded buffer holds, after checking its header and length. */
-int dpy_quant_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t errlen);
-int dpy_quant_decode(float *out, const uint8_t *in, size_t len, char *err, size_t errlen);
+/* The number of values an encoded buffer holds (at most max), after checking its header and
+** length. */
+int dpy_quant_count(const uint8_t *in, size_t len, size_t max, size_t *n, char *err,
+                    size_t errlen);
+/* Decodes into out, which has room for max values; every one of the count values is written. */
+int dpy_quant_decode(float *out, size_t max, const uint8_t *in, size_t len, char *err,
+                     size_t errlen);
 
 /* zstd: "DPZ1", u8 the element size of the original bytes, 3 zero bytes, then one zstd frame
 ** (which records the content size). */
@@ -35,15 +39,23 @@ long long dpy_zstd_encode(uint8_t *out, size_t cap, const void *in, size_t len, 
 /* The decoded size (at most max) and element size, after checking the header. */
 int dpy_zstd_size(const uint8_t *in, size_t len, size_t max, size_t *size, int *elem_size,
                   char *err, size_t errlen);
+/* Decodes into out (size bytes, from dpy_zstd_size): exactly size bytes, or an error; decoding
+** stops at size, whatever the frames say. */
 int dpy_zstd_decode(void *out, size_t size, const uint8_t *in, size_t len, char *err,
                     size_t errlen);
 
 /* fpzip (lossless, or keeping `precision` bits of each float: 2..32, 0 = all): "DPF1", u32 zero,
-** u64 n, u64 stream bytes, then the fpzip stream. */
+** u64 n, u64 stream bytes, then the fpzip stream (whose own header must say n x 1 x 1 x 1 floats).
+** The decoder never reads past the stream, and a stream no encoder wrote is refused (libfpzip's
+** decoder is bounded by fpzip_guard.c). */
 size_t dpy_fpzip_bound(size_t n);
 long long dpy_fpzip_encode(uint8_t *out, size_t cap, const float *x, size_t n, int precision,
                            char *err, size_t errlen);
-int dpy_fpzip_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t errlen);
-int dpy_fpzip_decode(float *out, const uint8_t *in, size_t len, char *err, size_t errlen);
+/* The number of values (at most max), after checking the header and length. */
+int dpy_fpzip_count(const uint8_t *in, size_t len, size_t max, size_t *n, char *err,
+                    size_t errlen);
+/* Decodes into out, which has room for max values. */
+int dpy_fpzip_decode(float *out, size_t max, const uint8_t *in, size_t len, char *err,
+                     size_t errlen);
 
 #endif

@@ -1,11 +1,13 @@
 /* compress.c: zstd and fpzip stream transforms (see codec.h). */
 #include <fpzip.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
 #include "bytes.h"
 #include "codec.h"
+#include "codec_internal.h"
 #include "dpy_core.h"
 
 #define ZSTD_HEADER 8
@@ -98,7 +100,8 @@ long long dpy_fpzip_encode(uint8_t *out, size_t cap, const float *x, size_t n, i
     return (long long)(FPZIP_HEADER + r);
 }
 
-int dpy_fpzip_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t errlen) {
+int dpy_fpzip_count(const uint8_t *in, size_t len, size_t max, size_t *n, char *err,
+                    size_t errlen) {
     if (len < FPZIP_HEADER || memcmp(in, "DPF1", 4) != 0)
         return dpy_fail(err, errlen, "not an fpzip payload (%zu bytes, no DPF1 header)", len);
     uint64_t count = get64(in + 8), stream = get64(in + 16);
@@ -108,35 +111,56 @@ int dpy_fpzip_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t 
     if (count > (uint64_t)1 << 30)
         return dpy_fail(err, errlen, "fpzip payload: %llu values exceed its limit of 2^30",
                         (unsigned long long)count);
+    if (count > max)
+        return dpy_fail(err, errlen, "fpzip payload: %llu values exceed the limit of %zu",
+                        (unsigned long long)count, max);
     *n = (size_t)count;
     return 0;
 }
 
-int dpy_fpzip_decode(float *out, const uint8_t *in, size_t len, char *err, size_t errlen) {
+int dpy_fpzip_decode(float *out, size_t max, const uint8_t *in, size_t len, char *err,
+                     size_t errlen) {
     size_t n;
-    if (dpy_fpzip_count(in, len, &n, err, errlen) != 0)
+    if (dpy_fpzip_count(in, len, max, &n, err, errlen) != 0)
         return -1;
-    /* fpzip's reader takes no length: it reads a copy padded past what n values can take, so a
-    ** forged stream cannot make it read outside the buffer */
-    size_t stream = len - FPZIP_HEADER, padded = dpy_fpzip_bound(n) * 2 + stream;
-    uint8_t *copy = calloc(padded, 1);
-    if (!copy)
+    if (!dpy_fpzip_guarded())
+        return dpy_fail(err, errlen, "fpzip payload: this libfpzip (%s) has no bounded decoder, "
+                        "so received streams are not decoded", fpzip_version_string);
+    size_t stream = len - FPZIP_HEADER;
+    if (stream < 28)   /* fpzip's own header and the range coder's first 4 bytes */
+        return dpy_fail(err, errlen, "fpzip payload: a stream of %zu bytes is too short", stream);
+    /* fpzip's memory reader takes no length; its file reader stops at the end of the stream */
+    FILE *fp = fmemopen((void *)(in + FPZIP_HEADER), stream, "rb");
+    if (!fp)
         return dpy_fail(err, errlen, "fpzip payload: out of memory");
-    memcpy(copy, in + FPZIP_HEADER, stream);
-    FPZ *z = fpzip_read_from_buffer(copy);
+    FPZ *z = fpzip_read_from_file(fp);
     int rc = 0;
     if (!z) {
         rc = dpy_fail(err, errlen, "fpzip payload: out of memory");
     } else if (!fpzip_read_header(z)) {
         rc = dpy_fail(err, errlen, "fpzip payload: %s", fpzip_errstr[fpzip_errno]);
-    } else if (z->type != FPZIP_TYPE_FLOAT || (size_t)z->nx * z->ny * z->nz * z->nf != n ||
-               z->nx < 0 || z->ny < 0 || z->nz < 0 || z->nf < 0) {
-        rc = dpy_fail(err, errlen, "fpzip payload: the stream does not hold %zu float32 values", n);
-    } else if (fpzip_read(z, out) == 0) {
-        rc = dpy_fail(err, errlen, "fpzip payload: %s", fpzip_errstr[fpzip_errno]);
+    } else if (z->type != FPZIP_TYPE_FLOAT || (z->prec != 0 && (z->prec < 2 || z->prec > 32))) {
+        rc = dpy_fail(err, errlen, "fpzip payload: the stream is not float32 values (type %d, "
+                      "precision %d)", z->type, z->prec);
+    } else if ((size_t)(unsigned)z->nx != n || z->ny != 1 || z->nz != 1 || z->nf != 1) {
+        /* only n x 1 x 1 x 1: other dims size fpzip's buffers by their product, unchecked */
+        rc = dpy_fail(err, errlen, "fpzip payload: the stream holds %u x %u x %u x %u values, "
+                      "not %zu", (unsigned)z->nx, (unsigned)z->ny, (unsigned)z->nz,
+                      (unsigned)z->nf, n);
+    } else {
+        dpy_fpzip_forged_reset();
+        size_t r = fpzip_read(z, out);
+        if (dpy_fpzip_forged())
+            rc = dpy_fail(err, errlen, "fpzip payload: the stream is not an fpzip encoding of %zu "
+                          "values", n);
+        else if (r == 0)
+            rc = dpy_fail(err, errlen, "fpzip payload: %s", fpzip_errstr[fpzip_errno]);
+        else if (r != stream)
+            rc = dpy_fail(err, errlen, "fpzip payload: %zu of its %zu stream bytes decoded", r,
+                          stream);
     }
     if (z)
         fpzip_read_close(z);
-    free(copy);
+    fclose(fp);
     return rc;
 }

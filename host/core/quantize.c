@@ -8,10 +8,13 @@
 
 #define QUANT_HEADER 24
 
+/* (n + chunk - 1) / chunk would wrap for a chunk near 2^64 and give 0 chunks */
 static size_t chunks_of(size_t n, size_t chunk) {
     if (n == 0)
         return 0;
-    return chunk == 0 ? 1 : (n + chunk - 1) / chunk;
+    if (chunk == 0 || chunk >= n)
+        return 1;
+    return n / chunk + (n % chunk != 0);
 }
 
 static size_t codes_size(size_t n, int bits) { return (n * (size_t)bits + 7) / 8; }
@@ -103,7 +106,8 @@ int dpy_quant_encode(uint8_t *out, const float *x, size_t n, int bits, size_t ch
     return 0;
 }
 
-int dpy_quant_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t errlen) {
+int dpy_quant_count(const uint8_t *in, size_t len, size_t max, size_t *n, char *err,
+                    size_t errlen) {
     if (len < QUANT_HEADER || memcmp(in, "DPQ1", 4) != 0)
         return dpy_fail(err, errlen, "not a quantized payload (%zu bytes, no DPQ1 header)", len);
     int bits = in[4];
@@ -113,6 +117,9 @@ int dpy_quant_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t 
     if (count > len * 8)   /* at least one bit per value: rules out sizes that would overflow */
         return dpy_fail(err, errlen, "quantized payload: %llu values cannot fit in %zu bytes",
                         (unsigned long long)count, len);
+    if (count > max)
+        return dpy_fail(err, errlen, "quantized payload: %llu values exceed the limit of %zu",
+                        (unsigned long long)count, max);
     if (dpy_quant_size(count, bits, chunk) != len)
         return dpy_fail(err, errlen,
                         "quantized payload: %zu bytes, but %llu values of %d bits take %zu",
@@ -121,9 +128,10 @@ int dpy_quant_count(const uint8_t *in, size_t len, size_t *n, char *err, size_t 
     return 0;
 }
 
-int dpy_quant_decode(float *out, const uint8_t *in, size_t len, char *err, size_t errlen) {
-    size_t n;
-    if (dpy_quant_count(in, len, &n, err, errlen) != 0)
+int dpy_quant_decode(float *out, size_t max, const uint8_t *in, size_t len, char *err,
+                     size_t errlen) {
+    size_t n, written = 0;
+    if (dpy_quant_count(in, len, max, &n, err, errlen) != 0)
         return -1;
     int bits = in[4];
     size_t chunk = get64(in + 16), nchunks = chunks_of(n, chunk), step = chunk ? chunk : n;
@@ -155,6 +163,9 @@ int dpy_quant_decode(float *out, const uint8_t *in, size_t len, char *err, size_
             }
             oc[i] = zero + (float)q * scale;   /* NaN scale: the chunk decodes as NaN */
         }
+        written += m;
     }
+    if (written != n)   /* the size check makes this impossible; never hand on unwritten memory */
+        return dpy_fail(err, errlen, "quantized payload: %zu of %zu values decoded", written, n);
     return 0;
 }

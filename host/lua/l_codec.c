@@ -51,6 +51,16 @@ static void push_owned(lua_State *L, uint8_t *buf, size_t len) {
     dpy_tensor_filled(L, b);
 }
 
+/* What a decoder may produce when the caller gives no bound (a receiver passes its model's size):
+** a payload promising more is refused before anything is allocated. */
+#define DEFAULT_MAX_BYTES ((lua_Integer)1 << 28)
+
+static size_t check_max(lua_State *L, int arg, lua_Integer dflt) {
+    lua_Integer max = luaL_optinteger(L, arg, dflt);
+    luaL_argcheck(L, max >= 0, arg, "the bound must be >= 0");
+    return (size_t)max;
+}
+
 static int decode_fail(lua_State *L, const char *err) {
     luaL_pushfail(L);
     lua_pushstring(L, err);
@@ -74,16 +84,16 @@ static int c_quantize(lua_State *L) {
     return done(input, 1);
 }
 
-/* dequantize(u8) -> float32 tensor | nil, err */
+/* dequantize(u8 [, max_values = 2^26]) -> float32 tensor | nil, err */
 static int c_dequantize(lua_State *L) {
-    size_t len, n;
+    size_t max = check_max(L, 2, DEFAULT_MAX_BYTES / 4), len, n;
     dpy_tensor_box *input;
     const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len, &input);
     char err[256];
-    if (dpy_quant_count(in, len, &n, err, sizeof err) != 0)
+    if (dpy_quant_count(in, len, max, &n, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     float *out = push_empty(L, n, DPY_FLOAT32);
-    if (dpy_quant_decode(out, in, len, err, sizeof err) != 0)
+    if (dpy_quant_decode(out, n, in, len, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     return done(input, 1);
 }
@@ -109,16 +119,16 @@ static int c_zstd(lua_State *L) {
     return done(input, 1);
 }
 
-/* unzstd(u8, dtype [, max_bytes = 2^31]) -> tensor | nil, err */
+/* unzstd(u8, dtype [, max_bytes = 2^28]) -> tensor | nil, err */
 static int c_unzstd(lua_State *L) {
     dpy_dtype dtype = dpy_checkdtype(L, 2);
-    lua_Integer max = luaL_optinteger(L, 3, (lua_Integer)1 << 31);
+    size_t max = check_max(L, 3, DEFAULT_MAX_BYTES);
     size_t len, size;
     dpy_tensor_box *input;
     const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len, &input);
     int es;
     char err[256];
-    if (dpy_zstd_size(in, len, (size_t)max, &size, &es, err, sizeof err) != 0)
+    if (dpy_zstd_size(in, len, max, &size, &es, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     if ((size_t)es != dpy_dtype_size(dtype)) {
         snprintf(err, sizeof err, "zstd payload holds %d-byte elements, not %s", es,
@@ -151,21 +161,49 @@ static int c_fpzip(lua_State *L) {
     return done(input, 1);
 }
 
-/* unfpzip(u8) -> float32 tensor | nil, err */
+/* unfpzip(u8 [, max_values = 2^26]) -> float32 tensor | nil, err */
 static int c_unfpzip(lua_State *L) {
-    size_t len, n;
+    size_t max = check_max(L, 2, DEFAULT_MAX_BYTES / 4), len, n;
     dpy_tensor_box *input;
     const uint8_t *in = contiguous(L, 1, 1, DPY_UINT8, &len, &input);
     char err[256];
-    if (dpy_fpzip_count(in, len, &n, err, sizeof err) != 0)
+    if (dpy_fpzip_count(in, len, max, &n, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     float *out = push_empty(L, n, DPY_FLOAT32);
-    if (dpy_fpzip_decode(out, in, len, err, sizeof err) != 0)
+    if (dpy_fpzip_decode(out, n, in, len, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     return done(input, 1);
 }
 
+/* quantize_size(n, bits [, chunk = 0]), zstd_bound(bytes), fpzip_bound(n): the largest encoding
+** of n values (or bytes), which bounds what the next decoder of a chain may produce */
+static int c_quantize_size(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1), bits = luaL_checkinteger(L, 2);
+    lua_Integer chunk = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 50), 1, "must be 0..2^50");
+    luaL_argcheck(L, (bits >= 1 && bits <= 8) || bits == 16, 2, "bits must be 1..8 or 16");
+    luaL_argcheck(L, chunk >= 0, 3, "chunk must be >= 0 (0: one chunk)");
+    lua_pushinteger(L, (lua_Integer)dpy_quant_size((size_t)n, (int)bits, (size_t)chunk));
+    return 1;
+}
+
+static int c_zstd_bound(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 50), 1, "must be 0..2^50");
+    lua_pushinteger(L, (lua_Integer)dpy_zstd_bound((size_t)n));
+    return 1;
+}
+
+static int c_fpzip_bound(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 50), 1, "must be 0..2^50");
+    lua_pushinteger(L, (lua_Integer)dpy_fpzip_bound((size_t)n));
+    return 1;
+}
+
 static const luaL_Reg functions[] = {
+    {"quantize_size", c_quantize_size}, {"zstd_bound", c_zstd_bound},
+    {"fpzip_bound", c_fpzip_bound},
     {"quantize", c_quantize}, {"dequantize", c_dequantize}, {"zstd", c_zstd},
     {"unzstd", c_unzstd},     {"fpzip", c_fpzip},           {"unfpzip", c_unfpzip},
     {NULL, NULL}};

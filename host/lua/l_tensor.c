@@ -208,6 +208,19 @@ static int f_ones(lua_State *L) { return creation(L, 1, 0, 0); }
 static int f_full(lua_State *L) { return creation(L, 0, 1, 0); }
 static int f_empty(lua_State *L) { return creation(L, 0, 0, 1); }
 
+/* tensor.max_bytes() -> the cap on a new tensor's bytes; tensor.set_max_bytes(n) */
+static int f_max_bytes(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)dpy_tensor_max_bytes());
+    return 1;
+}
+
+static int f_set_max_bytes(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n > 0, 1, "the cap must be > 0 bytes");
+    dpy_tensor_set_max_bytes((uint64_t)n);
+    return 0;
+}
+
 /* tensor.eye(n [, m] [, options]) */
 static int f_eye(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1);
@@ -1071,6 +1084,7 @@ static const luaL_Reg t_meta[] = {
     {"__div", m_div}, {"__mod", m_mod}, {"__pow", m_pow}, {"__unm", m_unm}, {NULL, NULL}};
 
 static const luaL_Reg t_functions[] = {
+    {"max_bytes", f_max_bytes}, {"set_max_bytes", f_set_max_bytes},
     {"zeros", f_zeros}, {"ones", f_ones}, {"full", f_full}, {"empty", f_empty}, {"eye", f_eye},
     {"arange", f_arange}, {"linspace", f_linspace}, {"rand", f_rand}, {"randn", f_randn},
     {"randint", f_randint}, {"randperm", f_randperm}, {"bernoulli", f_bernoulli},

@@ -96,6 +96,11 @@ typedef void (*dpy_release_fn)(void *data);
 DPY_API dpy_err dpy_tensor_wrap(dpy_tensor **out, void *data, size_t nbytes, dpy_dtype dtype,
                                 const int64_t *shape, int ndim,
                                 dpy_release_fn release) DPY_NOEXCEPT;
+/* The cap on a new tensor's bytes (default: the machine's physical memory): full, empty, eye,
+** linspace and random refuse a larger shape (DPY_EINVAL, naming the shape and the cap). */
+DPY_API uint64_t dpy_tensor_max_bytes(void) DPY_NOEXCEPT;
+/* 0: back to the default */
+DPY_API void dpy_tensor_set_max_bytes(uint64_t cap) DPY_NOEXCEPT;
 /* Shallow clone: a second owner-handle on the same storage. */
 DPY_API dpy_err dpy_tensor_share(dpy_tensor **out, const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API void dpy_tensor_free(dpy_tensor *t) DPY_NOEXCEPT;

@@ -5,10 +5,13 @@
 #include <ATen/ScalarOps.h>
 #include <torch/serialize.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 static thread_local char g_errmsg[1024];
 
@@ -97,6 +100,51 @@ std::vector<int64_t> dpy_shape_vec(const int64_t *shape, int ndim) {
     return std::vector<int64_t>(shape, shape + ndim);
 }
 
+/* {==== the size cap ====} */
+
+// 0: not set, the machine's physical memory (a larger tensor can only end in swapping or the
+// OOM killer; under overcommit the allocation itself succeeds and filling it eats RAM).
+static std::atomic<uint64_t> max_bytes{0};
+
+uint64_t dpy_tensor_max_bytes(void) noexcept {
+    uint64_t cap = max_bytes.load();
+    if (cap == 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        cap = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 40;
+    }
+    return cap;
+}
+
+void dpy_tensor_set_max_bytes(uint64_t cap) noexcept { max_bytes.store(cap); }
+
+// The shape as a vector, after checking that numel elements of dtype stay under the cap (with
+// overflow-checked arithmetic: a product past 2^64 is over any cap).
+static std::vector<int64_t> capped(const int64_t *shape, int ndim, dpy_dtype dtype) {
+    auto v = dpy_shape_vec(shape, ndim);
+    uint64_t bytes = dpy_dtype_size(dtype), cap = dpy_tensor_max_bytes();
+    bool over = false;
+    for (int64_t d : v) {
+        if (d < 0)
+            return v;                 // libtorch names the negative size
+        if (d == 0)
+            return v;
+        if (bytes > UINT64_MAX / (uint64_t)d)
+            over = true;
+        else
+            bytes *= (uint64_t)d;
+    }
+    if (over || bytes > cap) {
+        std::string dims;
+        for (size_t i = 0; i < v.size(); i++)
+            dims += (i ? " x " : "") + std::to_string(v[i]);
+        dpy_invalid("a " + dims + " " + dpy_dtype_name(dtype) + " tensor takes " +
+                    (over ? std::string("over 2^64") : std::to_string(bytes)) +
+                    " bytes, over the cap of " + std::to_string(cap) +
+                    " bytes (tensor.set_max_bytes)");
+    }
+    return v;
+}
+
 /* {==== generators ====} */
 
 dpy_err dpy_generator_new(dpy_generator **out, uint64_t seed) noexcept {
@@ -144,7 +192,7 @@ dpy_err dpy_tensor_full(dpy_tensor **out, const int64_t *shape, int ndim, double
                         dpy_dtype dtype, const char *device) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
-        *out = dpy_wrap(torch::full(dpy_shape_vec(shape, ndim), value, dpy_options(dtype, device)));
+        *out = dpy_wrap(torch::full(capped(shape, ndim, dtype), value, dpy_options(dtype, device)));
     });
 }
 
@@ -152,14 +200,18 @@ dpy_err dpy_tensor_empty(dpy_tensor **out, const int64_t *shape, int ndim, dpy_d
                          const char *device) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
-        *out = dpy_wrap(torch::empty(dpy_shape_vec(shape, ndim), dpy_options(dtype, device)));
+        *out = dpy_wrap(torch::empty(capped(shape, ndim, dtype), dpy_options(dtype, device)));
     });
 }
 
 dpy_err dpy_tensor_eye(dpy_tensor **out, int64_t n, int64_t m, dpy_dtype dtype,
                        const char *device) noexcept {
     *out = nullptr;
-    return dpy_guard([&] { *out = dpy_wrap(torch::eye(n, m, dpy_options(dtype, device))); });
+    return dpy_guard([&] {
+        int64_t shape[2] = {n, m};
+        capped(shape, 2, dtype);
+        *out = dpy_wrap(torch::eye(n, m, dpy_options(dtype, device)));
+    });
 }
 
 dpy_err dpy_tensor_arange(dpy_tensor **out, double start, double end, double step,
@@ -174,6 +226,7 @@ dpy_err dpy_tensor_linspace(dpy_tensor **out, double start, double end, int64_t 
                             dpy_dtype dtype, const char *device) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
+        capped(&steps, 1, dtype);
         *out = dpy_wrap(torch::linspace(start, end, steps, dpy_options(dtype, device)));
     });
 }
@@ -183,7 +236,7 @@ dpy_err dpy_tensor_random(dpy_tensor **out, dpy_random_kind kind, const int64_t 
                           dpy_generator *gen) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
-        auto size = dpy_shape_vec(shape, ndim);
+        auto size = capped(shape, ndim, dtype);
         auto opts = dpy_options(dtype, device);
         auto g = gen_of(gen);
         torch::Tensor t;

@@ -30,7 +30,7 @@ local function decode(node, peer, r, x, encoding)
     why = string.format("encoded by transform chain %08x, but this node decodes %08x (%s)",
                         encoding, chain.id, chain.id == 0 and "no transforms" or chain.label)
   else
-    local v, err = chain:decode(x)
+    local v, err = chain:decode(x, node.model and node.model:numel())   -- nothing larger than ours
     if v then return v end
     why = "malformed: " .. err
   end

@@ -225,11 +225,16 @@ end
 
 local READERS = { edges = read_edges, adjacency = read_adjacency }
 
---- graph.from_file(path [, format]) -> graph: a DecentralizePy graph file, format "edges" or
--- "adjacency"; without one, the format the content allows (raises when it allows both and they
--- differ, as a ring's adjacency list and a one-direction edge list do). Raises on a file it cannot
--- read and on bad content, naming the file and line.
-function M.from_file(path, format)
+-- The most nodes a graph file may declare when the caller gives no bound (a config passes its
+-- nodes): the count comes before anything is built for it.
+M.MAX_FILE_NODES = 1000000
+
+--- graph.from_file(path [, format [, max_nodes]]) -> graph: a DecentralizePy graph file, format
+-- "edges" or "adjacency"; without one, the format the content allows (raises when it allows both
+-- and they differ, as a ring's adjacency list and a one-direction edge list do). Raises on a file
+-- it cannot read, on more than max_nodes nodes (default M.MAX_FILE_NODES) and on bad content,
+-- naming the file and line.
+function M.from_file(path, format, max_nodes, limit_name)
   if format ~= nil and not FORMATS[format] then
     error(string.format('graph.from_file: format must be "edges" or "adjacency", got %q', tostring(format)), 2)
   end
@@ -243,6 +248,11 @@ function M.from_file(path, format)
     error(string.format("%s:1: expected the node count on the first line, got '%s'", path, snippet(lines[1] or "")), 0)
   end
   if n < 1 then error(string.format("%s:1: a graph needs at least 1 node, the file says %d", path, n), 0) end
+  local limit = max_nodes or M.MAX_FILE_NODES
+  if n > limit then
+    error(string.format("%s:1: the file says %d nodes, more than the limit of %d (%s)", path, n, limit,
+                        limit_name or "max_nodes"), 0)
+  end
   if format then
     local g, line, msg = READERS[format](lines, n)
     if not g then error(string.format("%s:%d: %s", path, line, msg), 0) end
@@ -354,7 +364,7 @@ local GRAPHS = {
                        format = { one_of = { "edges", "adjacency" },
                                   doc = "its format; default: the one its content allows" } },
            build = function(n, c)
-             local g = M.from_file(c.path, c.format)
+             local g = M.from_file(c.path, c.format, n, "the config's nodes")
              if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
              return g
            end },

@@ -22,7 +22,8 @@ registry.register {
     return { label = string.format("uniform_asymmetric_quantization(bits=%d,chunk=%d)", bits, chunk),
              input = "float32",
              encode = function(t) return codec.quantize(t, bits, chunk) end,
-             decode = function(b) return codec.dequantize(b) end }
+             decode = function(b, _, max) return codec.dequantize(b, max and max // 4) end,
+             bound = function(bytes) return codec.quantize_size(bytes // 4, bits, chunk) end }
   end,
 }
 
@@ -34,7 +35,8 @@ registry.register {
     local level = o.level
     return { label = string.format("zstd(level=%d)", level), input = "any",
              encode = function(t) return codec.zstd(t, level) end,
-             decode = function(b, dtype) return codec.unzstd(b, dtype) end }
+             decode = function(b, dtype, max) return codec.unzstd(b, dtype, max) end,
+             bound = codec.zstd_bound }
   end,
 }
 
@@ -48,7 +50,8 @@ registry.register {
     local precision = o.precision
     return { label = string.format("fpzip(precision=%d)", precision), input = "float32",
              encode = function(t) return codec.fpzip(t, precision) end,
-             decode = function(b) return codec.unfpzip(b) end }
+             decode = function(b, _, max) return codec.unfpzip(b, max and max // 4) end,
+             bound = function(bytes) return codec.fpzip_bound(bytes // 4) end }
   end,
 }
 
@@ -95,12 +98,25 @@ function Chain:encode(flat, sizes)
   return t
 end
 
---- chain:decode(payload) -> float32 tensor | nil, err (a malformed payload)
-function Chain:decode(payload)
-  local t = payload
+-- The most bytes step i's decoder may produce when the chain's input is n float32 values: what
+-- the steps before it encode n values to at worst (nil when a step does not say).
+function Chain:bounds(n)
+  local max = { n and n * 4 }
+  for i = 2, #self.steps do
+    local bound = self.steps[i - 1].bound
+    max[i] = max[i - 1] and bound and bound(max[i - 1])
+  end
+  return max
+end
+
+--- chain:decode(payload [, n]) -> float32 tensor | nil, err (a malformed payload). n, the
+-- number of values the receiver expects, bounds every step's output: a payload promising more
+-- is refused before anything is allocated.
+function Chain:decode(payload, n)
+  local t, max = payload, self:bounds(n)
   for i = #self.steps, 1, -1 do
     local step = self.steps[i]
-    local out, err = step.decode(t, step.dtype)
+    local out, err = step.decode(t, step.dtype, max[i])
     if t ~= payload then t:free() end
     if not out then return nil, string.format("%s: %s", step.name, err) end
     t = out

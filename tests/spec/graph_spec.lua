@@ -134,6 +134,16 @@ describe("graphs", function()
       -- neither reading works: both reasons
       bad("3\n1 2 x\n0 2\n0 1\n", nil, "g.txt: not a DecentralizePy graph file: as an edge list, line 2: "
           .. "expected 'u v', got '1 2 x'; as an adjacency list, line 2: 'x' is not a node id")
+      -- one huge number once built tables until memory ran out: the count is bounded first
+      bad("999999999999\n", nil,
+          "g.txt:1: the file says 999999999999 nodes, more than the limit of 1000000 %(max_nodes%)")
+      bad("999999999999\n0 1\n", "edges", "g.txt:1: the file says 999999999999 nodes, more than")
+      local path = tmpdir() .. "/g.txt"
+      write_file(path, "40\n0 1\n")
+      local ok, err = pcall(graph.from_file, path, "edges", 16)
+      assert.is_false(ok)
+      assert.matches("g.txt:1: the file says 40 nodes, more than the limit of 16 %(max_nodes%)", err)
+      assert.are.equal(40, graph.from_file(path, "edges", 40).n)
       assert.error_matches(function() graph.from_file("/nonexistent/g.edges") end,
                            "graph file: /nonexistent/g.edges: No such file")
     end)
@@ -149,7 +159,7 @@ describe("graphs", function()
       end, "say which: format")
       assert.error_matches(function()
         registry.build("graph", { "file", path = dir .. "ring16.edges" }, { nodes = 8 })
-      end, "ring16.edges has 16 nodes, the config 8")
+      end, "the file says 16 nodes, more than the limit of 8 %(the config's nodes%)")
     end)
   end)
 

@@ -16,6 +16,22 @@ describe("tensor creation", function()
     assert.are.same({ 5, 4 }, tensor.empty(5, 4):size())
   end)
 
+  it("refuse a tensor over the size cap before allocating it, naming both", function()
+    -- 4e13 bytes: under overcommit this once "succeeded" and then filled RAM writing zeros
+    assert.error_matches(function() tensor.zeros(100000, 100000, 1000) end,
+                         "100000 x 100000 x 1000 float32 tensor takes 40000000000000 bytes, over the cap of %d+")
+    assert.error_matches(function() tensor.randn(1 << 40, 1 << 40) end, "over the cap")   -- overflows int64
+    local cap = tensor.max_bytes()
+    assert.is_true(cap > 0)
+    tensor.set_max_bytes(1000)
+    local ok, err = pcall(tensor.ones, 251)
+    tensor.set_max_bytes(cap)
+    assert.is_false(ok)
+    assert.matches("251 float32 tensor takes 1004 bytes, over the cap of 1000 bytes %(tensor.set_max_bytes%)", err)
+    assert.are.equal(cap, tensor.max_bytes())
+    assert.error_matches(function() tensor.set_max_bytes(-1) end, "must be > 0")
+  end)
+
   it("infers dtypes from Lua values as PyTorch does", function()
     assert.are.equal("int64", T { 1, 2 }:dtype())
     assert.are.equal("float32", T { 1, 2.5 }:dtype())

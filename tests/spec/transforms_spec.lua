@@ -53,6 +53,34 @@ describe("transforms", function()
     assert.matches("uniform_asymmetric_quantization: not a quantized payload", err)
   end)
 
+  it("refuse a zstd bomb from its declared size, before allocating", function()
+    -- a zstd frame header declaring 2^31 content bytes, then one RLE block: a few bytes that
+    -- (with 16384 such blocks, 64 KB) would decode to 2 GiB
+    local frame = "DPZ1" .. string.char(1, 0, 0, 0) .. string.pack("<I4 B I8", 0xFD2FB528, 0xE0, 1 << 31)
+            .. string.char(0x03, 0, 0x10, 0)
+    local b = tensor.from_bytes(frame, "uint8")
+    local v, err = codec.unzstd(b, "uint8")
+    assert.is_nil(v)
+    assert.matches("2147483648 bytes decoded exceed the limit of 268435456", err)
+    v, err = codec.unzstd(b, "uint8", 1000)
+    assert.is_nil(v)
+    assert.matches("exceed the limit of 1000", err)
+  end)
+
+  it("bound every step's output by the receiver's model size", function()
+    tensor.manual_seed(3)
+    local x = tensor.randn(1000)
+    for _, list in ipairs { { { "uniform_asymmetric_quantization", bits = 4, chunk = 1 }, "zstd" },
+                            { "fpzip", "zstd" }, { "zstd" }, { "fpzip" } } do
+      local chain = transforms.chain(list)
+      local payload = chain:encode(x)
+      assert.are.equal(1000, chain:decode(payload, 1000):numel(), chain.label)
+      local v, err = chain:decode(payload, 999)
+      assert.is_nil(v, chain.label)
+      assert.matches("exceed the limit", err)
+    end
+  end)
+
   it("report bad options and impossible orders with the config's file and line", function()
     local dir = tmpdir()
     local function fails_with(want)

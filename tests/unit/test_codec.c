@@ -29,8 +29,8 @@ static void test_quant_error_bound(void) {
             uint8_t *buf = malloc(len);
             CHECK(dpy_quant_encode(buf, x, n, bits, chunk, err, sizeof err) == 0);
             size_t got = 0;
-            CHECK(dpy_quant_count(buf, len, &got, err, sizeof err) == 0 && got == n);
-            CHECK(dpy_quant_decode(y, buf, len, err, sizeof err) == 0);
+            CHECK(dpy_quant_count(buf, len, n, &got, err, sizeof err) == 0 && got == n);
+            CHECK(dpy_quant_decode(y, n, buf, len, err, sizeof err) == 0);
             size_t step = chunk ? chunk : n, bad = 0;
             for (size_t s = 0; s < n; s += step) {
                 size_t m = s + step < n ? step : n - s;
@@ -63,16 +63,16 @@ static void test_quant_special_values(void) {
     uint8_t buf[128];
     size_t len = dpy_quant_size(8, 8, 4);
     CHECK(dpy_quant_encode(buf, x, 8, 8, 4, err, sizeof err) == 0);
-    CHECK(dpy_quant_decode(y, buf, len, err, sizeof err) == 0);
+    CHECK(dpy_quant_decode(y, 8, buf, len, err, sizeof err) == 0);
     CHECK(y[2] == 1.0f && y[3] == 0.0f);   /* Inf saturates to the chunk's finite range */
     CHECK(y[6] == 2.0f && y[7] == -1.0f);
     x[5] = NAN;                             /* a NaN marks its whole chunk */
     CHECK(dpy_quant_encode(buf, x, 8, 8, 4, err, sizeof err) == 0);
-    CHECK(dpy_quant_decode(y, buf, len, err, sizeof err) == 0);
+    CHECK(dpy_quant_decode(y, 8, buf, len, err, sizeof err) == 0);
     CHECK(y[0] == 0.0f && isnan(y[4]) && isnan(y[7]));
     float c[3] = {2.5f, 2.5f, 2.5f};       /* a constant chunk decodes exactly */
     CHECK(dpy_quant_encode(buf, c, 3, 4, 0, err, sizeof err) == 0);
-    CHECK(dpy_quant_decode(y, buf, dpy_quant_size(3, 4, 0), err, sizeof err) == 0);
+    CHECK(dpy_quant_decode(y, 8, buf, dpy_quant_size(3, 4, 0), err, sizeof err) == 0);
     CHECK(y[0] == 2.5f && y[2] == 2.5f);
     CHECK(dpy_quant_encode(buf, c, 3, 12, 0, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "bits must be 1..8 or 16, got 12");
@@ -85,14 +85,74 @@ static void test_quant_malformed(void) {
     size_t len = dpy_quant_size(100, 8, 0);
     CHECK(dpy_quant_encode(buf, x, 100, 8, 0, err, sizeof err) == 0);
     size_t n;
-    CHECK(dpy_quant_count(buf, len - 1, &n, err, sizeof err) == -1);
+    CHECK(dpy_quant_count(buf, len - 1, 100, &n, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "but 100 values of 8 bits take");
     buf[8] = 0xff, buf[15] = 0x7f;          /* an absurd count cannot overflow the size check */
-    CHECK(dpy_quant_count(buf, len, &n, err, sizeof err) == -1);
+    CHECK(dpy_quant_count(buf, len, (size_t)-1, &n, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "cannot fit");
     buf[0] = 'X';
-    CHECK(dpy_quant_decode(y, buf, len, err, sizeof err) == -1);
+    CHECK(dpy_quant_decode(y, 100, buf, len, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "not a quantized payload");
+    /* the receiver's bound: a payload of more values than it expects is refused */
+    CHECK(dpy_quant_encode(buf, x, 100, 8, 0, err, sizeof err) == 0);
+    CHECK(dpy_quant_count(buf, len, 99, &n, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "100 values exceed the limit of 99");
+}
+
+/* A chunk size near 2^64 once wrapped the chunk count to 0: nothing decoded, success returned. */
+static void test_quant_huge_chunk(void) {
+    float x[100], y[100];
+    char err[256];
+    for (int i = 0; i < 100; i++)
+        x[i] = (float)i;
+    uint8_t buf[256];
+    CHECK(dpy_quant_encode(buf, x, 100, 8, 0, err, sizeof err) == 0);
+    /* the same header with chunk = 2^64 - 1 and no room for its one chunk's parameters */
+    uint8_t forged[24 + 100];
+    memcpy(forged, buf, 16);
+    memset(forged + 16, 0xff, 8);
+    memcpy(forged + 24, buf + 32, 100);
+    for (int i = 0; i < 100; i++)
+        y[i] = -7.0f;
+    int rc = dpy_quant_decode(y, 100, forged, sizeof forged, err, sizeof err);
+    size_t unwritten = 0;
+    for (int i = 0; i < 100; i++)
+        unwritten += y[i] == -7.0f;
+    CHECK(rc == -1 || unwritten == 0);
+    CHECK(rc == -1);
+    /* a chunk larger than n is one chunk: the honest encoding of it decodes */
+    CHECK(dpy_quant_size(100, 8, (size_t)-1) == 24 + 8 + 100);
+    CHECK(dpy_quant_encode(buf, x, 100, 8, (size_t)-1, err, sizeof err) == 0);
+    CHECK(dpy_quant_decode(y, 100, buf, 132, err, sizeof err) == 0 && y[99] == 99.0f);
+}
+
+/* A deterministic generator for the mutation tests (not rand(): the same on every libc). */
+static uint32_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 33);
+}
+
+/* Corrupt fpzip streams once crashed inside libfpzip (its symbol tables indexed unchecked):
+** every mutation of a valid payload decodes or is refused, and the process lives. */
+static void test_fpzip_corrupt(void) {
+    enum { N = 64 };
+    float x[N], y[N];
+    char err[256];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)i * 0.37f - 3;
+    uint8_t buf[4096], m[4096];
+    long long len = dpy_fpzip_encode(buf, sizeof buf, x, N, 0, err, sizeof err);
+    CHECK(len > 24);
+    uint64_t seed = 17;
+    int refused = 0;
+    for (int it = 0; it < 60000; it++) {
+        memcpy(m, buf, (size_t)len);
+        int k = 1 + (int)(lcg(&seed) % 4);
+        for (int j = 0; j < k; j++)
+            m[24 + lcg(&seed) % (uint32_t)(len - 24)] = (uint8_t)lcg(&seed);
+        refused += dpy_fpzip_decode(y, N, m, (size_t)len, err, sizeof err) != 0;
+    }
+    CHECK(refused > 0);
 }
 
 static void test_zstd(void) {
@@ -128,21 +188,39 @@ static void test_fpzip(void) {
     long long len = dpy_fpzip_encode(buf, cap, x, n, 0, err, sizeof err);
     CHECK(len > 0);
     size_t got;
-    CHECK(dpy_fpzip_count(buf, (size_t)len, &got, err, sizeof err) == 0 && got == n);
-    CHECK(dpy_fpzip_decode(y, buf, (size_t)len, err, sizeof err) == 0);
+    CHECK(dpy_fpzip_count(buf, (size_t)len, n, &got, err, sizeof err) == 0 && got == n);
+    CHECK(dpy_fpzip_decode(y, n, buf, (size_t)len, err, sizeof err) == 0);
     CHECK(memcmp(x, y, n * 4) == 0);        /* lossless */
     /* 20 bits: sign, 8 exponent bits and 11 of the 23 mantissa bits */
     long long lossy = dpy_fpzip_encode(buf, cap, x, n, 20, err, sizeof err);
     CHECK(lossy > 0 && lossy < len);
-    CHECK(dpy_fpzip_decode(y, buf, (size_t)lossy, err, sizeof err) == 0);
+    CHECK(dpy_fpzip_decode(y, n, buf, (size_t)lossy, err, sizeof err) == 0);
     size_t far = 0;
     for (size_t i = 0; i < n; i++)
         far += fabsf(y[i] - x[i]) > fabsf(x[i]) * 0x1p-11f;
     CHECK(far == 0);
     CHECK(dpy_fpzip_encode(buf, cap, x, n, 40, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "precision must be 2..32");
-    CHECK(dpy_fpzip_count(buf, (size_t)lossy - 1, &got, err, sizeof err) == -1);
+    CHECK(dpy_fpzip_count(buf, (size_t)lossy - 1, n, &got, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "the header says");
+    /* the receiver's bound comes first: more values than it expects are refused */
+    CHECK(dpy_fpzip_count(buf, (size_t)lossy, n - 1, &got, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "4096 values exceed the limit of 4095");
+    CHECK(dpy_fpzip_decode(y, n - 1, buf, (size_t)lossy, err, sizeof err) == -1);
+    /* a DPF1 header promising 2^30 values over a stream of a few bytes: refused by the bound,
+    ** not a 2^30-value decode (nor, as once, a 10 GB padded copy of the stream) */
+    uint8_t tiny[64] = "DPF1";
+    tiny[8 + 3] = 0x40;                     /* n = 2^30 */
+    tiny[16] = 40;                          /* 40 stream bytes */
+    CHECK(dpy_fpzip_decode(y, n, tiny, 64, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "1073741824 values exceed the limit of 4096");
+    /* a valid stream whose own header says other dims than the payload's: refused */
+    float sq[16] = {0};
+    long long sl = dpy_fpzip_encode(buf, cap, sq, 16, 0, err, sizeof err);
+    CHECK(sl > 0);
+    buf[8] = 8;                             /* the DPF1 header says 8 values, the stream 16 */
+    CHECK(dpy_fpzip_decode(y, n, buf, (size_t)sl, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "not 8");
     free(x), free(y), free(buf);
 }
 
@@ -150,7 +228,9 @@ int main(void) {
     test_quant_error_bound();
     test_quant_special_values();
     test_quant_malformed();
+    test_quant_huge_chunk();
     test_zstd();
     test_fpzip();
+    test_fpzip_corrupt();
     return check_report("codec");
 }

@@ -1,0 +1,72 @@
+/* make_seeds.c: writes the small valid inputs the codec and wire harnesses start from:
+** make_seeds DIR writes DIR/<harness>/<name>. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "codec.h"
+#include "wire.h"
+
+static void put(const char *dir, const char *harness, const char *name, const void *p, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, harness);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", dir, harness, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_seeds DIR\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    float x[40];
+    for (int i = 0; i < 40; i++)
+        x[i] = (float)(i % 7) * 0.25f - 0.5f;
+    x[5] = 1e30f;
+    uint8_t buf[4096];
+    char err[256], name[64];
+    const int widths[] = {1, 3, 8, 16};
+    for (int w = 0; w < 4; w++) {
+        size_t chunk = w == 1 ? 16 : 0, len = dpy_quant_size(40, widths[w], chunk);
+        dpy_quant_encode(buf, x, 40, widths[w], chunk, err, sizeof err);
+        snprintf(name, sizeof name, "bits%d", widths[w]);
+        put(dir, "quant", name, buf, len);
+    }
+    long long n = dpy_zstd_encode(buf, sizeof buf, x, sizeof x, 3, 4, err, sizeof err);
+    put(dir, "zstd", "floats", buf, (size_t)n);
+    n = dpy_fpzip_encode(buf, sizeof buf, x, 40, 0, err, sizeof err);
+    put(dir, "fpzip", "lossless", buf, (size_t)n);
+    n = dpy_fpzip_encode(buf, sizeof buf, x, 40, 12, err, sizeof err);
+    put(dir, "fpzip", "prec12", buf, (size_t)n);
+    /* two packets back to back: a hello, then 8 payload bytes */
+    dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1};
+    uint8_t pk[2 * DPY_WIRE_HEADER + 8] = {0};
+    dpy_wire_encode(pk, &h);
+    h = (dpy_header){.channel = 0, .run_id = 0x1234, .sender = 2, .receiver = 3, .round = 7,
+                     .length = 8, .encoding = 0};
+    memcpy(pk + 2 * DPY_WIRE_HEADER, "payload!", 8);
+    h.checksum = dpy_wire_checksum(pk + 2 * DPY_WIRE_HEADER, 8);
+    dpy_wire_encode(pk + DPY_WIRE_HEADER, &h);
+    put(dir, "wire", "hello_then_data", pk, sizeof pk);
+    /* IDX: 3 images of 2 x 2 bytes (big-endian dims after the 0x0803 magic), and 3 labels */
+    uint8_t idx[16 + 12] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2};
+    for (int i = 0; i < 12; i++)
+        idx[16 + i] = (uint8_t)(i * 20);
+    put(dir, "idx", "images", idx, sizeof idx);
+    uint8_t lab[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 1, 0, 9};
+    put(dir, "idx", "labels", lab, sizeof lab);
+    /* CIFAR: one record of a label byte and 3072 pixels; even first byte: CIFAR-10's layout */
+    static uint8_t rec[1 + 3072];
+    for (int i = 0; i < (int)sizeof rec; i++)
+        rec[i] = (uint8_t)(i * 7);
+    rec[0] = 6;
+    put(dir, "cifar", "one_record", rec, sizeof rec);
+    return 0;
+}
