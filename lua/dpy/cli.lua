@@ -128,6 +128,7 @@ function M.node(args)
   p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
   p:option("--seed", "Seed."):convert(math.tointeger)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
+  p:flag("--force", "Started by mpirun or srun: replace the run that --dir holds.")
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
   local rendezvous = require "dpy.rendezvous"
@@ -155,19 +156,25 @@ function M.node(args)
       cfg.processes = size
       if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
-      opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function()
+      opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function(rdv)
+        local rundir = require "dpy.rundir"
+        local free, claimed = pcall(rundir.claim, a.dir, a.force)   -- an earlier run's results stay unless --force
+        if not free then error({ usage = claimed }, 0) end
+        -- the ranks already share a.dir: all but this launch's rendezvous goes
+        if claimed then rundir.remove_except(a.dir, { rdv }) end
         require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, included = included,
                                                          config = a.config, argv = { "node", table.unpack(args) },
                                                          run_id = opts.run_id, launcher = launched_by,
-                                                         replace = false })   -- the ranks share a.dir
+                                                         replace = false })
         require("dpy.layout").prepare(cfg, a.dir)
       end)
     end
     return launcher.node_main(cfg, opts)
   end)
   if not ran then
-    io.stderr:write("dpy-lua node: ", tostring(code), "\n")
-    return 1
+    local usage = type(code) == "table" and code.usage
+    io.stderr:write("dpy-lua node: ", usage or tostring(code), "\n")
+    return usage and 2 or 1
   end
   if rank == 0 and launched_by then print("results in " .. a.dir) end
   return code
@@ -258,7 +265,7 @@ function M.dispatch(args)
   p:argument("config", "The experiment config (a Lua file).")
   p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
   p:option("--remotes", "The remotes file."):default("remotes.lua")
-  p:option("--jobs", "Repeat the experiment N times with random seeds."):convert(math.tointeger):default("1")
+  p:option("--jobs", "Repeat the experiment N times, seeds seed, seed + 1, ..."):convert(math.tointeger):default("1")
   p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
   p:option("--seed", "Seed of the first job."):convert(math.tointeger)
   p:flag("--force", "Replace the run that --out holds.")
@@ -296,7 +303,7 @@ function M.dispatch(args)
     for j = 1, math.max(1, a.jobs) do
       local job = {}
       for k, v in pairs(cfg) do job[k] = v end
-      job.seed = j == 1 and (a.seed or cfg.seed) or ((os.time() * 7919 + host.pid() * 31 + j) % 1000000007)
+      job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
       local dir = job_dir(j)
       local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source, included = included,
                                               overrides = a.overrides, remotes = remotes, sessions = sessions,
