@@ -154,10 +154,14 @@ int dpy_repl(lua_State *L) {
     if (has_config) {
         luaL_loadstring(L, "local a = {} for i = 1, #arg do a[i] = arg[i] end "
                            "return require('dpy.cli').repl_node(a)");
-        if (dpy_state_pcall(L, 0, 0) != LUA_OK) {
+        if (dpy_state_pcall(L, 0, 1) != LUA_OK) {
             fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
             return 1;
         }
+        int code = (int)lua_tointeger(L, -1);   /* 2: a usage or config error, already reported */
+        lua_settop(L, 0);
+        if (code != 0)
+            return code;
     }
     for (;;) {
         int base = lua_gettop(L);

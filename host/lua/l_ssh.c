@@ -1,7 +1,8 @@
 /*
 ** l_ssh.c: SSH sessions (libssh) for dispatch: dpy.ssh.core.
 **   connect{host, port = 22, user, identity, known_hosts, accept_new = false, timeout = 10}
-**     -> dpy.SSHSession | nil, message (an unknown or changed host key is refused with its
+**     -> dpy.SSHSession | nil, message (every address host resolves to is tried in turn, each
+**        for timeout seconds) (an unknown or changed host key is refused with its
 **        fingerprint unless accept_new, which adds an unknown one — never a changed one)
 **   s:exec(cmd [, timeout]) -> exit code, stdout, stderr        (runs to the end)
 **   s:start(cmd) -> dpy.SSHChannel                              (runs in the background)
@@ -11,7 +12,10 @@
 **   s:close(), ch:close()
 ** One Lua state drives its sessions; libssh sessions are not shared between threads.
 */
+#include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <libssh/libssh.h>
@@ -19,8 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dpy_lua.h"
 
@@ -28,7 +34,7 @@
 #define CHANNEL_MT "dpy.SSHChannel"
 #define TAIL 65536
 
-typedef struct { ssh_session s; sftp_session sftp; char name[300]; } session_box;
+typedef struct { ssh_session s; sftp_session sftp; int fd; char name[300]; } session_box;   /* fd: ours, -1 */
 typedef struct {
     ssh_channel ch;
     int code;                       /* exit code once finished; INT32_MIN while running */
@@ -77,8 +83,11 @@ static void session_free(session_box *b) {
         ssh_disconnect(b->s);
         ssh_free(b->s);
     }
+    if (b->fd >= 0)
+        close(b->fd);   /* libssh leaves a socket given with SSH_OPTIONS_FD open */
     b->sftp = NULL;
     b->s = NULL;
+    b->fd = -1;
 }
 
 /* The server key's SHA256 fingerprint, in OpenSSH's notation. */
@@ -150,6 +159,68 @@ static int authenticate(lua_State *L, session_box *b, const char *identity) {
     return -1;
 }
 
+/* One connect to ai within timeout seconds: the connected socket, or -1 with errno set. */
+static int connect_one(const struct addrinfo *ai, long timeout) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0)
+        return -1;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        do
+            rc = poll(&p, 1, (int)(timeout * 1000));
+        while (rc < 0 && errno == EINTR);
+        int soerr = 0;
+        socklen_t len = sizeof soerr;
+        if (rc == 0)
+            soerr = ETIMEDOUT;
+        else if (rc > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+            soerr = errno;
+        rc = soerr ? -1 : 0;
+        if (soerr)
+            errno = soerr;
+    }
+    if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        return fd;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+/* Connects to every address host resolves to, in getaddrinfo's order, as OpenSSH does (libssh
+** alone tries the first one only: "localhost" as ::1 and 127.0.0.1 fails when the server listens
+** on 127.0.0.1). Returns the socket, or -1 with why in err: each address tried and its error. */
+static int connect_any(const char *host, int port, long timeout, char *err, size_t errlen) {
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve %s: %s", host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return -1;
+    }
+    size_t used = (size_t)snprintf(err, errlen, "cannot connect:");
+    int fd = -1;
+    for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = connect_one(ai, timeout);
+        if (fd >= 0)
+            break;
+        int e = errno;
+        char addr[NI_MAXHOST] = "?";
+        getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
+        if (used < errlen)
+            used += (size_t)snprintf(err + used, errlen - used, "%s %s%s%s:%d: %s", ai == res ? "" : ";",
+                                     ai->ai_family == AF_INET6 ? "[" : "", addr,
+                                     ai->ai_family == AF_INET6 ? "]" : "", port, strerror(e));
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
 static int s_connect(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *hostname = opt_string(L, 1, "host", NULL);
@@ -164,6 +235,7 @@ static int s_connect(lua_State *L) {
     lua_pop(L, 1);
     session_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     memset(b, 0, sizeof *b);
+    b->fd = -1;
     luaL_setmetatable(L, SESSION_MT);
     snprintf(b->name, sizeof b->name, "%s%s%s:%d", user ? user : "", user ? "@" : "", hostname,
              port);
@@ -181,6 +253,14 @@ static int s_connect(lua_State *L) {
         ssh_options_set(b->s, SSH_OPTIONS_KNOWNHOSTS, known_hosts);
     else
         known_hosts = "~/.ssh/known_hosts";
+    char why[1024];
+    b->fd = connect_any(hostname, port, timeout, why, sizeof why);
+    if (b->fd < 0) {
+        int r = fail(L, "%s: %s", b->name, why);
+        session_free(b);
+        return r;
+    }
+    ssh_options_set(b->s, SSH_OPTIONS_FD, &b->fd);   /* still ours: session_free closes it */
     if (ssh_connect(b->s) != SSH_OK) {
         int r = fail(L, "%s: cannot connect: %s", b->name, ssh_get_error(b->s));
         session_free(b);

@@ -1,5 +1,6 @@
 --- dpy.cli: the dpy-lua subcommands written in Lua (run). main returns the exit code:
--- 0 success, 1 runtime error, 2 usage error, 128 + the signal when SIGINT or SIGTERM stopped a run.
+-- 0 success, 1 runtime error, 2 usage or config error (reported before anything runs), 128 + the
+-- signal when SIGINT or SIGTERM stopped a run.
 local argparse = require "argparse"
 
 local M = {}
@@ -116,28 +117,28 @@ function M.run(args)
   end
   local paths = require "dpy.paths"
   local config_path, rerun = rerun_of(a.config)
-  if not config_path then
+  if not config_path then   -- a directory that is no run
     io.stderr:write("dpy-lua: ", rerun, "\n")
-    return 1
+    return 2
   end
   local cfg, source, included = load_config(config_path, a.overrides)
-  if not cfg then return 1 end
+  if not cfg then return 2 end
   if a.seed then cfg.seed = a.seed end
   local dir = a.out or experiment.run_dir("out")
   local overrides = { table.unpack(a.overrides) }
   if rerun then
     if paths.absolute(dir) == paths.absolute(rerun.dir) then
       io.stderr:write("dpy-lua: cannot rerun ", rerun.dir, " into itself: choose another --out\n")
-      return 1
+      return 2
     end
   end
   local opts = { dir = dir, source = source, included = included, argv = { "run", table.unpack(args) },
                  quiet = a.quiet, config = config_path, overrides = overrides, force = a.force,
                  rerun_of = rerun and rerun.dir }
   local checked, err = pcall(experiment.check, cfg, opts)
-  if not checked then
+  if not checked then   -- the graph, the files the config names, an --out that holds a run
     io.stderr:write("dpy-lua: ", tostring(err), "\n")
-    return 1
+    return 2
   end
   local ran, summary = pcall(experiment.run, cfg, opts)
   if not ran then
@@ -182,6 +183,7 @@ function M.node(args)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
   p:option("--resume", "Resume from this round's checkpoints, or 'auto': the last round every node "
            .. "checkpointed in --dir.")
+  p:flag("--force", "Started by mpirun or srun: replace the run that --dir holds.")
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
   local rendezvous = require "dpy.rendezvous"
@@ -194,7 +196,7 @@ function M.node(args)
     return 2
   end
   local cfg, source, included = load_config(a.config, a.overrides)
-  if not cfg then return 1 end
+  if not cfg then return 2 end
   if a.seed then cfg.seed = a.seed end
   if not cfg.nodes then
     io.stderr:write("dpy-lua node: the config sets no 'nodes'\n")
@@ -222,23 +224,29 @@ function M.node(args)
       cfg.processes = size
       if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
-      opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function()
+      opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function(rdv)
         if opts.resume then   -- the run directory holds the run already
           require("dpy.layout").prepare(cfg, a.dir)
           return
         end
+        local rundir = require "dpy.rundir"
+        local free, claimed = pcall(rundir.claim, a.dir, a.force)   -- an earlier run's results stay unless --force
+        if not free then error({ usage = claimed }, 0) end
+        -- the ranks already share a.dir: all but this launch's rendezvous goes
+        if claimed then rundir.remove_except(a.dir, { rdv }) end
         require("dpy.experiment").write_run_files(cfg, { dir = a.dir, source = source, included = included,
                                                          config = a.config, argv = { "node", table.unpack(args) },
                                                          run_id = opts.run_id, launcher = launched_by,
-                                                         replace = false })   -- the ranks share a.dir
+                                                         replace = false })
         require("dpy.layout").prepare(cfg, a.dir)
       end)
     end
     return launcher.node_main(cfg, opts)
   end)
   if not ran then
-    io.stderr:write("dpy-lua node: ", tostring(code), "\n")
-    return 1
+    local usage = type(code) == "table" and code.usage
+    io.stderr:write("dpy-lua node: ", usage or tostring(code), "\n")
+    return usage and 2 or 1
   end
   if rank == 0 and launched_by then print("results in " .. a.dir) end
   return code
@@ -246,20 +254,27 @@ end
 
 --- dpy-lua repl CONFIG --uid U [KEY=VALUE...]: builds node U (its data shard, model, optimizer,
 -- trainer, graph) in the REPL's state as the global `node`; called by repl.c before the prompt.
+-- Returns 0, or 2 after reporting a usage or config error; raises on any other.
 function M.repl_node(args)
   local p = argparse("dpy-lua repl", "An interactive prompt, optionally on a node of a config.")
   p:argument("config", "The experiment config.")
   p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
   p:option("--uid", "The node to build."):convert(math.tointeger)
   local ok, a = p:pparse(args)
-  if not ok then error(p:get_usage() .. "\ndpy-lua repl: " .. a, 0) end
+  if not ok then
+    io.stderr:write(p:get_usage(), "\ndpy-lua repl: ", a, "\n")
+    return 2
+  end
   local cfg = load_config(a.config, a.overrides)
-  if not cfg then error("cannot load " .. a.config, 0) end
+  if not cfg then return 2 end
   local uid = a.uid or 0
   if not cfg.nodes then   -- a centralized config: one node holding the whole training set
     cfg.nodes, cfg.graph = 1, "full"
   end
-  if uid < 0 or uid >= cfg.nodes then error(string.format("--uid %d: the config has %d nodes", uid, cfg.nodes), 0) end
+  if uid < 0 or uid >= cfg.nodes then
+    io.stderr:write(string.format("dpy-lua repl: --uid %d: the config has %d nodes\n", uid, cfg.nodes))
+    return 2
+  end
   local host = require "dpy.host.core"
   local layout = require "dpy.layout"
   local dir = string.format("/tmp/dpy-repl-%d", host.pid())
@@ -322,7 +337,7 @@ function M.dispatch(args)
   p:argument("config", "The experiment config (a Lua file).")
   p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
   p:option("--remotes", "The remotes file."):default("remotes.lua")
-  p:option("--jobs", "Repeat the experiment N times with random seeds."):convert(math.tointeger):default("1")
+  p:option("--jobs", "Repeat the experiment N times, seeds seed, seed + 1, ..."):convert(math.tointeger):default("1")
   p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
   p:option("--seed", "Seed of the first job."):convert(math.tointeger)
   p:flag("--force", "Replace the run that --out holds.")
@@ -334,7 +349,7 @@ function M.dispatch(args)
     return 2
   end
   local cfg, source, included = load_config(a.config, a.overrides)
-  if not cfg then return 1 end
+  if not cfg then return 2 end
   if not cfg.nodes then
     io.stderr:write("dpy-lua dispatch: the config sets no 'nodes'\n")
     return 2
@@ -344,17 +359,23 @@ function M.dispatch(args)
   local experiment = require "dpy.experiment"
   local out = a.out or experiment.run_dir("out")
   local function job_dir(j) return a.jobs > 1 and string.format("%s/job-%d", out, j) or out end
-  local ran, err = pcall(function()
-    for j = 1, math.max(1, a.jobs) do   -- before connecting to anything
+  local checked, remotes = pcall(function()   -- before connecting to anything: config errors
+    for j = 1, math.max(1, a.jobs) do
       experiment.check(cfg, { dir = job_dir(j), config = a.config, included = included, force = a.force })
     end
-    local remotes = dispatch.load_remotes(a.remotes)
+    return dispatch.load_remotes(a.remotes)
+  end)
+  if not checked then
+    io.stderr:write("dpy-lua dispatch: ", tostring(remotes), "\n")
+    return 2
+  end
+  local ran, err = pcall(function()
     local sessions = dispatch.connect(remotes, { accept_new_host_keys = a.accept_new_host_keys })
     local code = 0
     for j = 1, math.max(1, a.jobs) do
       local job = {}
       for k, v in pairs(cfg) do job[k] = v end
-      job.seed = j == 1 and (a.seed or cfg.seed) or ((os.time() * 7919 + host.pid() * 31 + j) % 1000000007)
+      job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
       local dir = job_dir(j)
       local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source, included = included,
                                               overrides = a.overrides, remotes = remotes, sessions = sessions,

@@ -61,11 +61,19 @@ M.SCHEMA = {
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   pin_slots = { type = "boolean", default = true,
                 doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
-  port = { type = "integer", min = 1024, doc = "first tcp port (default: derived from the run id)" },
+  port = { type = "integer", min = 1024, max = 65535,
+           doc = "first tcp port (default: derived from the run id); process p listens on port + p" },
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   encrypt = { type = "boolean", default = false,
               doc = "encrypt the payloads between processes (every packet is authenticated either way)" },
-  faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }" },
+  faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }",
+             fields = {
+               drop = { type = "number", min = 0, max = 1, doc = "probability a message is lost" },
+               duplicate = { type = "number", min = 0, max = 1, doc = "probability a message arrives twice" },
+               corrupt = { type = "number", min = 0, max = 1,
+                           doc = "probability a message is corrupted (the receiver must reject it)" },
+               delay = { type = "number", min = 0, doc = "the longest delay, in seconds (uniform)" },
+             } },
   sharing = { kind = "sharing", default = "average",
               doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
   transforms = { list_of = "transform", default = {}, chain = true,
@@ -106,7 +114,7 @@ function M.check(key, value, base, used)
     return nil, list
   end
   local err = options.check_value(value, s)
-  if err then return string.format("config key '%s' %s", key, err) end
+  if err then return options.join(string.format("config key '%s'", key), err) end
   return nil, value
 end
 

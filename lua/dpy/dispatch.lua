@@ -118,12 +118,17 @@ local function mapping(remotes, base)
   return owner, addresses
 end
 
+--- The directory of a run on a remote: work_dir/<run name>-<run id>, fresh for every run (a rerun
+-- into the same --out never meets the files of an earlier one).
+function M.remote_dir(remote, dir, run_id)
+  return string.format("%s/%s-%d", remote.work_dir, dir:gsub("/+$", ""):match("([^/]+)$"), run_id)
+end
+
 -- Uploads the run (config, graph, partition, addresses, and the run directory's copy of every
--- file the run uses, at its path relative to the config) into work_dir/<run name> on every
--- remote; returns those directories.
+-- file the run uses, at its path relative to the config) into M.remote_dir on every remote;
+-- returns those directories.
 local function upload(opts, used)
   local launcher = require "dpy.launcher"
-  local run_name = opts.dir:gsub("/+$", ""):match("([^/]+)$")
   local files = { { opts.dir .. "/config.lua", "config.lua" },
                   { opts.dir .. "/" .. rundir.EFFECTIVE, rundir.EFFECTIVE },
                   { opts.dir .. "/partition.pt", "partition.pt" },
@@ -132,7 +137,7 @@ local function upload(opts, used)
   for _, f in ipairs(used) do files[#files + 1] = { opts.dir .. "/" .. f.file, f.file } end
   local rdirs = {}
   for i, r in ipairs(opts.remotes) do
-    local s, rdir = opts.sessions[i], r.work_dir .. "/" .. run_name
+    local s, rdir = opts.sessions[i], M.remote_dir(r, opts.dir, opts.run_id)
     rdirs[i] = rdir
     local dirs = { M.quote(rdir) }
     for _, f in ipairs(files) do
@@ -174,12 +179,22 @@ local function read_progress(cfg, opts, owner, rdirs)
   return total
 end
 
--- Copies every node's log and metrics and each process's output back into opts.dir.
-local function collect(opts, rdirs, bar)
+-- Copies the logs and metrics of the nodes each remote hosts in this run, and its processes'
+-- outputs, back into opts.dir (those that were written: a process that died early wrote fewer).
+local function collect(cfg, opts, owner, rdirs, bar)
+  local mine = {}   -- remote index -> { file name = true }
+  for p = 0, cfg.processes - 1 do
+    local set = mine[owner[p + 1]] or {}
+    mine[owner[p + 1]] = set
+    set[string.format("process-%d.out", p)] = true
+    for _, uid in ipairs(layout.uids_of(p, cfg.nodes, cfg.processes)) do
+      set[uid .. ".log"], set[uid .. ".metrics.json"] = true, true
+    end
+  end
   for i, s in ipairs(opts.sessions) do
     local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls")
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
-      if name:match("^%d+%.log$") or name:match("^%d+%.metrics%.json$") or name:match("^process%-%d+%.out$") then
+      if mine[i] and mine[i][name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
         if not ok then bar:line("warning: " .. err) end
       end
@@ -269,7 +284,7 @@ function M.run_job(cfg, opts)
   end
   local ended = host.clock()
   bar:done()
-  collect(opts, rdirs, bar)
+  collect(cfg, opts, owner, rdirs, bar)
   local seconds = host.clock() - start
   local summary = launcher.summarize(cfg, opts.dir, seconds)
   summary.failed, summary.seconds, summary.interrupted = failures(cfg, opts, codes, channels, owner), seconds,

@@ -49,6 +49,10 @@ end
 -- cannot record, a file the run uses that cannot be read. Keeps what it read in opts.prepared.
 function M.check(cfg, opts)
   opts.replace = rundir.claim(opts.dir, opts.force)
+  if cfg.nodes and cfg.port and cfg.port + cfg.processes - 1 > 65535 then   -- process p listens on port + p
+    error(string.format("port: %d processes from port %d need ports up to %d, past 65535", cfg.processes,
+                        cfg.port, cfg.port + cfg.processes - 1), 0)
+  end
   if cfg.nodes and cfg.algorithm == "dpsgd" then
     local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
     if not ok then error("graph: " .. tostring(g):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end

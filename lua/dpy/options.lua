@@ -4,7 +4,8 @@
 -- A schema maps each valid key to a rule (`true` accepts any value):
 --   { type = "integer" | "number" | "string" | "boolean" | "table" | "function" | "list" | "path",
 --     of = element type (lists), min =, max = (inclusive), above =, below = (strict),
---     one_of = { values }, check = function(v) -> nil | message, default =, doc = "..." }
+--     one_of = { values }, check = function(v) -> nil | message, default =, doc = "...",
+--     fields = a schema (tables: its keys checked against it, as options.problem does) }
 -- "list" is a table of positional entries (of `of`); "path" is a string naming a file or a
 -- directory, made absolute against the config's directory where a config names it (exists =
 -- "file": it must be a readable file). `required = true`: the option must be given. `kind =` and
@@ -113,7 +114,13 @@ function M.show(value)
   return type(value) .. " " .. tostring(value)
 end
 
---- nil when value satisfies rule, else a message ("must be an integer >= 0, got 1.5").
+--- "what must be..." or "what: unknown option..." (a table's field problem starts with ": ").
+function M.join(what, err)
+  return what .. (err:sub(1, 2) == ": " and "" or " ") .. err
+end
+
+--- nil when value satisfies rule, else a message ("must be an integer >= 0, got 1.5"; for a
+-- table with fields: ": option 'drop' must be ...").
 function M.check_value(value, rule)
   if rule == true then return nil end
   if rule.list_of and not is_list(value) then
@@ -141,6 +148,10 @@ function M.check_value(value, rule)
       end
     end
   end
+  if rule.fields and type(value) == "table" then
+    local err = M.problem(value, rule.fields, "")
+    if err then return err end
+  end
   if rule.check then return rule.check(value) end
 end
 
@@ -163,7 +174,7 @@ function M.problem(opts, schema, what)
                            table.concat(names_of(schema), ", "))
     end
     local err = M.check_value(opts[k], rule)
-    if err then return string.format("%s: option '%s' %s", what, k, err) end
+    if err then return M.join(string.format("%s: option '%s'", what, k), err) end
   end
   for k, rule in pairs(schema) do
     if rule ~= true and rule.required and opts[k] == nil then

@@ -2,27 +2,37 @@
 -- mpirun/mpiexec (Open MPI, or any PMI launcher) or srun (Slurm), `dpy-lua node CONFIG --dir DIR`
 -- reads its rank and the world size from the environment. DIR must be one directory that every
 -- process sees (a shared file system): rank 0 writes the run's files (config, manifest, graph,
--- partition, the run key), every rank writes its "host:port" into DIR/rendezvous/<rank>, and each waits until
--- all have arrived (DPY_RENDEZVOUS_TIMEOUT seconds at most, 120 by default). DPY_HOST sets the
--- address this machine's processes listen on (default: its host name).
+-- partition, the run key), every rank writes its "host:port" into DIR/rendezvous/<launch>/<rank>, and each
+-- waits until all have arrived (DPY_RENDEZVOUS_TIMEOUT seconds at most, 120 by default). <launch>
+-- is the launcher's id of this launch (its job and step), so a rank never reads the files of an
+-- earlier run in DIR. DPY_HOST sets the address this machine's processes advertise (default: its
+-- host name when that resolves, else the address of the interface that reaches rank 0, or for
+-- rank 0 the default route).
 local host = require "dpy.host.core"
 local random = require "dpy.random"
 
 local M = {}
 
+-- job: the variables that together name one launch (Open MPI's job id differs per mpirun; a
+-- Slurm job runs many steps, one per srun).
 M.LAUNCHERS = {
   { rank = "OMPI_COMM_WORLD_RANK", size = "OMPI_COMM_WORLD_SIZE", name = "mpirun (Open MPI)",
-    job = "OMPI_MCA_ess_base_jobid" },
-  { rank = "PMI_RANK", size = "PMI_SIZE", name = "mpiexec (PMI)", job = "PMI_JOBID" },
-  { rank = "SLURM_PROCID", size = "SLURM_NTASKS", name = "srun (Slurm)", job = "SLURM_JOB_ID" },
+    job = { "OMPI_MCA_ess_base_jobid" } },
+  { rank = "PMI_RANK", size = "PMI_SIZE", name = "mpiexec (PMI)", job = { "PMI_JOBID" } },
+  { rank = "SLURM_PROCID", size = "SLURM_NTASKS", name = "srun (Slurm)", job = { "SLURM_JOB_ID", "SLURM_STEP_ID" } },
 }
 
---- The launcher that started this process: rank, size, name, job id | nil.
+--- The launcher that started this process: rank, size, name, launch id ("" when the launcher
+-- names none; DPY_LAUNCH_ID, when set, is used instead) | nil.
 function M.detect(env)
   env = env or os.getenv
   for _, l in ipairs(M.LAUNCHERS) do
     local r, n = math.tointeger(tonumber(env(l.rank))), math.tointeger(tonumber(env(l.size)))
-    if r and n then return r, n, l.name, env(l.job) or "" end
+    if r and n then
+      local parts = {}
+      for _, k in ipairs(l.job) do parts[#parts + 1] = env(k) end
+      return r, n, l.name, env("DPY_LAUNCH_ID") or table.concat(parts, ".")
+    end
   end
 end
 
@@ -37,30 +47,76 @@ local function read(path)
   return s
 end
 
-local function hostname()
-  return os.getenv("DPY_HOST") or (read("/etc/hostname") or ""):match("[^%s]+") or "127.0.0.1"
+-- The local address of the interface a packet to peer would leave by (a UDP connect sends
+-- nothing), or nil.
+local function interface_to(peer)
+  local socket = require "socket"
+  local ip = peer and (peer:match("^%d+%.%d+%.%d+%.%d+$") or socket.dns.toip(peer))
+  if not ip then return nil end
+  local u = socket.udp()
+  local ok = u:setpeername(ip, 9)
+  local addr = ok and u:getsockname()
+  u:close()
+  return addr ~= "0.0.0.0" and addr or nil
 end
 
+-- TEST-NET-1 (RFC 5737): an address no network has, whose route is the default one.
+local DEFAULT_ROUTE = "192.0.2.1"
+
+--- The address this rank advertises: DPY_HOST; else the machine's name if it resolves; else the
+-- address of the interface that reaches rank 0 (rank0: its host, or nil for rank 0 itself: the
+-- default route's). Raises when none works, saying what to set.
+function M.advertise(rank0, env, name)
+  env = env or os.getenv
+  if env("DPY_HOST") then return env("DPY_HOST") end
+  name = name or (read("/etc/hostname") or ""):match("[^%s]+")
+  if name and require("socket").dns.toip(name) then return name end
+  local addr = interface_to(rank0 or DEFAULT_ROUTE)
+  if addr then return addr end
+  error(string.format("rendezvous: this machine's name %s does not resolve, and no interface reaches %s: "
+                      .. "set DPY_HOST to an address of this machine that the other ranks reach",
+                      name and ("'" .. name .. "'") or "(none in /etc/hostname)",
+                      rank0 and ("rank 0 (" .. rank0 .. ")") or "a default route"), 0)
+end
+
+--- This launch's rendezvous directory in dir.
+function M.path(dir, run_id) return string.format("%s/rendezvous/%d", dir, run_id) end
+
 --- Joins the run: returns the "host:port" list of every rank. rank 0 prepares the directory
--- first (prepare()); the others wait for it. Raises after timeout seconds, naming who is missing.
+-- first (prepare(rdv): it must keep rdv, the rendezvous directory of this launch); the others
+-- wait for it. A prepare that raises is told to the others (they raise "rank 0: ..." at once).
+-- Raises after timeout seconds, naming who is missing.
 function M.join(cfg, dir, rank, size, run_id, prepare, timeout)
-  local rdv = dir .. "/rendezvous"
+  local rdv = M.path(dir, run_id)
   assert(host.mkdir_p(rdv))
   if rank == 0 then
-    prepare()
+    local ok, err = pcall(prepare, rdv)
+    if not ok then
+      host.write_atomic(rdv .. "/failed", type(err) == "table" and tostring(err.usage) or tostring(err))
+      error(err, 0)
+    end
     require("dpy.launcher").make_key(dir)   -- before "ready": the others read it after
     assert(host.write_atomic(rdv .. "/ready", tostring(run_id)))
   end
   local port = (cfg.port or (30000 + run_id % 25000)) + rank
-  assert(host.write_atomic(string.format("%s/%d", rdv, rank), string.format("%s:%d", hostname(), port)))
   timeout = timeout or tonumber(os.getenv("DPY_RENDEZVOUS_TIMEOUT")) or 120
   local deadline = host.clock() + timeout
+  local written = false
   while true do
+    -- rank 0 first: the others may need its host to find their own address
+    local rank0 = rank > 0 and (read(rdv .. "/0") or ""):match("^(.*):%d+$")
+    if not written and (rank == 0 or rank0) then
+      local me = M.advertise(rank0 or nil)
+      assert(host.write_atomic(string.format("%s/%d", rdv, rank), string.format("%s:%d", me, port)))
+      written = true
+    end
     local addresses, missing = {}, {}
     for r = 0, size - 1 do
       local a = read(string.format("%s/%d", rdv, r))
-      if a then addresses[r + 1] = a else missing[#missing + 1] = r end
+      if a then addresses[r + 1] = a elseif r ~= rank then missing[#missing + 1] = r end   -- we wait for 0
     end
+    local failed = read(rdv .. "/failed")
+    if failed then error("rank 0: " .. failed, 0) end
     local ready = read(rdv .. "/ready") == tostring(run_id)
     if #missing == 0 and ready then return addresses end
     if host.clock() > deadline then

@@ -129,6 +129,26 @@ function M.remove(dir)
   if not ok then error("cannot remove " .. dir, 0) end
 end
 
+--- Removes everything in dir but the paths of keep (under dir) and the directories holding them:
+-- a run replaced while other processes already use some of its files (rendezvous).
+function M.remove_except(dir, keep)
+  local held = {}
+  for _, k in ipairs(keep) do
+    local rel = k:sub(#dir + 2)
+    held[rel] = "keep"
+    for i in rel:gmatch("()/") do held[rel:sub(1, i - 1)] = "open" end
+  end
+  local function sweep(rel)
+    local names = assert(host.listdir(rel == "" and dir or dir .. "/" .. rel))
+    for _, name in ipairs(names) do
+      local sub = rel == "" and name or rel .. "/" .. name
+      if held[sub] == "open" then sweep(sub)
+      elseif not held[sub] then M.remove(dir .. "/" .. sub) end
+    end
+  end
+  sweep("")
+end
+
 local function git(dir, args)
   local p = io.popen("git -C " .. quote(dir) .. " " .. args .. " 2>/dev/null")
   if not p then return nil end

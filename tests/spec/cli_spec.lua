@@ -72,12 +72,30 @@ describe("dpy-lua run", function()
     assert.are.same(runs[1].metrics.test_accuracy, runs[2].metrics.test_accuracy)
   end)
 
-  it("reports a config error with file and line, and exits 1", function()
+  it("reports a config error with file and line, and exits 2 (run, node, dispatch, repl alike)", function()
     local dir = tmpdir()
     write_file(dir .. "/bad.lua", "seed = 1\nbatch_sise = 3\n")
-    local code, _, err = sh(BIN .. " run " .. dir .. "/bad.lua --out " .. dir .. "/out")
-    assert.are.equal(1, code)
-    assert.matches(dir .. "/bad.lua:2: unknown config key 'batch_sise' %(did you mean 'batch_size'%?%)", err)
+    local want = dir .. "/bad.lua:2: unknown config key 'batch_sise' %(did you mean 'batch_size'%?%)"
+    for _, command in ipairs {
+      " run " .. dir .. "/bad.lua --out " .. dir .. "/out",
+      " node " .. dir .. "/bad.lua --process 0 --dir " .. dir .. "/out",
+      " dispatch " .. dir .. "/bad.lua --remotes " .. dir .. "/none.lua --out " .. dir .. "/out",
+      " repl " .. dir .. "/bad.lua --uid 0 < /dev/null",
+    } do
+      local code, _, err = sh(BIN .. command)
+      assert.are.equal(2, code, command .. ": " .. err)
+      assert.matches(want, err)
+    end
+    assert.is_nil(read_file(dir .. "/out/manifest.json"))
+    -- a bad override, a bad value, a graph that cannot be built: config errors too
+    write_file(dir .. "/ok.lua", "nodes = 4\nrounds = 1\n")
+    for _, args in ipairs { "port=70000", "'faults={dorp=0.5}'", "'graph={\"regular\",degree=7}'",
+                            "port=65535 processes=2" } do
+      local code, _, err = sh(BIN .. " run " .. dir .. "/ok.lua --out " .. dir .. "/out " .. args)
+      assert.are.equal(2, code, args .. ": " .. err)
+      if args:match("^port=65535") then assert.matches("need ports up to 65536, past 65535", err) end
+    end
+    assert.is_nil(read_file(dir .. "/out/manifest.json"))
   end)
 
   it("fails cleanly on a missing dataset, keeping what was written", function()

@@ -51,6 +51,30 @@ describe("config loading", function()
     assert.matches("must be one of .* %(did you mean 'cross_entropy'%?%)", load_error("loss = 'cross_entrpy'"))
   end)
 
+  it("refuses fault options it does not know, and probabilities outside [0, 1]", function()
+    assert.matches(":1: config key 'faults': unknown option 'dorp' %(did you mean 'drop'%?%)",
+                   load_error("faults = { dorp = 0.5 }"))
+    assert.matches("config key 'faults': option 'drop' must be a number >= 0 and <= 1, got 1.5",
+                   load_error("faults = { drop = 1.5 }"))
+    assert.matches("config key 'faults': option 'corrupt' must be a number >= 0 and <= 1, got %-0.1",
+                   load_error("faults = { corrupt = -0.1 }"))
+    assert.matches("config key 'faults': option 'delay' must be a number >= 0, got %-1",
+                   load_error("faults = { delay = -1 }"))
+    assert.matches("config key 'faults' must be a table, got 0.5", load_error("faults = 0.5"))
+    local cfg = config.load(write_config("faults = { drop = 0.1, duplicate = 0, corrupt = 1, delay = 0.02 }"))
+    assert.are.same({ drop = 0.1, duplicate = 0, corrupt = 1, delay = 0.02 }, cfg.faults)
+  end)
+
+  it("refuses a port outside 1024..65535, a fraction <= 0 and a negative peer_timeout", function()
+    assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 70000", load_error("port = 70000"))
+    assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 80", load_error("port = 80"))
+    assert.matches("config key 'fraction' must be a number > 0 and <= 1, got %-1", load_error("fraction = -1"))
+    assert.matches("config key 'peer_timeout' must be a number > 0, got %-1", load_error("peer_timeout = -1"))
+    assert.matches("command line: port=70000: config key 'port'", load_error("", { "port=70000" }))
+    -- the highest port a process listens on: port + processes - 1
+    assert.are.equal(65535, config.load(write_config("port = 65535")).port)
+  end)
+
   it("names misspelt components and their options", function()
     assert.matches(":1: model: no model named 'cnm' %(did you mean 'cnn'%?%)", load_error("model = 'cnm'"))
     assert.matches(":2: optimizer: optimizer 'sgd': unknown option 'moment' %(did you mean 'momentum'%?%)",

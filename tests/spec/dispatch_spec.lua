@@ -52,6 +52,32 @@ return {
     assert.matches('%["127.0.0.1:%d+","127.0.0.1:%d+","127.0.0.1:%d+"%]', read_file(dir .. "/d1/addresses.json"))
   end)
 
+  it("runs each time in a fresh remote directory, and brings back only this run's files", function()
+    remotes()
+    local host = require "dpy.host.core"
+    -- what an earlier run into the same --out left on the remotes, as dispatch once laid them out
+    for _, remote in ipairs { "remote-a", "remote-b" } do
+      assert(host.mkdir_p(string.format("%s/%s/d5", dir, remote)))
+      write_file(string.format("%s/%s/d5/7.log", dir, remote), "a node of an earlier run\n")
+      write_file(string.format("%s/%s/d5/process-5.out", dir, remote), "an earlier process\n")
+    end
+    local code, _, err = dispatch("-q --out " .. dir .. "/d5")
+    assert.are.equal(0, code, err)
+    local run_id = read_file(dir .. "/d5/manifest.json"):match('"run_id":(%d+)')
+    for _, remote in ipairs { "remote-a", "remote-b" } do
+      assert.truthy(read_file(string.format("%s/%s/d5-%s/config.effective.lua", dir, remote, run_id)), remote)
+    end
+    assert.is_nil(read_file(dir .. "/d5/7.log"), "an earlier run's log was collected")
+    assert.is_nil(read_file(dir .. "/d5/process-5.out"))
+    for uid = 0, 3 do assert.matches("done: 3 rounds", read_file(string.format("%s/d5/%d.log", dir, uid))) end
+    -- again, replacing it: another remote directory, the same numbers
+    code, _, err = dispatch("-q --force --out " .. dir .. "/d5")
+    assert.are.equal(0, code, err)
+    local again = read_file(dir .. "/d5/manifest.json"):match('"run_id":(%d+)')
+    assert.are_not.equal(run_id, again)
+    assert.truthy(read_file(string.format("%s/remote-a/d5-%s/config.effective.lua", dir, again)))
+  end)
+
   it("ships every file the run uses, where the config finds them, and records them in the run directory", function()
     remotes()
     assert(require("dpy.host.core").mkdir_p(dir .. "/parts"))
@@ -65,9 +91,10 @@ return {
                             .. dir .. "/d3")
     assert.are.equal(0, code, err)
     assert.matches("noisy_model: sending models with noise", read_file(dir .. "/d3/1.log"))
+    local run_id = read_file(dir .. "/d3/manifest.json"):match('"run_id":(%d+)')
     for _, remote in ipairs { "remote-a", "remote-b" } do
       for _, f in ipairs { "parts/base.lua", "parts/tiny.lua", "acts/noisy.lua" } do
-        assert.are.equal(read_file(dir .. "/" .. f), read_file(string.format("%s/%s/d3/%s", dir, remote, f)),
+        assert.are.equal(read_file(dir .. "/" .. f), read_file(string.format("%s/%s/d3-%s/%s", dir, remote, run_id, f)),
                          remote .. ": " .. f)
       end
     end
@@ -76,14 +103,14 @@ return {
     end
   end)
 
-  it("repeats the experiment with --jobs, each job its own seed #e2e", function()
+  it("repeats the experiment with --jobs, seeds seed, seed + 1, ... #e2e", function()
     remotes()
     local code, _, err = dispatch("-q --jobs 2 --out " .. dir .. "/jobs")
     assert.are.equal(0, code, err)
     local s1 = read_file(dir .. "/jobs/job-1/manifest.json"):match('"seed":(%d+)')
     local s2 = read_file(dir .. "/jobs/job-2/manifest.json"):match('"seed":(%d+)')
     assert.are.equal("2", s1)
-    assert.are_not.equal(s1, s2)
+    assert.are.equal("3", s2)
     assert.truthy(node_metrics(dir .. "/jobs/job-2", 3))
   end)
 

@@ -40,10 +40,80 @@ describe("launchers #e2e", function()
     same_numbers(reference, dir .. "/slurm")
     assert.matches('"launcher":"srun %(Slurm%)"', read_file(dir .. "/slurm/manifest.json"))
 
+    -- a second launch into the same directory (another step of the job) reads none of the first
+    -- one's rendezvous files, and replaces its results only with --force
+    local function launch(step, extra, delay0)
+      local ps = {}
+      for r = 0, 3 do
+        ps[#ps + 1] = string.format("(%sDPY_RENDEZVOUS_TIMEOUT=30 SLURM_PROCID=%d SLURM_NTASKS=4 SLURM_JOB_ID=77 "
+                                    .. "SLURM_STEP_ID=%d %s node %s/c.lua --dir %s/slurm %s > %s/r%d.out 2>&1; "
+                                    .. "echo $? > %s/r%d.code)", r == 0 and delay0 and "sleep " .. delay0 .. "; " or "",
+                                    r, step, BIN, dir, dir, extra, dir, r, dir, r)
+      end
+      local t0 = os.time()
+      sh("(" .. table.concat(ps, " & ") .. " & wait)")
+      local codes = {}
+      for r = 0, 3 do codes[r + 1] = tonumber(read_file(string.format("%s/r%d.code", dir, r))) end
+      return codes, os.time() - t0
+    end
+    local codes, took = launch(1, "--seed 9")
+    assert.are.same({ 2, 1, 1, 1 }, codes)
+    assert.is_true(took < 20, "the other ranks heard of rank 0's refusal at once: " .. took .. " s")
+    assert.matches("slurm holds a run already: .*%-%-force", read_file(dir .. "/r0.out"))
+    assert.matches("rank 0: .*slurm holds a run already", read_file(dir .. "/r3.out"))
+    assert.matches('"seed":2', read_file(dir .. "/slurm/manifest.json"), "the first run stays")
+    codes = launch(2, "--seed 9 --force", 2)   -- rank 0 late: the others wait for it, not for the old files
+    assert.are.same({ 0, 0, 0, 0 }, codes, read_file(dir .. "/r1.out"))
+    assert.matches('"seed":9', read_file(dir .. "/slurm/manifest.json"))
+    local launches = require("dpy.host.core").listdir(dir .. "/slurm/rendezvous")
+    assert.are.equal(1, #launches, "only this launch's rendezvous is left")
+    for uid = 0, 3 do assert.truthy(node_metrics(dir .. "/slurm", uid)) end
+
     local rc, _, e = sh("DPY_RENDEZVOUS_TIMEOUT=1 SLURM_PROCID=1 SLURM_NTASKS=2 " .. BIN .. " node " .. dir
                         .. "/c.lua --dir " .. dir .. "/alone")
     assert.are.equal(1, rc)
-    assert.matches("rendezvous in .*/alone/rendezvous: rank%(s%) 0 never arrived after 1 s %(is .*/alone one "
+    assert.matches("rendezvous in .*/alone/rendezvous/%d+: rank%(s%) 0 never arrived after 1 s %(is .*/alone one "
                    .. "directory that every process sees%?%)", e)
+  end)
+end)
+
+describe("rendezvous", function()
+  local rendezvous = require "dpy.rendezvous"
+  local function env(t) return function(k) return t[k] end end
+
+  it("advertises DPY_HOST, else the machine's name when it resolves, else an interface's address", function()
+    assert.are.equal("10.1.2.3", rendezvous.advertise(nil, env { DPY_HOST = "10.1.2.3" }, "x.invalid"))
+    assert.are.equal("localhost", rendezvous.advertise(nil, env {}, "localhost"))
+    assert.are.equal("127.0.0.1", rendezvous.advertise("127.0.0.1", env {}, "no-such-host.invalid"))
+    local ok, err = pcall(rendezvous.advertise, "rank0.invalid", env {}, "no-such-host.invalid")
+    assert.is_false(ok)
+    assert.are.equal("rendezvous: this machine's name 'no-such-host.invalid' does not resolve, and no interface "
+                     .. "reaches rank 0 (rank0.invalid): set DPY_HOST to an address of this machine that the other "
+                     .. "ranks reach", err)
+  end)
+
+  it("runs the ranks of a machine whose own name does not resolve #e2e", function()
+    local dir = tmpdir()
+    write_file(dir .. "/hostname", "no-such-host.invalid\n")
+    if sh("unshare -rm sh -c " .. shell_quote("mount --bind " .. dir .. "/hostname /etc/hostname")) ~= 0 then
+      pending("unshare -rm cannot make a private mount namespace here")
+      return
+    end
+    write_file(dir .. "/c.lua", TINY_RUN)
+    local procs = {}
+    for r = 0, 1 do
+      procs[#procs + 1] = string.format("SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=5 %s node %s/c.lua --dir %s/run",
+                                        r, BIN, dir, dir)
+    end
+    local code, _, err = sh("unshare -rm sh -c " .. shell_quote("mount --bind " .. dir .. "/hostname /etc/hostname "
+                            .. "&& (" .. table.concat(procs, " & ") .. " & wait) 2>&1"))
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do assert.truthy(node_metrics(dir .. "/run", uid), "node " .. uid) end
+    local rdv = dir .. "/run/rendezvous/" .. require("dpy.host.core").listdir(dir .. "/run/rendezvous")[1]
+    for r = 0, 1 do
+      local a = read_file(rdv .. "/" .. r)
+      assert.is_nil(a:find("no-such-host", 1, true), a)
+      assert.matches("^%d+%.%d+%.%d+%.%d+:%d+$", a)
+    end
   end)
 end)

@@ -1,0 +1,84 @@
+-- dpy.ssh.core's connect against a real OpenSSH server (tests/ssh/sshd) when the host name
+-- resolves to more than one address: every address is tried in order, as OpenSSH does. Debian 12's
+-- /etc/hosts maps localhost to ::1 and 127.0.0.1; the spec gives dpy-lua that file in a private
+-- mount namespace of its own (unshare), so the machine's /etc/hosts is never touched.
+local BIN = shell_quote(DPY_BIN)
+local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
+
+local DEBIAN_HOSTS = "127.0.0.1\tlocalhost\n127.0.1.1\tdebian\n\n"
+                     .. "# The following lines are desirable for IPv6 capable hosts\n"
+                     .. "::1     localhost ip6-localhost ip6-loopback\nff02::1 ip6-allnodes\nff02::2 ip6-allrouters\n"
+
+describe("dpy.ssh.core.connect", function()
+  local dir, hosts, can_unshare
+
+  setup(function()
+    dir = tmpdir()
+    hosts = dir .. "/hosts"
+    write_file(hosts, DEBIAN_HOSTS)
+    can_unshare = sh("unshare -rm sh -c " .. shell_quote("mount --bind " .. hosts .. " /etc/hosts")) == 0
+  end)
+
+  -- Runs a connect to host:port with the keys of dir/keys, with /etc/hosts as Debian 12 has it.
+  local function connect(keys, port, host)
+    write_file(dir .. "/connect.lua", string.format([[
+local function fds()   -- open descriptors: a closed session leaves none behind
+  local p = io.popen("ls /proc/" .. require("dpy.host.core").pid() .. "/fd")
+  local n = #p:read("a"):gsub("[^\n]", "")
+  p:close()
+  return n
+end
+local before
+for _ = 1, 3 do
+  local s, err = require("dpy.ssh.core").connect { host = %q, port = %d, identity = %q, known_hosts = %q }
+  if not s then io.stderr:write(err, "\n") os.exit(1) end
+  local code, out = s:exec("echo connected")
+  s:close()
+  if before and fds() ~= before then io.stderr:write("a descriptor leaked\n") os.exit(1) end
+  before = fds()
+  io.write(code, " ", out)
+end
+]], host, port, keys .. "/user_key", keys .. "/known_hosts"))
+    return sh("unshare -rm sh -c " .. shell_quote("mount --bind " .. hosts .. " /etc/hosts && getent ahosts "
+              .. host .. " | head -1 >&2 && exec " .. BIN .. " " .. dir .. "/connect.lua"))
+  end
+
+  for _, listen in ipairs { "127.0.0.1", "::1" } do
+    it("reaches a server listening on " .. listen .. " only through 'localhost' (::1 and 127.0.0.1)", function()
+      if not can_unshare then
+        pending("unshare -rm cannot make a private mount namespace here")
+        return
+      end
+      local keys = dir .. "/keys-" .. listen:gsub(":", "")
+      local port = 45000 + math.random(0, 9999)
+      local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port .. " " .. listen)
+      assert.are.equal(0, code, err)
+      local ok, run = pcall(function()
+        local rc, out, cerr = connect(keys, port, "localhost")
+        assert.matches("^::1", cerr, "the hosts file puts ::1 first")
+        assert.are.equal(0, rc, cerr)
+        assert.are.equal(("0 connected\n"):rep(3), out)
+      end)
+      sh(SSHD .. " stop " .. keys)
+      assert(ok, run)
+    end)
+  end
+
+  it("names every address it tried when none answers", function()
+    if not can_unshare then
+      pending("unshare -rm cannot make a private mount namespace here")
+      return
+    end
+    local port = 45000 + math.random(0, 9999)   -- nothing listens there
+    local rc, _, err = connect(dir, port, "localhost")
+    assert.are.equal(1, rc)
+    assert.matches("localhost:" .. port .. ": cannot connect: %[::1%]:" .. port .. ": Connection refused; "
+                   .. "127%.0%.0%.1:" .. port .. ": Connection refused", err)
+  end)
+
+  it("says when the name does not resolve", function()
+    local s, err = require("dpy.ssh.core").connect { host = "no-such-host.invalid", port = 22 }
+    assert.is_nil(s)
+    assert.matches("no%-such%-host%.invalid:22: cannot resolve no%-such%-host%.invalid: ", err)
+  end)
+end)
