@@ -30,7 +30,7 @@ function M.path(dir, uid, r) return string.format("%s/ckpt/%d/%d.ckpt", dir, uid
 
 --- The rounds of uid's checkpoints in dir, ascending (empty when none).
 function M.rounds(dir, uid)
-  local names = host.listdir(string.format("%s/ckpt/%d", dir, uid)) or {}
+  local names = require("dpy.paths").list(string.format("%s/ckpt/%d", dir, uid)) or {}
   local list = {}
   for _, name in ipairs(names) do
     local r = name:match("^(%d+)%.ckpt$")

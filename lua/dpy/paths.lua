@@ -39,4 +39,13 @@ function M.relative(path, dir)
   return p:sub(#d + 2)
 end
 
+--- paths.list(dir) -> the names in dir, directories and files, sorted bytewise | nil, err
+function M.list(dir)
+  local dirs, files = require("dpy.data.core").list_dir(dir)
+  if not dirs then return nil, files end
+  table.move(files, 1, #files, #dirs + 1, dirs)
+  table.sort(dirs)
+  return dirs
+end
+
 return M

@@ -139,7 +139,7 @@ function M.remove_except(dir, keep)
     for i in rel:gmatch("()/") do held[rel:sub(1, i - 1)] = "open" end
   end
   local function sweep(rel)
-    local names = assert(host.listdir(rel == "" and dir or dir .. "/" .. rel))
+    local names = assert(paths.list(rel == "" and dir or dir .. "/" .. rel))
     for _, name in ipairs(names) do
       local sub = rel == "" and name or rel .. "/" .. name
       if held[sub] == "open" then sweep(sub)

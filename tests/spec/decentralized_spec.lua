@@ -68,14 +68,14 @@ describe("decentralized runs", function()
     local cfg = TINY .. "processes = 2\n" .. crash
     local code, _, err, out = run(cfg)
     assert.are.equal(1, code)
-    assert.matches("failed", err)
+    assert.matches("process 1 exited with 137", err)
     local m = node_metrics(out, 0)
     assert.truthy(m, "node 0's metrics stay readable")
     assert.is_true(#m.train_loss >= 1)
 
     code, _, err, out = run(cfg .. "on_peer_failure = 'continue'\n")
     assert.are.equal(1, code)   -- a process died: the run reports it
-    assert.matches("failed", err)
+    assert.matches("process 1 exited with 137", err)
     for _, uid in ipairs { 0, 1 } do
       local mm = node_metrics(out, uid)
       assert.are.equal(3, #mm.test_accuracy, "node " .. uid .. " finished its rounds")

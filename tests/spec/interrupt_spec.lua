@@ -8,7 +8,7 @@ local BIN = shell_quote(DPY_BIN)
 -- The ids of the processes whose command line names dir (this spec's own runs).
 local function procs_of(dir)
   local pids = {}
-  for _, name in ipairs(select(1, require("dpy.data.core").list_dir("/proc")) or {}) do
+  for _, name in ipairs(require("dpy.paths").list("/proc") or {}) do
     local cmd = name:match("^%d+$") and read_file("/proc/" .. name .. "/cmdline")
     if cmd and cmd:find(dir, 1, true) and cmd:find("dpy-lua", 1, true) then pids[#pids + 1] = tonumber(name) end
   end
@@ -30,7 +30,7 @@ end
 
 local function tmp_files(dir)
   local found = {}
-  for _, name in ipairs(select(2, require("dpy.data.core").list_dir(dir)) or {}) do
+  for _, name in ipairs(require("dpy.paths").list(dir) or {}) do
     if name:find("%.tmp") then found[#found + 1] = name end
   end
   return found

@@ -65,7 +65,7 @@ describe("launchers #e2e", function()
     codes = launch(2, "--seed 9 --force", 2)   -- rank 0 late: the others wait for it, not for the old files
     assert.are.same({ 0, 0, 0, 0 }, codes, read_file(dir .. "/r1.out"))
     assert.matches('"seed":9', read_file(dir .. "/slurm/manifest.json"))
-    local launches = require("dpy.host.core").listdir(dir .. "/slurm/rendezvous")
+    local launches = require("dpy.paths").list(dir .. "/slurm/rendezvous")
     assert.are.equal(1, #launches, "only this launch's rendezvous is left")
     for uid = 0, 3 do assert.truthy(node_metrics(dir .. "/slurm", uid)) end
 
@@ -109,7 +109,7 @@ describe("rendezvous", function()
                             .. "&& (" .. table.concat(procs, " & ") .. " & wait) 2>&1"))
     assert.are.equal(0, code, err)
     for uid = 0, 3 do assert.truthy(node_metrics(dir .. "/run", uid), "node " .. uid) end
-    local rdv = dir .. "/run/rendezvous/" .. require("dpy.host.core").listdir(dir .. "/run/rendezvous")[1]
+    local rdv = dir .. "/run/rendezvous/" .. require("dpy.paths").list(dir .. "/run/rendezvous")[1]
     for r = 0, 1 do
       local a = read_file(rdv .. "/" .. r)
       assert.is_nil(a:find("no-such-host", 1, true), a)

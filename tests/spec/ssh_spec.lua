@@ -28,16 +28,16 @@ local function fds()   -- open descriptors: a closed session leaves none behind
   p:close()
   return n
 end
-local before
-for _ = 1, 3 do
+local counts = {}
+for i = 1, 5 do   -- a leak grows with every session; a library's one-time descriptor does not
   local s, err = require("dpy.ssh.core").connect { host = %q, port = %d, identity = %q, known_hosts = %q }
   if not s then io.stderr:write(err, "\n") os.exit(1) end
   local code, out = s:exec("echo connected")
   s:close()
-  if before and fds() ~= before then io.stderr:write("a descriptor leaked\n") os.exit(1) end
-  before = fds()
-  io.write(code, " ", out)
+  counts[i] = fds()
+  if i <= 3 then io.write(code, " ", out) end
 end
+if counts[5] > counts[3] then io.stderr:write("a descriptor leaked: ", table.concat(counts, " "), "\n") os.exit(1) end
 ]], host, port, keys .. "/user_key", keys .. "/known_hosts"))
     return sh("unshare -rm sh -c " .. shell_quote("mount --bind " .. hosts .. " /etc/hosts && getent ahosts "
               .. host .. " | head -1 >&2 && exec " .. BIN .. " " .. dir .. "/connect.lua"))

@@ -215,6 +215,10 @@ static void test_tcp(void) {
     /* process 1 dies: process 0's wait for node 1 ends at once, not at the timeout */
     dpy_fabric_close(p[1].f);
     CHECK(recv_int(p[0].f, 0, 1, 2, 30, &v) == DPY_RECV_DEAD);
+    /* node 1 was gone already (its notice), so the wait above ends before process 0's I/O thread
+    ** has seen the connection close: give it that moment */
+    for (int i = 0; i < 500 && dpy_fabric_alive(p[0].f, 1); i++)
+        usleep(10000);
     CHECK(!dpy_fabric_alive(p[0].f, 1));
     /* a send to a dead receiver and a live one: the live one still gets it */
     uint32_t both[2] = {1, 0};
