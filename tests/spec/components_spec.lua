@@ -254,7 +254,7 @@ describe("a user's components", function()
   end)
 end)
 
-describe("the container", function()
+describe("the container #e2e", function()
   local function action(body)
     local dir = files { ["a.lua"] = [[
       local registry = require "dpy.registry"

@@ -22,7 +22,7 @@ local function logs(out, uids)
   return table.concat(text, "\n")
 end
 
-describe("peer failure", function()
+describe("peer failure #e2e", function()
   it("sends to every live receiver when one is dead (on_peer_failure = 'continue') #e2e", function()
     -- node 0 is the first receiver of node 1 (ring: 1 sends to {0, 2}); its process dies in round 2
     local crash = action("crash", "pre_train", "if node.uid == 0 and r == 2 then host.kill(host.pid(), 9) end")

@@ -402,7 +402,7 @@ print("checked")
   end)
 end)
 
-describe("the README's runs", function()
+describe("the README's runs #e2e", function()
   local TINY = " rounds=1 local_steps=1 test_samples=200"   -- the README's runs take minutes
 
   it("of the Quick start runs (one round)", function()

@@ -32,7 +32,7 @@ local function lua_tree()
 end
 
 describe("a run directory", function()
-  it("records the command, the effective config, every file used, the versions; and reruns bit for bit", function()
+  it("records the command, the effective config, every file used, the versions; and reruns bit for bit #e2e", function()
     local dir = tmpdir()
     assert(require("dpy.host.core").mkdir_p(dir .. "/parts"))
     assert(require("dpy.host.core").mkdir_p(dir .. "/acts"))
