@@ -68,6 +68,20 @@ function run_config(config_text, extra)
   return code, out, err, dir .. "/out"
 end
 
+--- Writes an action file that runs body (statements; node, r and host in scope) on event, after
+-- prelude (statements at the file's top); returns the config line that loads it.
+function action_config(name, event, body, prelude)
+  local path = tmpdir() .. "/" .. name .. ".lua"
+  write_file(path, string.format([[
+    local registry = require "dpy.registry"
+    local host = require "dpy.host.core"
+    %s
+    return registry.register { kind = "action", name = %q,
+      new = function() return { %s = function(node, r) %s end } end }
+  ]], prelude or "", name, event, body))
+  return "actions = { '" .. path .. "' }\n"
+end
+
 --- A node's metric series of a run directory (nil if unreadable).
 function node_metrics(out, uid)
   local m = require("dpy.metrics").read(string.format("%s/%d.metrics.json", out, uid))

@@ -3,18 +3,7 @@
 local BIN = shell_quote(DPY_BIN)
 local TINY, run = TINY_RUN, run_config
 
--- Writes an action that runs body (statements; node and r in scope) on event, after prelude
--- (statements at the file's top); returns the config line that loads it.
-local function action_file(name, event, body, prelude)
-  local path = tmpdir() .. "/" .. name .. ".lua"
-  write_file(path, string.format([[
-    local registry = require "dpy.registry"
-    %s
-    return registry.register { kind = "action", name = %q,
-      new = function() return { %s = function(node, r) %s end } end }
-  ]], prelude or "", name, event, body))
-  return "actions = { '" .. path .. "' }\n"
-end
+local action_file = action_config
 
 describe("decentralized runs", function()
   it("give bit-identical results in every process layout #e2e", function()

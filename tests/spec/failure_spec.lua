@@ -4,17 +4,7 @@
 local host = require "dpy.host.core"
 local TINY, run = TINY_RUN, run_config
 
--- An action that runs body (node, r and host in scope) on event; returns the config line.
-local function action(name, event, body)
-  local path = tmpdir() .. "/" .. name .. ".lua"
-  write_file(path, string.format([[
-    local registry = require "dpy.registry"
-    local host = require "dpy.host.core"
-    return registry.register { kind = "action", name = %q,
-      new = function() return { %s = function(node, r) %s end } end }
-  ]], name, event, body))
-  return "actions = { '" .. path .. "' }\n"
-end
+local action = action_config
 
 local function logs(out, uids)
   local text = {}
