@@ -28,11 +28,7 @@ M.SOURCES = {
     .. "'labels': y}, path)",
 }
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
+local exists = require("dpy.paths").exists
 
 -- "(option dir = "x")", or "(option dir, default x)" when the default was used.
 local function dir_option(opts, dir)

@@ -24,9 +24,7 @@ local KEYS = { host = true, processes = true, work_dir = true, user = true, port
                backend = true, dpy_lua = true, address = true, base_port = true, known_hosts = true }
 
 --- Single-quotes s for a POSIX shell.
-function M.quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
+M.quote = require("dpy.paths").shell_quote
 
 --- Reads remotes.lua: the list of remotes, each with the defaults filled in. Raises with the file.
 function M.load_remotes(path)
@@ -99,11 +97,7 @@ local function must(ok, err)
   return ok
 end
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
+local exists = require("dpy.paths").exists
 
 -- Process p (0-based) -> the index of the remote hosting it, and its "address:port".
 local function mapping(remotes, base)

@@ -1,6 +1,6 @@
---- dpy.paths: file paths as strings (no file system access but the current directory): absolute,
--- normalized (".", ".." and repeated slashes resolved by name; symbolic links are not followed),
--- and one path relative to a directory.
+--- dpy.paths: file paths as strings — absolute, normalized (".", ".." and repeated slashes resolved
+-- by name; symbolic links are not followed), relative to a directory — and the few file-system
+-- questions the framework asks: the current directory, list, exists, is_file, is_dir.
 local M = {}
 
 local cwd
@@ -46,6 +46,30 @@ function M.list(dir)
   table.move(files, 1, #files, #dirs + 1, dirs)
   table.sort(dirs)
   return dirs
+end
+
+--- Whether path names something that can be opened for reading (a file, or a directory).
+function M.exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+--- Whether path names a file that can be read (not a directory).
+function M.is_file(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local _, err = f:read(0)
+  f:close()
+  return err == nil
+end
+
+--- Whether path names a directory.
+function M.is_dir(path) return M.exists(path .. "/.") end
+
+--- s single-quoted for a POSIX shell.
+function M.shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
 return M

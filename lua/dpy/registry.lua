@@ -131,14 +131,7 @@ local function load_file(kind, path)
   return of_kind[1]
 end
 
--- Whether path names a file that can be read (not a directory).
-local function is_file(path)
-  local f = io.open(path, "rb")
-  if not f then return false end
-  local _, err = f:read(0)
-  f:close()
-  return err == nil
-end
+local is_file = paths.is_file
 
 --- The spec of a config entry ("name", "file.lua", or { name or file, options... }), or nil and
 -- a message that names the nearest valid name for a misspelt one, or the bad option. A relative

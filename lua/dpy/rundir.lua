@@ -29,20 +29,10 @@ local function own(rel)
   return false
 end
 
-local function quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
+local quote, exists = paths.shell_quote, paths.exists
 
 --- Whether path names a directory.
-function M.is_dir(path)
-  return exists(path .. "/.")
-end
+M.is_dir = paths.is_dir
 
 --- The files the run uses: what config.load returned (included configs, component files, file
 -- options, modules); each { path = as the run names it, source = its absolute path, file = where it
