@@ -179,6 +179,14 @@ local function build_actions(node, list)
   return handlers, modifiers, savers
 end
 
+--- container.model(cfg, train_set) -> the config's model for that dataset (a binary task has one
+-- output, whatever the dataset's classes).
+function M.model(cfg, train_set)
+  local shape_of = train_set
+  if cfg.task == "binary" then shape_of = setmetatable({ classes = 1 }, { __index = train_set }) end
+  return registry.build("model", cfg.model, { dataset = shape_of })
+end
+
 local function split_lines(s)
   local out = {}
   for line in (s or ""):gmatch("[^\n]+") do out[#out + 1] = line end
@@ -200,12 +208,8 @@ function M.build(ep, args)
   tensor.manual_seed(cfg.seed)
   c.train_set = registry.build("dataset", cfg.dataset, { train = true })
   c.test_set = registry.build("dataset", cfg.dataset, { train = false })
-  local shape_of = c.train_set
-  if cfg.task == "binary" then
-    c.task = trainer.binary(cfg.positive_classes, c.train_set.classes)
-    shape_of = setmetatable({ classes = 1 }, { __index = c.train_set })
-  end
-  c.model = registry.build("model", cfg.model, { dataset = shape_of })
+  if cfg.task == "binary" then c.task = trainer.binary(cfg.positive_classes, c.train_set.classes) end
+  c.model = M.model(cfg, c.train_set)
   tensor.manual_seed(cfg.seed * 1000003 + uid + 1)
   local server = layout.has_server(cfg)
   c.is_server = server and uid == 0

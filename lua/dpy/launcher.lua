@@ -9,6 +9,7 @@ local nodes_core = require "dpy.nodes.core"
 local host = require "dpy.host.core"
 local layout = require "dpy.layout"
 local metrics = require "dpy.metrics"
+local payload = require "dpy.payload"
 local progress = require "dpy.progress"
 
 local M = {}
@@ -32,11 +33,12 @@ function M.host_process(cfg, p, opts, tick)
   -- same thread count in every layout keeps results bit-identical across layouts
   host.set_threads(cfg.threads or 1)
   local f = cfg.faults or {}
+  local max_payload = opts.max_payload or payload.limit(cfg)
   local group, err = nodes_core.start {
     nodes = cfg.nodes, process = p, processes = cfg.processes,
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
     addresses = cfg.processes > 1 and (opts.addresses or layout.addresses(cfg, opts.run_id)) or nil,
-    run_id = opts.run_id, max_payload = opts.max_payload or (1 << 30),
+    run_id = opts.run_id, max_payload = max_payload,
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,

@@ -27,6 +27,13 @@ local SHARE = 2 * KEY                -- a Shamir share of a 32-byte secret: 8 fi
 local SEALED = 24 + 16 + 8 + 2 * SHARE   -- nonce, MAC, (from, to), the two shares
 local ROSTER_ENTRY = 4 + 2 * KEY
 
+--- secagg.payload_bound(parties, values) -> the largest message of an aggregation among that many
+-- parties of vectors of that many values: the masked int64 vector (and a count: fedavg's weight),
+-- or the shares of every party.
+function M.payload_bound(parties, values)
+  return math.max(8 * (values + 1), parties * (4 + SEALED))
+end
+
 --- secagg.threshold(n, fraction) -> t: shares needed out of n (more than fraction of them).
 function M.threshold(n, fraction)
   return math.max(1, math.min(n, math.floor(fraction * n) + 1))

@@ -109,9 +109,18 @@ function Chain:bounds(n)
   return max
 end
 
+--- chain:encoded_bound(n) -> the most bytes the chain encodes n float32 values to (nil when a
+-- step does not say).
+function Chain:encoded_bound(n)
+  local max = self:bounds(n)
+  local last = self.steps[#self.steps]
+  if not last then return n * 4 end
+  return max[#self.steps] and last.bound and last.bound(max[#self.steps])
+end
+
 --- chain:decode(payload [, n]) -> float32 tensor | nil, err (a malformed payload). n, the
 -- number of values the receiver expects, bounds every step's output: a payload promising more
--- is refused before anything is allocated.
+-- is refused before anything is allocated, and one that decodes to another count is refused.
 function Chain:decode(payload, n)
   local t, max = payload, self:bounds(n)
   for i = #self.steps, 1, -1 do
@@ -120,6 +129,11 @@ function Chain:decode(payload, n)
     if t ~= payload then t:free() end
     if not out then return nil, string.format("%s: %s", step.name, err) end
     t = out
+  end
+  if n and t:numel() ~= n then   -- a vector of another model is never mixed into this one
+    local got = t:numel()
+    if t ~= payload then t:free() end
+    return nil, string.format("%d values, but the model has %d", got, n)
   end
   return t
 end

@@ -81,6 +81,18 @@ describe("transforms", function()
     end
   end)
 
+  it("refuse a decoded vector of another size than the receiver's model, with or without steps", function()
+    local x = tensor.randn(1000)
+    for _, list in ipairs { {}, { "zstd" }, { { "uniform_asymmetric_quantization", bits = 8, chunk = 100 } } } do
+      local chain = transforms.chain(list)
+      local payload = chain:encode(x)
+      local v, err = chain:decode(payload, 1001)
+      assert.is_nil(v, chain.label)
+      assert.matches("1000 values, but the model has 1001", err)
+      if payload ~= x then payload:free() end
+    end
+  end)
+
   it("report bad options and impossible orders with the config's file and line", function()
     local dir = tmpdir()
     local function fails_with(want)

@@ -68,6 +68,9 @@ end
 
 return registry.register {
   kind = "algorithm", name = "secure_fedavg", server = true,
+  payload_bound = function(cfg, values, encoded)
+    return math.max(encoded or 0, secagg.payload_bound(cfg.nodes, values))
+  end,
   doc = "FedAvg with secure aggregation (Bonawitz et al. 2017): the server learns only the round's sums",
   options = {
     fraction_bits = { type = "integer", min = 8, max = 40, default = 24,

@@ -44,6 +44,9 @@ end
 
 return registry.register {
   kind = "sharing", name = "secure_average",
+  payload_bound = function(cfg, values, encoded)
+    return math.max(encoded or 0, secagg.payload_bound(cfg.nodes, values))
+  end,
   doc = "Metropolis-Hastings average by secure aggregation: a node learns only its neighbours' weighted sum",
   options = {
     fraction_bits = { type = "integer", min = 8, max = 48, default = 32,
