@@ -111,54 +111,119 @@ void dpy_auth_session(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs,
 
 /* {==== packets ====} */
 
-static void nonce_of(uint64_t seq, uint8_t nonce[crypto_aead_chacha20poly1305_ietf_NPUBBYTES]) {
-    memset(nonce, 0, crypto_aead_chacha20poly1305_ietf_NPUBBYTES);
-    put64(nonce, seq);
+/* A packet's tag is computed over its pieces as they are written or read (the receiver checks
+** one piece while the next travels). Without encrypt: Poly1305 over header and payload under
+** the one-time key of ChaCha20's block 0. With encrypt: ChaCha20-Poly1305 (IETF, RFC 8439):
+** the payload XOR the keystream from block 1, and the tag over header, padding, ciphertext,
+** padding and both lengths; the one-shot AEAD of libsodium gives the same bytes. */
+
+static const uint8_t zeros[16];
+
+void dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], size_t len,
+                    dpy_auth_stream *s) {
+    memset(s, 0, sizeof *s);
+    s->dir = d;
+    s->encrypt = encrypt;
+    s->len = len;
+    s->seq = d->seq;
+    memcpy(s->hdr, hdr, 40);
+    put64(s->nonce, s->seq);
+    uint8_t otk[crypto_onetimeauth_poly1305_KEYBYTES];
+    crypto_stream_chacha20_ietf(otk, sizeof otk, s->nonce, d->key);
+    crypto_onetimeauth_poly1305_init(&s->mac, otk);
+    sodium_memzero(otk, sizeof otk);
+    crypto_onetimeauth_poly1305_update(&s->mac, hdr, 40);
+    if (encrypt)
+        crypto_onetimeauth_poly1305_update(&s->mac, zeros, (16 - 40 % 16) % 16);
 }
 
-/* Poly1305 over header and payload under the packet's one-time key (ChaCha20's first block) */
-static void mac(const dpy_auth_dir *d, const uint8_t nonce[], const uint8_t hdr[40],
-                const uint8_t *data, size_t len, uint8_t tag[DPY_TAG_BYTES]) {
-    uint8_t otk[crypto_onetimeauth_poly1305_KEYBYTES];
-    crypto_stream_chacha20_ietf(otk, sizeof otk, nonce, d->key);
-    crypto_onetimeauth_poly1305_state st;
-    crypto_onetimeauth_poly1305_init(&st, otk);
-    crypto_onetimeauth_poly1305_update(&st, hdr, 40);
-    crypto_onetimeauth_poly1305_update(&st, data, len);
-    crypto_onetimeauth_poly1305_final(&st, tag);
-    sodium_memzero(otk, sizeof otk);
+/* out = in XOR the keystream, for n payload bytes from offset at (a multiple of 64: whole blocks) */
+static void xor_stream(const dpy_auth_stream *s, uint8_t *out, const uint8_t *in, size_t n, size_t at) {
+    crypto_stream_chacha20_ietf_xor_ic(out, in, n, s->nonce, (uint32_t)(1 + at / 64), s->dir->key);
+}
+
+void dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n) {
+    if (s->encrypt) {   /* pieces are whole keystream blocks, but for the last */
+        xor_stream(s, out, in, n, s->done);
+        crypto_onetimeauth_poly1305_update(&s->mac, out, n);
+    } else {
+        crypto_onetimeauth_poly1305_update(&s->mac, in, n);
+    }
+    s->done += n;
+}
+
+void dpy_auth_open_upto(dpy_auth_stream *s, uint8_t *data, size_t got) {
+    if (got > s->done)
+        crypto_onetimeauth_poly1305_update(&s->mac, data + s->done, got - s->done);
+    s->done = got;
+    if (s->encrypt) {   /* deciphered a whole block at a time; the tail once it is all there */
+        size_t upto = got == s->len ? got : got - got % 64;
+        if (upto > s->clear)
+            xor_stream(s, data + s->clear, data + s->clear, upto - s->clear, s->clear);
+        s->clear = upto > s->clear ? upto : s->clear;
+    }
+}
+
+static void finish(dpy_auth_stream *s, uint8_t tag[DPY_TAG_BYTES]) {
+    if (s->encrypt) {
+        uint8_t lengths[16];
+        put64(lengths, 40);
+        put64(lengths + 8, s->len);
+        crypto_onetimeauth_poly1305_update(&s->mac, zeros, (16 - s->len % 16) % 16);
+        crypto_onetimeauth_poly1305_update(&s->mac, lengths, sizeof lengths);
+    }
+    crypto_onetimeauth_poly1305_final(&s->mac, tag);
+}
+
+void dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]) {
+    put64(trailer, s->seq);
+    finish(s, trailer + 8);
+    d->seq = s->seq + 1;
+    sodium_memzero(s, sizeof *s);
+}
+
+int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
+                      const uint8_t trailer[DPY_TRAILER_BYTES]) {
+    uint64_t seq = get64(trailer);
+    int rc = DPY_AUTH_REPLAYED;
+    if (seq >= d->seq && seq != s->seq && s->done == s->len) {
+        /* a later number than the next: the packets between were dropped (forged, say). The tag
+        ** began under the next number: begin again under this one (a rare, slower path). */
+        if (s->encrypt)
+            xor_stream(s, data, data, s->clear, 0);   /* back to the ciphertext */
+        dpy_auth_dir at = *d;
+        at.seq = seq;
+        uint8_t hdr[40];
+        memcpy(hdr, s->hdr, sizeof hdr);
+        dpy_auth_begin(&at, s->encrypt, hdr, s->len, s);
+        s->dir = d;
+        dpy_auth_open_upto(s, data, s->len);
+    }
+    if (seq >= d->seq) {   /* tcp keeps order: a later packet has a higher number */
+        uint8_t want[DPY_TAG_BYTES];
+        finish(s, want);
+        rc = seq == s->seq && s->done == s->len && crypto_verify_16(want, trailer + 8) == 0
+                 ? DPY_AUTH_OK
+                 : DPY_AUTH_FORGED;
+    }
+    if (rc == DPY_AUTH_OK)
+        d->seq = seq + 1;
+    sodium_memzero(s, sizeof *s);
+    return rc;
 }
 
 void dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uint8_t *in,
                    uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]) {
-    uint8_t nonce[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
-    put64(trailer, d->seq);
-    nonce_of(d->seq++, nonce);
-    if (encrypt)
-        crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, trailer + 8, NULL, in, len, hdr,
-                                                           40, NULL, nonce, d->key);
-    else
-        mac(d, nonce, hdr, in, len, trailer + 8);
+    dpy_auth_stream s;
+    dpy_auth_begin(d, encrypt, hdr, len, &s);
+    dpy_auth_seal_piece(&s, in, out, len);
+    dpy_auth_seal_end(d, &s, trailer);
 }
 
 int dpy_auth_open(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], uint8_t *data, size_t len,
                   const uint8_t trailer[DPY_TRAILER_BYTES]) {
-    uint64_t seq = get64(trailer);
-    if (seq < d->seq)
-        return DPY_AUTH_REPLAYED;
-    uint8_t nonce[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
-    nonce_of(seq, nonce);
-    int ok;
-    if (encrypt) {
-        ok = crypto_aead_chacha20poly1305_ietf_decrypt_detached(data, NULL, data, len, trailer + 8,
-                                                                hdr, 40, nonce, d->key) == 0;
-    } else {
-        uint8_t want[DPY_TAG_BYTES];
-        mac(d, nonce, hdr, data, len, want);
-        ok = crypto_verify_16(want, trailer + 8) == 0;
-    }
-    if (!ok)
-        return DPY_AUTH_FORGED;
-    d->seq = seq + 1;   /* tcp keeps order: a later packet has a higher number */
-    return DPY_AUTH_OK;
+    dpy_auth_stream s;
+    dpy_auth_begin(d, encrypt, hdr, len, &s);
+    dpy_auth_open_upto(&s, data, len);
+    return dpy_auth_open_end(d, &s, data, trailer);
 }

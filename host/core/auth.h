@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sodium.h>
+
 #define DPY_KEY_BYTES 32
 #define DPY_NONCE_BYTES 32
 #define DPY_PROOF_BYTES 32
@@ -62,8 +64,36 @@ void dpy_auth_session(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs,
 void dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uint8_t *in,
                    uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]);
 /* Checks one received packet by its trailer (encrypt: decrypts it in place): DPY_AUTH_OK (and
-** the next packet must have a higher number), DPY_AUTH_REPLAYED, or DPY_AUTH_FORGED. */
+** the next packet must have the next number), DPY_AUTH_REPLAYED, or DPY_AUTH_FORGED (then data
+** holds garbage, to be dropped). */
 int dpy_auth_open(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], uint8_t *data, size_t len,
                   const uint8_t trailer[DPY_TRAILER_BYTES]);
+
+/* The same, a piece at a time, so that a packet is checked while it travels. */
+typedef struct {
+    const dpy_auth_dir *dir;
+    crypto_onetimeauth_poly1305_state mac;
+    uint8_t nonce[12], hdr[40];
+    uint64_t seq;        /* the number the tag is computed under */
+    size_t len, done;    /* payload bytes: all, and those in the tag so far */
+    size_t clear;        /* opening with encrypt: bytes deciphered so far */
+    int encrypt;
+} dpy_auth_stream;
+
+/* Starts the tag of a packet of len payload bytes with header hdr, under d's next number. */
+void dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], size_t len,
+                    dpy_auth_stream *s);
+/* Sealing: the next n payload bytes, in order (encrypt: enciphered from in to out, and every
+** piece but the last a multiple of 64 bytes). */
+void dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n);
+/* The trailer; d's next number moves on. */
+void dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]);
+/* Opening: the payload data[0, got) has arrived (got only grows); encrypt: deciphered in place
+** as far as whole blocks allow. */
+void dpy_auth_open_upto(dpy_auth_stream *s, uint8_t *data, size_t got);
+/* After the whole payload: as dpy_auth_open. The tag is computed under d's next number as the
+** pieces come; a packet with a later number (those between were dropped) is checked again. */
+int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
+                      const uint8_t trailer[DPY_TRAILER_BYTES]);
 
 #endif

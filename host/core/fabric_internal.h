@@ -143,6 +143,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
     char from[64];                  /* the remote address, for the log */
     dpy_handshake hs;
     dpy_auth_dir rx;                /* receiving: the connection's key and sequence */
+    dpy_auth_stream rs;             /* the tag of the packet being read, as its bytes come */
     uint8_t hdr[DPY_WIRE_HEADER], tag[DPY_TRAILER_BYTES];
     size_t hdr_got, got, tag_got;
     dpy_header h;

@@ -73,6 +73,40 @@ static int send_handshake(dpy_fabric *f, int fd, uint16_t channel, int from, int
     return send_all(fd, iov, 2);
 }
 
+/* A packet larger than this is sealed and written a piece at a time, so that the receiver checks
+** one piece while the next travels (a multiple of 64: whole keystream blocks). */
+#define PIECE (256 << 10)
+
+/* Writes one sealed packet to fd: header, payload (enciphered into scratch with encrypt), trailer. */
+static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], const uint8_t *data,
+                        size_t len, uint8_t *scratch) {
+    uint8_t tag[DPY_TRAILER_BYTES];
+    if (len <= PIECE) {   /* one write */
+        dpy_auth_seal(&pe->tx, enc, hdr, data, scratch, len, tag);
+        struct iovec iov[3] = {{(void *)hdr, DPY_WIRE_HEADER}, {enc ? scratch : (void *)data, len},
+                               {tag, sizeof tag}};
+        return send_all(pe->fd, iov, 3);
+    }
+    dpy_auth_stream s;
+    dpy_auth_begin(&pe->tx, enc, hdr, len, &s);
+    for (size_t off = 0; off < len; off += PIECE) {
+        size_t n = len - off < PIECE ? len - off : PIECE;
+        const uint8_t *piece = data + off;
+        if (enc) {
+            dpy_auth_seal_piece(&s, piece, scratch, n);
+            piece = scratch;
+        }
+        struct iovec iov[2] = {{(void *)hdr, off == 0 ? DPY_WIRE_HEADER : 0}, {(void *)piece, n}};
+        if (send_all(pe->fd, iov, 2) != 0)
+            return -1;
+        if (!enc)   /* after the write: the bytes are in cache */
+            dpy_auth_seal_piece(&s, piece, NULL, n);
+    }
+    dpy_auth_seal_end(&pe->tx, &s, tag);
+    struct iovec iov[1] = {{tag, sizeof tag}};
+    return send_all(pe->fd, iov, 1);
+}
+
 /* Seals header h and its payload under process p's connection key (and encrypts it, with
 ** encrypt), and writes it d.copies times, each with its own sequence number. */
 static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, size_t len, fate d,
@@ -80,26 +114,24 @@ static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, si
     int enc = f->o.encrypt;
     h->checksum = enc ? 0 : dpy_wire_checksum(data, len);
     h->flags = enc ? DPY_FLAG_ENCRYPTED : 0;
-    uint8_t hdr[DPY_WIRE_HEADER], tag[DPY_TRAILER_BYTES];
+    uint8_t hdr[DPY_WIRE_HEADER];
     dpy_wire_encode(hdr, h);
     if (d.corrupt)
         dpy_faults_corrupt_header(hdr);
-    uint8_t *sealed = enc && len ? malloc(len) : NULL;   /* the ciphertext */
-    if (enc && len && !sealed)
+    size_t scratch_len = len < PIECE ? len : PIECE;
+    uint8_t *scratch = enc && len ? malloc(scratch_len) : NULL;   /* the ciphertext, a piece at a time */
+    if (enc && len && !scratch)
         return dpy_fail(err, errlen, "out of memory encrypting %zu bytes", len);
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     int rc = 0, why = 0;
     for (int c = 0; c < d.copies && rc == 0; c++) {
         errno = 0;
-        dpy_auth_seal(&pe->tx, enc, hdr, data, sealed, len, tag);
-        struct iovec iov[3] = {{hdr, sizeof hdr}, {enc ? sealed : (void *)data, len},
-                               {tag, sizeof tag}};
-        rc = pe->fd >= 0 ? send_all(pe->fd, iov, 3) : -1;
+        rc = pe->fd >= 0 ? write_sealed(pe, enc, hdr, data, len, scratch) : -1;
         why = pe->fd >= 0 ? errno : 0;
     }
     pthread_mutex_unlock(&pe->write_mu);
-    free(sealed);
+    free(scratch);
     if (rc != 0) {
         dpy_fabric_process_gone(f, p);
         return dpy_fail(err, errlen, "node %u's process %d is unreachable: %s", h->receiver, p,
@@ -373,7 +405,7 @@ static int on_packet(dpy_fabric *f, conn *c) {
         return rc;
     }
     int enc = f->o.encrypt;
-    int auth = dpy_auth_open(&c->rx, enc, c->hdr, pl->data, h->length, c->tag);
+    int auth = dpy_auth_open_end(&c->rx, &c->rs, pl->data, c->tag);
     if (auth != DPY_AUTH_OK) {
         free(pl);
         snprintf(why, sizeof why, "a %s packet (node %u -> %u, round %u)",
@@ -444,9 +476,11 @@ static void on_readable(dpy_fabric *f, conn *c) {
             return;
         }
         if (c->hdr_got == DPY_WIRE_HEADER) {
-            if (c->got < c->h.length)
+            if (c->got < c->h.length) {
                 c->got += (size_t)n;
-            else
+                if (!dpy_wire_handshake(c->h.channel))   /* checked while the rest travels, in cache */
+                    dpy_auth_open_upto(&c->rs, c->pending->data, c->got);
+            } else
                 c->tag_got += (size_t)n;
             continue;
         }
@@ -467,6 +501,8 @@ static void on_readable(dpy_fabric *f, conn *c) {
             return;
         }
         c->got = c->tag_got = 0;
+        if (!dpy_wire_handshake(c->h.channel))
+            dpy_auth_begin(&c->rx, f->o.encrypt, c->hdr, c->h.length, &c->rs);
         c->pending = dpy_payload_new(c->h.length, 1);   /* at most max_payload */
         if (!c->pending) {
             reject(f, c, DPY_REJECT_MEMORY, "out of memory for a packet");
