@@ -4,7 +4,8 @@
 **   inbox.c       per-node inboxes: round buffering, waking the receiver
 **   faults.c      seeded fault injection (drop, duplicate, corrupt, delay)
 **   accounting.c  traffic per node and channel, rejected packets and the last reason
-**   tcp.c         connections, the I/O thread, framing, checking packets from other processes
+**   framing.c     a connection's byte stream: header, payload and trailer of each packet
+**   tcp.c         connections, the I/O thread, checking packets from other processes
 **   fabric.c      the public API that ties them together
 */
 #ifndef DPY_FABRIC_INTERNAL_H
@@ -18,12 +19,13 @@
 
 #include "auth.h"
 #include "fabric.h"
+#include "framing.h"
 #include "wire.h"
 
 /* {==== message.c ====} */
 
 /* Payload bytes, shared by every local receiver of one send (no copy per receiver). */
-typedef struct {
+typedef struct payload {
     atomic_int refs;
     size_t len;
     unsigned char data[];
@@ -143,11 +145,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
     char from[64];                  /* the remote address, for the log */
     dpy_handshake hs;
     dpy_auth_dir rx;                /* receiving: the connection's key and sequence */
-    dpy_auth_stream rs;             /* the tag of the packet being read, as its bytes come */
-    uint8_t hdr[DPY_WIRE_HEADER], tag[DPY_TRAILER_BYTES];
-    size_t hdr_got, got, tag_got;
-    dpy_header h;
-    payload *pending;               /* the packet being read, straight into its payload */
+    dpy_frame fr;                   /* the packet being read */
     struct conn *next;
 } conn;
 

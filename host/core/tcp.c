@@ -261,7 +261,7 @@ static void drop_conn(dpy_fabric *f, conn *c) {
             break;
         }
     }
-    free(c->pending);
+    dpy_frame_clear(&c->fr);
     free(c);
 }
 
@@ -330,7 +330,7 @@ static int already_connected(dpy_fabric *f, int p) {
 /* A handshake packet on c (the accepting end). Returns -1 to drop the connection. */
 static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
     char why[256];
-    dpy_header *h = &c->h;
+    dpy_header *h = &c->fr.h;
     int p = (int)h->sender;
     uint8_t want[DPY_PROOF_BYTES];
     if (c->state == CONN_READY) {   /* the process is connected: the packet goes, not it */
@@ -396,16 +396,15 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
 /* A whole packet arrived on c: check it and deliver it. Returns -1 to drop the connection. */
 static int on_packet(dpy_fabric *f, conn *c) {
     char why[256];
-    dpy_header *h = &c->h;
-    payload *pl = c->pending;
-    c->pending = NULL;
+    dpy_header *h = &c->fr.h;
+    payload *pl = dpy_frame_take(&c->fr);
     if (dpy_wire_handshake(h->channel)) {
         int rc = on_handshake(f, c, pl->data);
         free(pl);
         return rc;
     }
     int enc = f->o.encrypt;
-    int auth = dpy_auth_open_end(&c->rx, &c->rs, pl->data, c->tag);
+    int auth = dpy_auth_open_end(&c->rx, &c->fr.rs, pl->data, c->fr.tag);
     if (auth != DPY_AUTH_OK) {
         free(pl);
         snprintf(why, sizeof why, "a %s packet (node %u -> %u, round %u)",
@@ -446,27 +445,13 @@ static int on_packet(dpy_fabric *f, conn *c) {
     return 0;
 }
 
-/* Reads all that is available on c (a non-blocking socket), packet after packet: header, payload,
-** then (past the handshake) the trailer. */
+/* Reads all that is available on c (a non-blocking socket), packet after packet (framing.h). */
 static void on_readable(dpy_fabric *f, conn *c) {
     char why[256];
     for (;;) {
-        size_t tag_len = dpy_wire_handshake(c->h.channel) ? 0 : DPY_TRAILER_BYTES;
-        if (c->hdr_got == DPY_WIRE_HEADER && c->got == c->h.length && c->tag_got == tag_len) {
-            c->hdr_got = 0;
-            if (on_packet(f, c) != 0) {
-                drop_conn(f, c);
-                return;
-            }
-            continue;
-        }
-        ssize_t n;
-        if (c->hdr_got < DPY_WIRE_HEADER)
-            n = read(c->fd, c->hdr + c->hdr_got, DPY_WIRE_HEADER - c->hdr_got);
-        else if (c->got < c->h.length)
-            n = read(c->fd, c->pending->data + c->got, c->h.length - c->got);
-        else
-            n = read(c->fd, c->tag + c->tag_got, tag_len - c->tag_got);
+        uint8_t *at;
+        size_t want = dpy_frame_want(&c->fr, &at);
+        ssize_t n = read(c->fd, at, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -475,37 +460,21 @@ static void on_readable(dpy_fabric *f, conn *c) {
             drop_conn(f, c);
             return;
         }
-        if (c->hdr_got == DPY_WIRE_HEADER) {
-            if (c->got < c->h.length) {
-                c->got += (size_t)n;
-                if (!dpy_wire_handshake(c->h.channel))   /* checked while the rest travels, in cache */
-                    dpy_auth_open_upto(&c->rs, c->pending->data, c->got);
-            } else
-                c->tag_got += (size_t)n;
-            continue;
-        }
-        c->hdr_got += (size_t)n;
-        if (c->hdr_got < DPY_WIRE_HEADER)
-            continue;
-        if (dpy_wire_decode(c->hdr, &c->h, f->o.run_id, f->o.nodes, f->o.max_payload, why,
-                            sizeof why) != 0) {
+        dpy_frame_rules rules = {.run_id = f->o.run_id, .nodes = f->o.nodes, .max_payload = f->o.max_payload,
+                                 .ready = c->state == CONN_READY, .encrypt = f->o.encrypt, .rx = &c->rx};
+        int ev = dpy_frame_got(&c->fr, (size_t)n, &rules, why, sizeof why);
+        if (ev == DPY_FRAME_PACKET && on_packet(f, c) != 0)
+            ev = -1;
+        if (ev == DPY_FRAME_BAD_HEADER) {
             char msgbuf[300];
             snprintf(msgbuf, sizeof msgbuf, "bad packet header (%s)", why);
-            reject(f, c, DPY_REJECT_HEADER, msgbuf);
-            drop_conn(f, c);   /* framing is lost: the connection goes */
-            return;
-        }
-        if (c->state != CONN_READY && !dpy_wire_handshake(c->h.channel)) {   /* before allocating */
+            reject(f, c, DPY_REJECT_HEADER, msgbuf);   /* framing is lost: the connection goes */
+        } else if (ev == DPY_FRAME_EARLY) {
             reject(f, c, DPY_REJECT_HELLO, "data before the handshake on an unidentified connection");
-            drop_conn(f, c);
-            return;
-        }
-        c->got = c->tag_got = 0;
-        if (!dpy_wire_handshake(c->h.channel))
-            dpy_auth_begin(&c->rx, f->o.encrypt, c->hdr, c->h.length, &c->rs);
-        c->pending = dpy_payload_new(c->h.length, 1);   /* at most max_payload */
-        if (!c->pending) {
+        } else if (ev == DPY_FRAME_MEMORY) {
             reject(f, c, DPY_REJECT_MEMORY, "out of memory for a packet");
+        }
+        if (ev != DPY_FRAME_MORE && ev != DPY_FRAME_PACKET) {
             drop_conn(f, c);
             return;
         }
@@ -665,7 +634,7 @@ void dpy_tcp_stop(dpy_fabric *f) {
         conn *c = f->conns;
         f->conns = c->next;
         close(c->fd);
-        free(c->pending);
+        dpy_frame_clear(&c->fr);
         free(c);
     }
     if (f->listen_fd >= 0)

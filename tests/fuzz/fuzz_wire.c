@@ -1,26 +1,47 @@
-/* The packet header (wire.h), then what the framing does with the bytes after it. */
+/* The fabric's framing of a byte stream (framing.h: header checks, payload allocation, the tag
+** computed as the payload comes) fed the input as tcp.c feeds it a socket, in reads of varied
+** sizes. Byte 0: bit 0 encrypt, the rest seeds the read sizes. The key is make_seeds'. */
+#include "fabric_internal.h"
+#include "framing.h"
 #include "fuzz.h"
-#include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char why[256] = "";
-    dpy_header h;
-    /* a stream of packets as tcp.c frames them: header, length bytes, next header */
-    while (size >= DPY_WIRE_HEADER) {
-        uint64_t run_id = 0;
-        memcpy(&run_id, data + 8, 8);   /* the right run id half the time: get past that check */
-        if (data[5] & 1)
-            run_id ^= 1;
+    static int started;
+    char why[256];
+    if (!started && dpy_auth_init(why, sizeof why) == 0)
+        started = 1;
+    if (size < 1)
+        return 0;
+    dpy_auth_dir rx = {{7}, 0};
+    dpy_frame_rules r = {.run_id = 0x1234, .nodes = 16, .max_payload = 1 << 16, .encrypt = data[0] & 1,
+                         .rx = &rx};
+    uint32_t k = data[0] >> 1;
+    data++, size--;
+    dpy_frame fr;
+    memset(&fr, 0, sizeof fr);
+    for (size_t off = 0; off < size;) {
+        uint8_t *at;
+        size_t want = dpy_frame_want(&fr, &at);
+        k = k * 1103515245u + 12345u;
+        size_t n = (k >> 16) & 1 ? want : 1 + (k >> 17) % want;   /* whole, or a part */
+        if (n > size - off)
+            n = size - off;
+        memcpy(at, data + off, n);
+        off += n;
         why[0] = '\0';
-        int rc = dpy_wire_decode(data, &h, run_id, 16, 1 << 16, why, sizeof why);
-        fuzz_answer(rc, why);
-        if (rc != 0)
-            return 0;                   /* framing lost: the connection goes */
-        data += DPY_WIRE_HEADER, size -= DPY_WIRE_HEADER;
-        if (h.length > size)
-            return 0;                   /* the rest has not arrived */
-        (void)dpy_wire_checksum(data, h.length);
-        data += h.length, size -= h.length;
+        int ev = dpy_frame_got(&fr, n, &r, why, sizeof why);
+        if (ev == DPY_FRAME_PACKET) {
+            payload *p = dpy_frame_take(&fr);
+            if (dpy_wire_handshake(fr.h.channel))
+                r.ready = 1;   /* as once the handshake is done */
+            else
+                (void)dpy_auth_open_end(&rx, &fr.rs, p->data, fr.tag);
+            free(p);
+        } else if (ev != DPY_FRAME_MORE) {
+            fuzz_answer(ev == DPY_FRAME_BAD_HEADER ? -1 : 0, ev == DPY_FRAME_BAD_HEADER ? why : "");
+            break;   /* framing lost: the connection goes */
+        }
     }
+    dpy_frame_clear(&fr);
     return 0;
 }

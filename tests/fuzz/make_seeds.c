@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "auth.h"
 #include "codec.h"
 #include "wire.h"
 
@@ -26,6 +27,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *dir = argv[1];
+    char aerr[256];
+    if (dpy_auth_init(aerr, sizeof aerr) != 0)
+        return 1;
     float x[40];
     for (int i = 0; i < 40; i++)
         x[i] = (float)(i % 7) * 0.25f - 0.5f;
@@ -45,16 +49,37 @@ int main(int argc, char **argv) {
     put(dir, "fpzip", "lossless", buf, (size_t)n);
     n = dpy_fpzip_encode(buf, sizeof buf, x, 40, 12, err, sizeof err);
     put(dir, "fpzip", "prec12", buf, (size_t)n);
-    /* two packets back to back: a hello, then 8 payload bytes */
-    dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1};
-    uint8_t pk[2 * DPY_WIRE_HEADER + 8] = {0};
-    dpy_wire_encode(pk, &h);
-    h = (dpy_header){.channel = 0, .run_id = 0x1234, .sender = 2, .receiver = 3, .round = 7,
-                     .length = 8, .encoding = 0};
-    memcpy(pk + 2 * DPY_WIRE_HEADER, "payload!", 8);
-    h.checksum = dpy_wire_checksum(pk + 2 * DPY_WIRE_HEADER, 8);
-    dpy_wire_encode(pk + DPY_WIRE_HEADER, &h);
-    put(dir, "wire", "hello_then_data", pk, sizeof pk);
+    /* a stream as a connection carries it (fuzz_wire.c; byte 0: bit 0 encrypt): a hello, then
+    ** two data packets sealed under the harness's key, the second one larger than a read */
+    for (int enc = 0; enc <= 1; enc++) {
+        static uint8_t pk[1 + 4 * DPY_WIRE_HEADER + 8 + 600 + 2 * DPY_TRAILER_BYTES];
+        size_t at = 0;
+        pk[at++] = (uint8_t)(enc | 0x5a);
+        dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1,
+                        .length = dpy_wire_handshake_length(DPY_CHANNEL_HELLO)};
+        dpy_wire_encode(pk + at, &h);
+        at += DPY_WIRE_HEADER;
+        memset(pk + at, 0x11, h.length);
+        at += h.length;
+        dpy_auth_dir tx = {{7}, 0};
+        const size_t lens[2] = {8, 600};
+        for (int i = 0; i < 2; i++) {
+            uint8_t body[600];
+            for (size_t j = 0; j < lens[i]; j++)
+                body[j] = (uint8_t)(j * 3 + (size_t)i);
+            h = (dpy_header){.channel = 0, .run_id = 0x1234, .sender = 2, .receiver = 3, .round = 7,
+                             .length = (uint32_t)lens[i], .flags = enc ? DPY_FLAG_ENCRYPTED : 0};
+            h.checksum = enc ? 0 : dpy_wire_checksum(body, lens[i]);
+            uint8_t *hdr = pk + at;
+            dpy_wire_encode(hdr, &h);
+            at += DPY_WIRE_HEADER;
+            dpy_auth_seal(&tx, enc, hdr, body, pk + at, lens[i], pk + at + lens[i]);
+            if (!enc)
+                memcpy(pk + at, body, lens[i]);
+            at += lens[i] + DPY_TRAILER_BYTES;
+        }
+        put(dir, "wire", enc ? "hello_then_data_encrypted" : "hello_then_data", pk, at);
+    }
     /* IDX: 3 images of 2 x 2 bytes (big-endian dims after the 0x0803 magic), and 3 labels */
     uint8_t idx[16 + 12] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2};
     for (int i = 0; i < 12; i++)

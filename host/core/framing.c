@@ -1,0 +1,68 @@
+/* framing.c: header, payload and trailer of each packet of a byte stream (see framing.h). */
+#include "framing.h"
+
+#include <stdlib.h>
+
+#include "fabric_internal.h"
+
+static size_t tag_len(const dpy_frame *fr) {
+    return dpy_wire_handshake(fr->h.channel) ? 0 : DPY_TRAILER_BYTES;
+}
+
+static int complete(const dpy_frame *fr) {
+    return fr->hdr_got == DPY_WIRE_HEADER && fr->got == fr->h.length && fr->tag_got == tag_len(fr);
+}
+
+size_t dpy_frame_want(dpy_frame *fr, uint8_t **at) {
+    if (fr->hdr_got < DPY_WIRE_HEADER) {
+        *at = fr->hdr + fr->hdr_got;
+        return DPY_WIRE_HEADER - fr->hdr_got;
+    }
+    if (fr->got < fr->h.length) {
+        *at = fr->pending->data + fr->got;
+        return fr->h.length - fr->got;
+    }
+    *at = fr->tag + fr->tag_got;
+    return tag_len(fr) - fr->tag_got;
+}
+
+int dpy_frame_got(dpy_frame *fr, size_t n, const dpy_frame_rules *r, char *why, size_t whylen) {
+    if (fr->hdr_got == DPY_WIRE_HEADER) {
+        if (fr->got < fr->h.length) {
+            fr->got += n;
+            if (!dpy_wire_handshake(fr->h.channel))   /* checked while the rest travels, in cache */
+                dpy_auth_open_upto(&fr->rs, fr->pending->data, fr->got);
+        } else {
+            fr->tag_got += n;
+        }
+        return complete(fr) ? DPY_FRAME_PACKET : DPY_FRAME_MORE;
+    }
+    fr->hdr_got += n;
+    if (fr->hdr_got < DPY_WIRE_HEADER)
+        return DPY_FRAME_MORE;
+    if (dpy_wire_decode(fr->hdr, &fr->h, r->run_id, r->nodes, r->max_payload, why, whylen) != 0)
+        return DPY_FRAME_BAD_HEADER;
+    int handshake = dpy_wire_handshake(fr->h.channel);
+    if (!r->ready && !handshake)   /* before allocating anything */
+        return DPY_FRAME_EARLY;
+    fr->got = fr->tag_got = 0;
+    if (!handshake)
+        dpy_auth_begin(r->rx, r->encrypt, fr->hdr, fr->h.length, &fr->rs);
+    fr->pending = dpy_payload_new(fr->h.length, 1);   /* at most max_payload */
+    if (!fr->pending)
+        return DPY_FRAME_MEMORY;
+    return complete(fr) ? DPY_FRAME_PACKET : DPY_FRAME_MORE;
+}
+
+payload *dpy_frame_take(dpy_frame *fr) {
+    payload *p = fr->pending;
+    fr->pending = NULL;
+    fr->hdr_got = 0;
+    return p;
+}
+
+void dpy_frame_clear(dpy_frame *fr) {
+    free(fr->pending);
+    fr->pending = NULL;
+    fr->hdr_got = 0;
+}
