@@ -2,6 +2,7 @@
 -- 0 success, 1 runtime error, 2 usage or config error (reported before anything runs), 128 + the
 -- signal when SIGINT or SIGTERM stopped a run.
 local argparse = require "argparse"
+local pretty = require "dpy.pretty"
 
 local M = {}
 
@@ -42,14 +43,40 @@ local function decentralized_text(cfg, dir, s)
       or "  no honest node was evaluated",
     string.format("  %.2f MB exchanged per node (sent + received / 2)", s.mb_per_node),
   }
+  local from = {}   -- round -> uids whose loss went NaN or Inf from it
+  for _, d in ipairs(s.diverged or {}) do
+    from[d.round] = from[d.round] or {}
+    table.insert(from[d.round], d.uid)
+  end
+  local parts = {}
+  for round, uids in pairs(from) do parts[#parts + 1] = { round, pretty.uids(uids) .. " from round " .. round } end
+  table.sort(parts, function(a, b) return a[1] < b[1] end)
+  for i, p in ipairs(parts) do parts[i] = p[2] end
+  if #parts > 0 then lines[#lines + 1] = "  diverged (loss NaN or Inf): " .. table.concat(parts, "; ") end
   return table.concat(lines, "\n")
 end
 
--- "dpy-lua: node 3 failed: <its message>", or for a whole process (uid -1) "dpy-lua: <message>".
-local function failure_line(f)
-  local msg = f.err:match("[^\n]*")
-  if f.uid < 0 then return "dpy-lua: " .. msg .. "\n" end
-  return string.format("dpy-lua: node %d failed: %s\n", f.uid, msg)
+-- The failed nodes, one line per message: "dpy-lua: nodes 0-3 failed: <their message>" (the
+-- first line of it), or for a whole process (uid -1) "dpy-lua: <message>".
+local function failure_text(failed)
+  local order, by = {}, {}
+  for _, f in ipairs(failed) do
+    local msg = f.err:match("[^\n]*")
+    if f.uid < 0 then
+      order[#order + 1] = { text = "dpy-lua: " .. msg }
+    else
+      if not by[msg] then
+        by[msg] = { uids = {}, msg = msg }
+        order[#order + 1] = by[msg]
+      end
+      table.insert(by[msg].uids, f.uid)
+    end
+  end
+  local lines = {}
+  for _, g in ipairs(order) do
+    lines[#lines + 1] = g.text or string.format("dpy-lua: %s failed: %s", pretty.uids(g.uids), g.msg)
+  end
+  return table.concat(lines, "\n") .. "\n"
 end
 
 local function load_config(path, overrides)
@@ -160,11 +187,12 @@ function M.decentralized_result(cfg, dir, summary)
                                   stop.signal, stop.round, dir))
     return 128 + stop.number
   end
-  if #summary.failed > 0 then
-    for _, f in ipairs(summary.failed) do   -- the message; the traceback is in the node's log
-      io.stderr:write(failure_line(f))
-    end
-    io.stderr:write("(tracebacks in ", dir, "/<uid>.log)\n")
+  if #summary.failed > 0 then   -- the messages; the tracebacks are in the nodes' logs
+    io.stderr:write(failure_text(summary.failed), "(tracebacks in ", dir, "/<uid>.log)\n")
+    return 1
+  end
+  if summary.trained > 0 and #summary.diverged >= summary.trained then
+    io.stderr:write("dpy-lua: every node diverged (its loss went NaN or Inf); the results are in ", dir, "\n")
     return 1
   end
   return 0
@@ -385,8 +413,8 @@ function M.dispatch(args)
       print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
                           .. "the last process ended", summary.first_round_seconds and
                           string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))
-      for _, f in ipairs(summary.failed) do
-        io.stderr:write(failure_line(f))
+      if #summary.failed > 0 then
+        io.stderr:write(failure_text(summary.failed))
         code = 1
       end
       if summary.interrupted then

@@ -171,7 +171,7 @@ function M.train_centralized(cfg, node_log, tracker, opts)
                  train.name, loader.n, model:numel(), total, cfg.batch_size, load_seconds)
   local ctx = { cfg = cfg, model = model, test = test, task = task, test_indices = first_n(test, cfg.test_samples),
                 tracker = tracker, log = node_log, tr = tr, start = host.clock(), train_seconds = 0 }
-  local bar = progress.new()
+  local bar = progress.new { quiet = opts.quiet }
   local round, loss_sum, loss_n = 0, 0, 0
   local last_loss, last_acc
   local t_train = host.clock()

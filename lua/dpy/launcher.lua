@@ -73,14 +73,35 @@ local function failures(results)
   return list
 end
 
--- Reads every node's metrics; returns the summary table's numbers (accuracy: the honest nodes').
+-- The first round whose train or test loss is not finite (written as null), or nil.
+local function diverged_at(s)
+  local first
+  for _, key in ipairs { "train_loss", "test_loss" } do
+    for _, e in ipairs(s[key] or {}) do
+      local v = e[2]
+      if not (math.type(v) == "float" or math.type(v) == "integer") or v ~= v or v == math.huge
+         or v == -math.huge then
+        first = math.min(first or e[1], e[1])
+        break
+      end
+    end
+  end
+  return first
+end
+
+-- Reads every node's metrics; returns the summary table's numbers (accuracy: the honest nodes';
+-- diverged: { uid, round } of the nodes whose loss went NaN or Inf; trained: nodes with a loss).
 function M.summarize(cfg, dir, seconds)
   local honest = assert(require("dpy.honest").of_run(dir, cfg.nodes))
   local accs, sent, recv, rounds = {}, 0, 0, 0
+  local diverged, trained = {}, 0
   for u = 0, cfg.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, u))
     if m then
       local s = m.metrics
+      if s.train_loss and #s.train_loss > 0 then trained = trained + 1 end
+      local at = diverged_at(s)
+      if at then diverged[#diverged + 1] = { uid = u, round = at } end
       if honest.set[u] and s.test_accuracy and #s.test_accuracy > 0 then
         accs[#accs + 1] = s.test_accuracy[#s.test_accuracy][2]
       end
@@ -94,6 +115,7 @@ function M.summarize(cfg, dir, seconds)
     sum, lo, hi = sum + a, math.min(lo, a), math.max(hi, a)
   end
   return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
+           diverged = diverged, trained = trained,
            mb_per_node = (sent + recv) / 2 / cfg.nodes / 2 ^ 20, rounds = rounds,
            seconds_per_round = rounds > 0 and seconds / rounds or 0 / 0 }
 end
@@ -223,7 +245,7 @@ end
 -- Returns the summary (summary.interrupted = { signal, number, round } when a signal stopped it);
 -- raises naming the failed nodes.
 function M.run(cfg, opts)
-  local bar = progress.new()
+  local bar = progress.new { quiet = opts.quiet }
   local start = host.clock()
   opts.t0 = opts.t0 or start
   local info = layout.prepare(cfg, opts.dir)

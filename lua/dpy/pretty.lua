@@ -9,6 +9,20 @@ local function scalar(v)
   return tostring(v)
 end
 
+--- pretty.uids(list) -> "node 3", or "nodes 0-3, 7, 9-10" (sorted, consecutive ones as a range)
+function M.uids(list)
+  local u = { table.unpack(list) }
+  table.sort(u)
+  local parts, i = {}, 1
+  while i <= #u do
+    local j = i
+    while j < #u and u[j + 1] == u[j] + 1 do j = j + 1 end
+    parts[#parts + 1] = j > i and string.format("%d-%d", u[i], u[j]) or tostring(u[i])
+    i = j + 1
+  end
+  return (#u == 1 and "node " or "nodes ") .. table.concat(parts, ", ")
+end
+
 --- pretty.format(v [, depth = 2]) -> string
 function M.format(v, depth)
   depth = depth or 2

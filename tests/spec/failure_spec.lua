@@ -62,7 +62,7 @@ describe("peer failure #e2e", function()
       -- and under "abort" the neighbours stop with the true reason
       code, _, err = run(TINY .. "peer_timeout = 60\n" .. boom, "processes=" .. processes)
       assert.are.equal(1, code)
-      assert.matches("node 1 failed: round 2: peer 2 failed: [^\n]*boom at round 2; stopping", err)
+      assert.matches("nodes 1, 3 failed: round 2: peer 2 failed: [^\n]*boom at round 2; stopping", err)
     end)
   end
 

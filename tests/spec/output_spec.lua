@@ -1,0 +1,51 @@
+-- What a run prints: plain progress lines where stderr is not a terminal, nothing but the summary
+-- with -q, one line per distinct failure, and diverged nodes named.
+local BIN = shell_quote(DPY_BIN)
+
+local function run(config, flags, env)
+  local dir = tmpdir()
+  write_file(dir .. "/c.lua", config)
+  local code, out, err = sh((env or "") .. " " .. BIN .. " run " .. dir .. "/c.lua --out " .. dir .. "/out "
+                            .. (flags or ""))
+  return code, out, err, dir .. "/out"
+end
+
+describe("a run's output #e2e", function()
+  it("has plain progress lines when stderr is not a terminal, with the live line's fields", function()
+    local code, out, err = run(TINY_RUN, "", "DPY_PROGRESS_SECONDS=0")
+    assert.are.equal(0, code, err)
+    assert.matches("round 3/3  mean test accuracy %d%.%d+  [%d.]+ MB exchanged  ETA", err)
+    assert.is_nil(err:find("\r", 1, true))
+    assert.matches("results in", out)
+  end)
+
+  it("prints only the summary with -q", function()
+    local code, out, err = run(TINY_RUN, "-q", "DPY_PROGRESS_SECONDS=0")
+    assert.are.equal(0, code, err)
+    assert.are.equal("", err)
+    assert.matches("^results in", out)
+  end)
+
+  it("names each distinct failure once, with the nodes that failed that way", function()
+    local code, _, err = run(TINY_RUN .. action_config("boom", "post_train", "error('boom at round ' .. r)"))
+    assert.are.equal(1, code)
+    local _, lines = err:gsub("failed: [^\n]*boom at round 1", "")
+    assert.are.equal(1, lines, err)
+    assert.matches("dpy%-lua: nodes 0%-3 failed: [^\n]*boom at round 1", err)
+  end)
+
+  it("names the nodes whose loss went NaN or Inf, and from which round", function()
+    local nan = "if node.uid == 1 and r == 3 then local f <close> = node.model:get_flat(); f:fill_(0 / 0); "
+                .. "node.model:set_flat(f) end"
+    local code, out, err = run(TINY_RUN .. action_config("nan", "post_exchange", nan))
+    assert.are.equal(0, code, err)
+    assert.matches("diverged %(loss NaN or Inf%): node 1 from round 3", out)
+  end)
+
+  it("exits 1 when every node diverged", function()
+    local code, out, err = run(TINY_RUN .. "optimizer = { 'sgd', lr = 1e30 }\n")
+    assert.are.equal(1, code, out .. err)
+    assert.matches("diverged %(loss NaN or Inf%): nodes 0%-3 from round 1", out)
+    assert.matches("every node diverged", err)
+  end)
+end)
