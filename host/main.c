@@ -43,7 +43,7 @@ static const char USAGE[] =
     "  report RUN_DIR... [--out DIR] [--format svg|png]\n"
     "                           compare runs: accuracy, bytes, epsilon, seconds per round, and\n"
     "                           plots of accuracy against rounds and bytes (gnuplot)\n"
-    "  help                     this text\n"
+    "  help [COMMAND]           this text, or COMMAND's options (as COMMAND --help)\n"
     "\n"
     "options (as the lua interpreter):\n"
     "  -e STAT    execute string STAT\n"
@@ -57,8 +57,57 @@ static const char USAGE[] =
     "environment:\n"
     "  DPY_LUA_PATH   directory holding dpy/ (default: lua/ next to the binary's directory)\n"
     "  DPY_THREADS    libtorch intra-op threads (default: the number of cores)\n"
+    "  DPY_CACHE_DIR  where gzipped datasets are kept decompressed (default:\n"
+    "                 $XDG_CACHE_HOME/dpy-lua, else ~/.cache/dpy-lua; \"\": none)\n"
+    "  DPY_PROGRESS_SECONDS  least seconds between two progress lines where stderr is\n"
+    "                 not a terminal (default 10)\n"
+    "  DPY_HOST       the address this machine's processes advertise under mpirun/Slurm\n"
+    "  DPY_RENDEZVOUS_TIMEOUT  seconds the ranks of mpirun/Slurm wait for each other\n"
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
+
+static const char *const COMMANDS[] = {"run", "node", "repl", "dispatch", "report", "help", NULL};
+
+static int is_command(const char *s) {
+    for (int i = 0; COMMANDS[i]; i++)
+        if (strcmp(s, COMMANDS[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Levenshtein distance of two short strings (at most 63 bytes considered). */
+static int distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63)
+        return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* The command within two edits of s, if any. */
+static const char *nearest_command(const char *s) {
+    const char *best = NULL;
+    int bd = 3;
+    for (int i = 0; COMMANDS[i]; i++) {
+        int d = distance(s, COMMANDS[i]);
+        if (d < bd)
+            bd = d, best = COMMANDS[i];
+    }
+    return best;
+}
 
 static lua_State *g_L;   /* for the SIGINT handler */
 
@@ -141,18 +190,49 @@ static int run_chunk(lua_State *L, int status) {
     return status;
 }
 
-static int run_script(lua_State *L, char **argv, int argc, int script) {
+/* Calls require("dpy.cli")[fn] with the values on the stack (nargs); leaves nres results. */
+static int call_cli(lua_State *L, const char *fn, int nargs, int nres) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "dpy.cli");
+    if (docall(L, 1, 1) != LUA_OK) {
+        lua_pop(L, nargs);
+        return -1;
+    }
+    lua_getfield(L, -1, fn);
+    lua_remove(L, -2);
+    lua_insert(L, -1 - nargs);
+    return docall(L, nargs, nres);
+}
+
+/* Runs the script; a file that only assigns config keys is a config run by mistake: it says so
+** (exit 2 as a usage error) instead of ending silently. */
+static int run_script(lua_State *L, char **argv, int argc, int script, int *usage) {
     const char *fname = argv[script];
     if (strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0)
         fname = NULL;   /* stdin */
     int status = luaL_loadfile(L, fname);
     if (status != LUA_OK)
         return run_chunk(L, status);
+    int before = 0;
+    if (fname && call_cli(L, "globals", 0, 1) == LUA_OK)   /* the globals the script may add to */
+        before = luaL_ref(L, LUA_REGISTRYINDEX);
     int n = argc - script - 1;
     luaL_checkstack(L, n + 3, "too many arguments to script");
     for (int i = 1; i <= n; i++)
         lua_pushstring(L, argv[script + i]);
-    return docall(L, n, LUA_MULTRET);
+    status = docall(L, n, 0);
+    if (status == LUA_OK && before) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, before);
+        lua_pushstring(L, fname);
+        if (call_cli(L, "config_hint", 2, 1) == LUA_OK && lua_isstring(L, -1)) {
+            fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
+            *usage = 1;
+        }
+        lua_pop(L, 1);
+    }
+    if (before)
+        luaL_unref(L, LUA_REGISTRYINDEX, before);
+    return status;
 }
 
 /* Calls require("dpy.cli").main(command, args...) and returns its exit code. */
@@ -230,8 +310,11 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
             break;
         }
     }
-    if (script && run_script(L, argv, argc, script) != LUA_OK)
+    int usage = 0;
+    if (script && run_script(L, argv, argc, script, &usage) != LUA_OK)
         return 1;
+    if (usage)
+        return EXIT_USAGE;
     if (interactive)
         return dpy_repl(L);
     if (!script && !has_e && !version) {
@@ -288,15 +371,31 @@ int main(int argc, char **argv) {
     }
     int code;
     const char *cmd = argc > 1 ? argv[1] : "";
-    if (strcmp(cmd, "help") == 0) {
-        fputs(USAGE, stdout);
-        code = 0;
+    if (strcmp(cmd, "help") == 0 && argc > 2 && is_command(argv[2])) {
+        char *help_argv[] = {argv[0], argv[2], "--help"};   /* help COMMAND: COMMAND --help */
+        if (strcmp(argv[2], "repl") == 0) {
+            create_arg_table(L, help_argv, 3, 1);
+            code = dpy_repl(L);
+        } else {
+            code = run_cli(L, help_argv, 3, 1);
+        }
+    } else if (strcmp(cmd, "help") == 0) {
+        if (argc > 2)
+            fprintf(stderr, "dpy-lua help: no command '%s'\n", argv[2]);
+        fputs(USAGE, argc > 2 ? stderr : stdout);
+        code = argc > 2 ? EXIT_USAGE : 0;
     } else if (strcmp(cmd, "repl") == 0) {
         create_arg_table(L, argv, argc, 1);   /* arg[1..] = what follows "repl" */
         code = dpy_repl(L);
     } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0 ||
                strcmp(cmd, "report") == 0 || strcmp(cmd, "dispatch") == 0) {
         code = run_cli(L, argv, argc, 1);
+    } else if (cmd[0] && cmd[0] != '-' && !strchr(cmd, '.') && !strchr(cmd, '/') &&
+               access(cmd, F_OK) != 0) {   /* neither a command nor a script */
+        const char *near = nearest_command(cmd);
+        fprintf(stderr, "dpy-lua: no command or file '%s'%s%s%s (dpy-lua help lists the commands)\n",
+                cmd, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+        code = EXIT_USAGE;
     } else {
         code = run_interpreter(L, argv, argc);
     }

@@ -433,6 +433,30 @@ function M.dispatch(args)
 end
 
 --- main(command, args...) -> exit code
+--- cli.globals() -> the set of the global names now (before a script runs; see config_hint).
+function M.globals()
+  local set = {}
+  for k in pairs(_G) do set[k] = true end
+  return set
+end
+
+--- cli.config_hint(before, path) -> a message when the script at path, just run, only assigned
+-- config keys (`nodes = 16`...): a config run as a script by mistake; else nil.
+function M.config_hint(before, path)
+  local schema = require("dpy.config").SCHEMA
+  local keys = {}
+  for k in pairs(_G) do
+    if not before[k] then
+      if not schema[k] then return nil end
+      keys[#keys + 1] = k
+    end
+  end
+  if #keys < 2 then return nil end   -- a script may set one such global; a config sets several
+  table.sort(keys)
+  return string.format("%s looks like an experiment config (it sets %s); did you mean `dpy-lua run %s`?", path,
+                       table.concat(keys, ", ", 1, math.min(#keys, 4)), path)
+end
+
 function M.main(command, ...)
   local f = M[command]
   if type(f) ~= "function" or command == "main" then

@@ -46,6 +46,40 @@ describe("dpy-lua as an interpreter", function()
     code = sh(BIN .. " run")
     assert.are.equal(2, code)
   end)
+
+  it("gives each command's help, lists the environment, and suggests the command meant", function()
+    for _, cmd in ipairs { "run", "node", "repl", "dispatch", "report" } do
+      local code, out = sh(BIN .. " help " .. cmd)
+      assert.are.equal(0, code, cmd)
+      assert.matches("^Usage: dpy%-lua " .. cmd, out)
+    end
+    local code, out = sh(BIN .. " help")
+    assert.are.equal(0, code)
+    for _, var in ipairs { "DPY_LUA_PATH", "DPY_THREADS", "DPY_CACHE_DIR", "DPY_HOST", "DPY_RENDEZVOUS_TIMEOUT",
+                           "DPY_PROGRESS_SECONDS" } do
+      assert.matches(var, out, 1, true)
+    end
+    local err
+    code, _, err = sh("cd /tmp && " .. BIN .. " runn x.lua")
+    assert.are.equal(2, code)
+    assert.matches("did you mean 'run'%?", err)
+    code, _, err = sh(BIN .. " help nope")
+    assert.are.equal(2, code)
+    assert.matches("no command 'nope'", err)
+  end)
+
+  it("says a config run as a script is a config, instead of ending silently", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", "nodes = 4\nrounds = 2\n")
+    local code, _, err = sh(BIN .. " " .. dir .. "/c.lua")
+    assert.are.equal(2, code)
+    assert.matches("looks like an experiment config %(it sets nodes, rounds%); did you mean `dpy%-lua run ", err)
+    write_file(dir .. "/s.lua", "nodes = 4\nprint(nodes * 2)\n")   -- a script: it calls, not only assigns
+    local out
+    code, out = sh(BIN .. " " .. dir .. "/s.lua")
+    assert.are.equal(0, code)
+    assert.are.equal("8\n", out)
+  end)
 end)
 
 describe("dpy-lua run", function()
