@@ -59,7 +59,7 @@ describe("dpy-lua as an interpreter", function()
                            "DPY_PROGRESS_SECONDS" } do
       assert.matches(var, out, 1, true)
     end
-    local err
+    local _, err
     code, _, err = sh("cd /tmp && " .. BIN .. " runn x.lua")
     assert.are.equal(2, code)
     assert.matches("did you mean 'run'%?", err)
