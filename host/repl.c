@@ -2,7 +2,8 @@
 ** repl.c: the interactive prompt. Line editing and history through GNU readline when stdin is a
 ** terminal (plain lines otherwise, so it can be driven through a pipe); multi-line input as
 ** lua.c does it; expression values printed with dpy.pretty; errors printed, the prompt goes on;
-** Ctrl-C interrupts a running computation and returns to the prompt.
+** Ctrl-C interrupts a running computation and returns to the prompt; Tab completes names, fields
+** and methods (dpy.help).
 */
 #define _DEFAULT_SOURCE
 #include <errno.h>
@@ -30,6 +31,53 @@ static void on_sigint(int sig) {
     (void)sig;
     if (g_running)
         dpy_state_interrupt(g_L);
+}
+
+/* {==== Tab completion (readline): the words dpy.help.complete gives for the text ====} */
+
+static char **g_words;
+static size_t g_nwords, g_next;
+
+static void free_words(void) {
+    for (size_t i = 0; i < g_nwords; i++)
+        free(g_words[i]);
+    free(g_words);
+    g_words = NULL;
+    g_nwords = g_next = 0;
+}
+
+static char *next_word(const char *text, int state) {
+    if (state == 0) {
+        free_words();
+        lua_State *L = g_L;
+        int top = lua_gettop(L);
+        lua_getglobal(L, "require");
+        lua_pushstring(L, "dpy.help");
+        if (dpy_state_pcall(L, 1, 1) == LUA_OK) {
+            lua_getfield(L, -1, "complete");
+            lua_pushstring(L, text);
+            if (dpy_state_pcall(L, 1, 1) == LUA_OK && lua_istable(L, -1)) {
+                size_t n = (size_t)luaL_len(L, -1);
+                g_words = calloc(n ? n : 1, sizeof *g_words);
+                for (size_t i = 0; g_words && i < n; i++) {
+                    lua_geti(L, -1, (lua_Integer)i + 1);
+                    const char *w = lua_tostring(L, -1);
+                    if (w && (g_words[g_nwords] = strdup(w)))
+                        g_nwords++;
+                    lua_pop(L, 1);
+                }
+            }
+        }
+        lua_settop(L, top);
+    }
+    return g_next < g_nwords ? strdup(g_words[g_next++]) : NULL;
+}
+
+static char **complete(const char *text, int start, int end) {
+    (void)start, (void)end;
+    rl_attempted_completion_over = 1;   /* no file names */
+    rl_completion_append_character = '\0';
+    return rl_completion_matches(text, next_word);
 }
 
 /* One line without its newline, or NULL at end of input. The caller frees it. */
@@ -143,11 +191,14 @@ int dpy_repl(lua_State *L) {
         const char *home = getenv("HOME");
         if (home && snprintf(history, sizeof history, "%s/.dpy_lua_history", home) < (int)sizeof history)
             read_history(history);
-        printf("dpy-lua %s, %s. Ctrl-D leaves; Ctrl-C interrupts.\n", DPY_VERSION, LUA_RELEASE);
+        printf("dpy-lua %s, %s. help() says how; Ctrl-D leaves; Ctrl-C interrupts.\n", DPY_VERSION,
+               LUA_RELEASE);
+        rl_attempted_completion_function = complete;
+        rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{(,+-*/%^#~[]";   /* not . and : */
     }
     /* the usual names at hand, and with a config, the node it names (dpy-lua repl CONFIG --uid U) */
     luaL_dostring(L, "dpy = require 'dpy'; tensor = dpy.tensor; nn = dpy.nn; optim = dpy.optim; "
-                     "data = dpy.data");
+                     "data = dpy.data; help = require('dpy.help').help");
     lua_getglobal(L, "arg");
     int has_config = lua_istable(L, -1) && lua_geti(L, -1, 1) == LUA_TSTRING;
     lua_settop(L, 0);
@@ -189,6 +240,7 @@ int dpy_repl(lua_State *L) {
         if (history[0])
             write_history(history);
     }
+    free_words();
     signal(SIGINT, SIG_DFL);
     return 0;
 }

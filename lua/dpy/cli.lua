@@ -307,6 +307,10 @@ function M.repl_node(args)
   local layout = require "dpy.layout"
   local dir = string.format("/tmp/dpy-repl-%d", host.pid())
   assert(host.mkdir_p(dir))
+  -- the node's scratch run directory goes when the prompt ends (the state closes)
+  debug.getregistry()["dpy.repl.dir"] = setmetatable({}, { __gc = function()
+    os.execute("rm -rf " .. require("dpy.paths").shell_quote(dir))
+  end })
   cfg.processes = 1
   layout.prepare(cfg, dir)
   local overrides = { table.unpack(a.overrides) }

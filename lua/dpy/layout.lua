@@ -89,8 +89,12 @@ end
 function M.load_graph(dir)
   local t = assert(metrics.read(dir .. "/graph.json"))
   local adj = {}
-  for i, list in ipairs(t.adj) do adj[i - 1] = list end
-  return { n = t.n, adj = adj, dynamic = t.dynamic }
+  for i, list in ipairs(t.adj) do   -- uids as integers (JSON numbers decode as floats)
+    local uids = {}
+    for j, v in ipairs(list) do uids[j] = math.tointeger(v) end
+    adj[i - 1] = uids
+  end
+  return { n = math.tointeger(t.n), adj = adj, dynamic = t.dynamic }
 end
 
 --- The int64 sample indices of training part k (1-based) from partition.pt.

@@ -157,6 +157,30 @@ describe("dpy-lua repl", function()
     assert.matches("{ a = 1 }", out)
   end)
 
+  it("completes names, fields and methods with Tab on a terminal, and help lists a value's API", function()
+    local dir = tmpdir()
+    -- a terminal (script(1)): Tab completes tensor.ze to tensor.zeros, and x:num to x:numel
+    local typed = "(printf 'x = tensor.ze\\t(3)\\n'; sleep 1; printf 'print(\"n=\" .. x:num\\t())\\n'; sleep 1) | "
+                  .. "HOME=" .. dir .. " script -qfc " .. shell_quote(DPY_BIN .. " repl") .. " /dev/null"
+    local code, out = sh("bash -c " .. shell_quote(typed))
+    assert.are.equal(0, code)
+    assert.matches("n=3", out)
+    local help
+    code, help = sh("printf 'help(nn.linear(2, 2))\\nhelp(nn)\\n' | " .. BIN .. " repl")
+    assert.are.equal(0, code)
+    assert.matches("dpy.Module: [^\n]*:forward%(%), [^\n]*:set_flat%(%)", help)
+    assert.matches("table: [^\n]*conv2d%(%), [^\n]*linear%(%)", help)
+  end)
+
+  it("shows a node's neighbours as integers, and leaves no directory behind #e2e", function()
+    local before = select(2, sh("ls -d /tmp/dpy-repl-* 2>/dev/null | wc -l"))
+    local code, out, err = sh("printf 'node:neighbours()\\n' | " .. BIN .. " repl " .. REPO
+                              .. "/configs/0_baseline.lua --uid 1")
+    assert.are.equal(0, code, err)
+    assert.matches("\n{ %d+, %d+, %d+, %d+ }\n", out)
+    assert.are.equal(before, select(2, sh("ls -d /tmp/dpy-repl-* 2>/dev/null | wc -l")))
+  end)
+
   it("interrupts a long computation on Ctrl-C and keeps the prompt", function()
     local dir = tmpdir()
     -- the loop marks that it runs; only then does the writer send SIGINT (at most 30 s wait)
