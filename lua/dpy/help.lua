@@ -67,7 +67,7 @@ end
 -- `a.b.` / `a.b:` the fields or methods of a.b (looked up, never called).
 function M.complete(text)
   local prefix, sep, partial = text:match("^(.-)([.:])([%w_]*)$")
-  local pool, head = {}, ""
+  local pool, head
   if prefix then
     if not prefix:match("^[%a_][%w_]*[%w_.]*$") then return {} end
     local v = _G
@@ -78,7 +78,7 @@ function M.complete(text)
     end
     pool, head = names(v, sep == ":"), prefix .. sep
   else
-    partial = text
+    partial, head = text, ""
     pool = names(_G)
     for _, k in ipairs(KEYWORDS) do pool[#pool + 1] = k end
   end
