@@ -212,6 +212,7 @@ function M.node(args)
   p:option("--resume", "Resume from this round's checkpoints, or 'auto': the last round every node "
            .. "checkpointed in --dir.")
   p:flag("--force", "Started by mpirun or srun: replace the run that --dir holds.")
+  local started = require("dpy.host.core").clock()
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
   local rendezvous = require "dpy.rendezvous"
@@ -276,7 +277,14 @@ function M.node(args)
     io.stderr:write("dpy-lua node: ", usage or tostring(code), "\n")
     return usage and 2 or 1
   end
-  if rank == 0 and launched_by then print("results in " .. a.dir) end
+  if rank == 0 and launched_by then   -- the summary, as `run` prints it
+    local summary = launcher.mpi_summary(cfg, a.dir, require("dpy.host.core").clock() - started)
+    print(decentralized_text(cfg, a.dir, summary))
+    if summary.unfinished > 0 then
+      print(string.format("  (%d process%s had not finished when this summary was written)", summary.unfinished,
+                          summary.unfinished == 1 and "" or "es"))
+    end
+  end
   return code
 end
 

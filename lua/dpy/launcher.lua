@@ -152,16 +152,20 @@ end
 
 -- Progress of child processes, read from the progress-<p>.json files they write; beats[p + 1]:
 -- when process p last wrote its file (host.clock()), if it has.
+-- The processes' progress files together: the round all reached, their accuracy and bytes, each
+-- one's last beat, and how many have finished.
 local function read_progress(cfg, dir)
-  local total = { round = math.huge, accuracy = 0 / 0, sent = 0, beats = {} }
+  local total = { round = math.huge, accuracy = 0 / 0, sent = 0, beats = {}, finished = 0 }
   local acc_sum, acc_n = 0, 0
+  local files = {}
   for p = 0, cfg.processes - 1 do
-    local t = metrics.read(string.format("%s/progress-%d.json", dir, p))
-    total.beats[p + 1] = t and t.beat
+    files[p] = metrics.read(string.format("%s/progress-%d.json", dir, p))
+    total.beats[p + 1] = files[p] and files[p].beat
+    if files[p] and files[p].done then total.finished = total.finished + 1 end
   end
   for p = 0, cfg.processes - 1 do
-    local t = metrics.read(string.format("%s/progress-%d.json", dir, p))
-    if not t then return { round = 0, accuracy = 0 / 0, sent = 0, beats = total.beats } end
+    local t = files[p]
+    if not t then return { round = 0, accuracy = 0 / 0, sent = 0, beats = total.beats, finished = total.finished } end
     total.round = math.min(total.round, t.round)
     total.sent = total.sent + t.sent
     if t.accuracy then
@@ -300,18 +304,40 @@ function M.run(cfg, opts)
   return summary
 end
 
+--- launcher.mpi_summary(cfg, dir, seconds) -> the summary of a run that mpirun or srun started,
+-- once every process has finished (rank 0 waits for their progress files, at most stop_grace
+-- seconds after its own nodes; then it sums up what is there). Failures: each rank prints its own.
+function M.mpi_summary(cfg, dir, seconds)
+  local deadline = host.clock() + (cfg.stop_grace or 30)
+  local pr = read_progress(cfg, dir)
+  while pr.finished < cfg.processes and host.clock() < deadline do
+    host.sleep(0.2)
+    pr = read_progress(cfg, dir)
+  end
+  local summary = M.summarize(cfg, dir, seconds)
+  summary.failed, summary.seconds = {}, seconds
+  summary.unfinished = cfg.processes - pr.finished
+  return summary
+end
+
 --- `dpy-lua node`: hosts process p's nodes of a run the launcher prepared (or mpirun started),
 -- writing progress-<p>.json twice a second. Returns the exit code.
 function M.node_main(cfg, opts)
   local p = opts.process
   local path = string.format("%s/progress-%d.json", opts.dir, p)
   host.catch_interrupt()
-  local results = M.host_process(cfg, p, opts, function(group)
-    local pr = group:progress()
+  local last
+  local function write(done)
+    local pr = last
     local acc = pr.accuracy == pr.accuracy and pr.accuracy or nil
-    host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, 0), accuracy = acc,
+    host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, 0), accuracy = acc, done = done,
                                                   count = acc and 1 or 0, sent = pr.sent, beat = host.clock() })
+  end
+  local results = M.host_process(cfg, p, opts, function(group)
+    last = group:progress()
+    write(false)
   end)
+  if last then write(true) end   -- for rank 0's summary under mpirun / srun
   local sig = host.interrupted()
   if sig then return 128 + sig end   -- its nodes stopped; their logs say where
   local code = 0
