@@ -157,6 +157,13 @@ static const char *find_lua_dir(char *buf, size_t len) {
             return buf;
         }
     }
+#ifdef DPY_SOURCE_LUA_DIR
+    struct stat st;
+    if (stat(DPY_SOURCE_LUA_DIR "/dpy/init.lua", &st) == 0) {   /* the source tree it was built from */
+        snprintf(buf, len, "%s", DPY_SOURCE_LUA_DIR);
+        return buf;
+    }
+#endif
     return NULL;
 }
 

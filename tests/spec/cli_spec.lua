@@ -68,6 +68,23 @@ describe("dpy-lua as an interpreter", function()
     assert.matches("no command 'nope'", err)
   end)
 
+  it("installs with its Lua modules, and a binary away from lua/ uses its source tree's", function()
+    local prefix = tmpdir()
+    local build = DPY_BIN:match("^(.*)/[^/]+$")
+    local code, _, err = sh("cmake --install " .. shell_quote(build) .. " --prefix " .. prefix)
+    assert.are.equal(0, code, err)
+    local out
+    code, out, err = sh("cd / && env -u DPY_LUA_PATH " .. prefix .. "/bin/dpy-lua -e 'print(require(\"dpy.config\").SCHEMA.nodes ~= nil, "
+                        .. "package.path)'")
+    assert.are.equal(0, code, err)
+    assert.matches("^true\t" .. prefix:gsub("%p", "%%%0") .. "/share/dpy%-lua/lua/%?%.lua", out)
+    local lonely = tmpdir()
+    sh("mkdir -p " .. lonely .. "/bin && cp " .. shell_quote(DPY_BIN) .. " " .. lonely .. "/bin/")
+    code, out, err = sh("cd / && env -u DPY_LUA_PATH " .. lonely .. "/bin/dpy-lua -e 'print(package.path)'")
+    assert.are.equal(0, code, err)
+    assert.matches("^" .. REPO:gsub("%p", "%%%0") .. "/lua/%?%.lua", out)
+  end)
+
   it("says a config run as a script is a config, instead of ending silently", function()
     local dir = tmpdir()
     write_file(dir .. "/c.lua", "nodes = 4\nrounds = 2\n")
