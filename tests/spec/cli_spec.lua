@@ -74,8 +74,8 @@ describe("dpy-lua as an interpreter", function()
     local code, _, err = sh("cmake --install " .. shell_quote(build) .. " --prefix " .. prefix)
     assert.are.equal(0, code, err)
     local out
-    code, out, err = sh("cd / && env -u DPY_LUA_PATH " .. prefix .. "/bin/dpy-lua -e 'print(require(\"dpy.config\").SCHEMA.nodes ~= nil, "
-                        .. "package.path)'")
+    code, out, err = sh("cd / && env -u DPY_LUA_PATH " .. prefix .. "/bin/dpy-lua -e "
+                        .. "'print(require(\"dpy.config\").SCHEMA.nodes ~= nil, package.path)'")
     assert.are.equal(0, code, err)
     assert.matches("^true\t" .. prefix:gsub("%p", "%%%0") .. "/share/dpy%-lua/lua/%?%.lua", out)
     local lonely = tmpdir()
