@@ -147,6 +147,12 @@ function M.run(args)
     return 1
   end
   if cfg.nodes then return M.decentralized_result(cfg, dir, summary) end
+  local stop = summary.interrupted
+  if stop then
+    io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
+                                  stop.signal, stop.round, dir))
+    return 128 + stop.number
+  end
   print(summary_text(dir, summary))
   return 0
 end
