@@ -113,12 +113,17 @@ end
 function M.resume(cfg, opts)
   opts.t0 = opts.t0 or host.clock()
   opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
+  M.record_resume(opts)
+  return M.run_decentralized(cfg, opts)
+end
+
+--- Adds to opts.dir's manifest.json, under `resumed`, { round = opts.resume, at, run_id, argv }.
+function M.record_resume(opts)
   local manifest = metrics.read(opts.dir .. "/manifest.json") or {}
   manifest.resumed = manifest.resumed or {}
   table.insert(manifest.resumed, { round = opts.resume, at = os.date("!%Y-%m-%dT%H:%M:%SZ"), run_id = opts.run_id,
                                    argv = opts.argv })
   write_json(opts.dir .. "/manifest.json", manifest)
-  return M.run_decentralized(cfg, opts)
 end
 
 function M.run_decentralized(cfg, opts)
