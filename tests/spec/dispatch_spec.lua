@@ -129,21 +129,22 @@ return {
   it("--resume continues a run from its last checkpoint, ending bit for bit as the run that was not #e2e", function()
     remotes()
     local tensor = require "dpy.tensor"
-    -- an action that SIGKILLs node 0's process as its round 3 starts, unless marker exists
+    -- an action that SIGKILLs node 0's process as its round 3 (the last) starts, unless marker exists
     local function job(name, marker)
       local sub = dir .. "/" .. name
       assert(require("dpy.host.core").mkdir_p(sub))
       write_file(sub .. "/tiny.lua", TINY_RUN)
-      write_file(sub .. "/c.lua", "include 'tiny.lua'\nrounds = 4\ncheckpoint_every = 1\n"
+      write_file(sub .. "/c.lua", "include 'tiny.lua'\ncheckpoint_every = 1\n"
                  .. action_config("kill_once", "pre_train", string.format([[
                       if node.uid ~= 0 or r ~= 3 or io.open(%q) then return end
                       io.open(%q, "w"):close()
                       host.kill(host.pid(), 9)]], marker, marker)))
       return sub
     end
+    -- the reference: the same run, uninterrupted (one local process: every layout gives the same numbers)
     local ref = job("ref", dir .. "/ref/never")
     write_file(dir .. "/ref/never", "")
-    local code, _, err = sh("cd " .. ref .. " && " .. BIN .. " dispatch c.lua --remotes ../remotes.lua -q --out out")
+    local code, _, err = sh("cd " .. ref .. " && " .. BIN .. " run c.lua -q --out out")
     assert.are.equal(0, code, err)
 
     local sub = job("again", dir .. "/again/killed")
@@ -151,9 +152,10 @@ return {
     assert.are.equal(1, code, err)
     assert.truthy(read_file(sub .. "/killed"), "the first attempt was killed")
     assert.is_nil(read_file(sub .. "/out/0.model.pt"), "the first attempt did not finish")
-    for u = 0, 3 do   -- brought back: the checkpoint of the last round every node finished
-      assert.truthy(read_file(sub .. "/out/ckpt/" .. u .. "/2.ckpt"), "node " .. u .. "'s checkpoint")
-    end
+    -- brought back: the checkpoint of the last round every node finished (2, or 1 when the failure
+    -- notice reached a node still in round 2)
+    local round = require("dpy.checkpoint").resume_round(sub .. "/out", 4)
+    assert.truthy(round == 1 or round == 2, "the checkpoints came back")
     code, _, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua rounds=9")
     assert.are.equal(2, code)
     assert.matches("no %-%-out, %-%-seed, %-%-force, %-%-jobs, %-%-processes or KEY=VALUE", err)
@@ -162,7 +164,7 @@ return {
     local out
     code, out, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua")
     assert.are.equal(0, code, err)
-    assert.matches("resuming out from round 2", out)
+    assert.matches("resuming out from round " .. round, out)
 
     assert.are.same(values(ref .. "/out"), values(sub .. "/out"))
     for u = 0, 3 do
@@ -171,11 +173,11 @@ return {
       assert.are.same(names, names2)
       for i = 1, #a do assert.is_true(a[i]:eq(b[i]):all():item(), u .. ": " .. names[i]) end
     end
-    local log = read_file(sub .. "/out/0.log")
-    assert.matches("round 1:.*resumed from the checkpoint of round 2.*done: 4 rounds", log)
+    assert.matches("round 1:.*resumed from the checkpoint of round " .. round .. ".*done: 3 rounds",
+                   read_file(sub .. "/out/0.log"))
     local manifest = require("dpy.metrics").read(sub .. "/out/manifest.json")
     assert.are.equal(1, #manifest.resumed)
-    assert.are.equal(2, manifest.resumed[1].round)
+    assert.are.equal(round, manifest.resumed[1].round)
   end)
 
   it("runs --jobs side by side on free remotes with --processes, seeds seed, seed + 1 #e2e", function()
