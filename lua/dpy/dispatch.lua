@@ -434,7 +434,9 @@ function Job:finish()
   collect(cfg, opts, self.owner, self.rdirs, self.bar)
   if cfg.checkpoint_every then
     local round, err = M.fetch_checkpoints(opts.sessions, self.rdirs, cfg.nodes, opts.dir)
-    if not round then self.bar:line("warning: no checkpoint to resume from brought back: " .. err) end
+    local complete = not self.interrupted
+    for p = 1, cfg.processes do complete = complete and self.codes[p] == 0 end
+    if not round and not complete then self.bar:line("warning: no checkpoint to resume from came back: " .. err) end
   end
   local seconds = host.clock() - self.start
   local summary = launcher.summarize(cfg, opts.dir, seconds)
