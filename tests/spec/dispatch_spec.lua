@@ -159,6 +159,11 @@ return {
     code, _, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua rounds=9")
     assert.are.equal(2, code)
     assert.matches("no %-%-out, %-%-seed, %-%-force, %-%-jobs, %-%-processes or KEY=VALUE", err)
+    assert(require("dpy.host.core").mkdir_p(dir .. "/bare"))   -- a run directory without checkpoints
+    write_file(dir .. "/bare/config.effective.lua", TINY_RUN)
+    code, _, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch --resume bare --remotes remotes.lua")
+    assert.are.equal(1, code)
+    assert.matches("bare: node 0 has no checkpoint", err)
     -- as when dispatch itself died before collecting: the checkpoints are still on the remotes
     sh("rm -r " .. sub .. "/out/ckpt")
     local out
@@ -207,6 +212,9 @@ return {
     code, _, err = dispatch("--jobs 2 --processes 4 --out " .. dir .. "/x")
     assert.are.equal(2, code)
     assert.matches("%-%-processes 4: the remotes have 3", err)
+    code, _, err = dispatch("--processes 0 --out " .. dir .. "/x")
+    assert.are.equal(2, code)
+    assert.matches("%-%-processes: an integer >= 1 expected", err)
   end)
 
   it("refuses an unknown or changed host key, a wrong key and a remote without dpy-lua", function()
