@@ -409,9 +409,16 @@ local function dispatch_resume(a, args)
   local jobs = { { cfg = cfg, opts = opts, processes = math.min(manifest.processes or all, all) } }
   -- the newest checkpoints: those the run directory holds, or those still in the remote
   -- directories of its last attempt (when dispatch could not bring them back)
+  local last = manifest.run_id   -- the last attempt's run id names its remote directories
+  for _, r in ipairs(manifest.resumed or {}) do last = r.run_id or last end
+  if not last then   -- no attempt ran on remotes: the run directory's checkpoints or none
+    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
+    if not round then
+      io.stderr:write("dpy-lua dispatch: ", why, "\n")
+      return 1
+    end
+  end
   local function prepare(sessions)
-    local last = manifest.run_id
-    for _, r in ipairs(manifest.resumed or {}) do last = r.run_id or last end
     if last then
       local rdirs = {}
       for i, r in ipairs(remotes) do rdirs[i] = dispatch.remote_dir(r, rerun.dir, last) end

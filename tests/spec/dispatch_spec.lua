@@ -134,7 +134,7 @@ return {
       local sub = dir .. "/" .. name
       assert(require("dpy.host.core").mkdir_p(sub))
       write_file(sub .. "/tiny.lua", TINY_RUN)
-      write_file(sub .. "/c.lua", "include 'tiny.lua'\ncheckpoint_every = 1\n"
+      write_file(sub .. "/c.lua", "include 'tiny.lua'\ncheckpoint_every = 1\nmodel = { 'mlp', hidden = { 8 } }\n"
                  .. action_config("kill_once", "pre_train", string.format([[
                       if node.uid ~= 0 or r ~= 3 or io.open(%q) then return end
                       io.open(%q, "w"):close()
