@@ -174,6 +174,12 @@ function M.run(args)
     return 1
   end
   if cfg.nodes then return M.decentralized_result(cfg, dir, summary) end
+  local stop = summary.interrupted
+  if stop then
+    io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
+                                  stop.signal, stop.round, dir))
+    return 128 + stop.number
+  end
   print(summary_text(dir, summary))
   return 0
 end
@@ -370,71 +376,32 @@ function M.report(args)
   return 0
 end
 
---- dpy-lua dispatch CONFIG [--remotes FILE] [--jobs N] [--out DIR] [KEY=VALUE...]: the run's
--- processes on remote machines over SSH (see dpy.dispatch).
-function M.dispatch(args)
-  local p = argparse("dpy-lua dispatch", "Run an experiment on remote machines over SSH.")
-  p:argument("config", "The experiment config (a Lua file).")
-  p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
-  p:option("--remotes", "The remotes file."):default("remotes.lua")
-  p:option("--jobs", "Repeat the experiment N times, seeds seed, seed + 1, ..."):convert(math.tointeger):default("1")
-  p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
-  p:option("--seed", "Seed of the first job."):convert(math.tointeger)
-  p:flag("--force", "Replace the run that --out holds.")
-  p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")
-  p:flag("-q --quiet", "Print only the summaries.")
-  local ok, a = p:pparse(args)
-  if not ok then
-    io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")
-    return 2
-  end
-  local cfg, source, included = load_config(a.config, a.overrides)
-  if not cfg then return 2 end
-  if not cfg.nodes then
-    io.stderr:write("dpy-lua dispatch: the config sets no 'nodes'\n")
-    return 2
-  end
+-- Prints job k's summary (dispatch), and its failed nodes unless interrupted; returns whether any failed.
+local function dispatch_report(cfg, dir, summary)
+  print(decentralized_text(cfg, dir, summary))
+  print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
+                      .. "the last process ended", summary.first_round_seconds and
+                      string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))
+  if #summary.failed > 0 then io.stderr:write(failure_text(summary.failed)) end
+  return #summary.failed > 0
+end
+
+-- Runs the jobs (dispatch.run_jobs) on the remotes, after prepare(sessions) if given; returns the exit code.
+local function dispatch_jobs(jobs, remotes, a, out, prepare)
   local dispatch = require "dpy.dispatch"
-  local host = require "dpy.host.core"
-  local experiment = require "dpy.experiment"
-  local out = a.out or experiment.run_dir("out")
-  local function job_dir(j) return a.jobs > 1 and string.format("%s/job-%d", out, j) or out end
-  local checked, remotes = pcall(function()   -- before connecting to anything: config errors
-    for j = 1, math.max(1, a.jobs) do
-      experiment.check(cfg, { dir = job_dir(j), config = a.config, included = included, force = a.force })
-    end
-    return dispatch.load_remotes(a.remotes)
-  end)
-  if not checked then
-    io.stderr:write("dpy-lua dispatch: ", tostring(remotes), "\n")
-    return 2
-  end
   local ran, err = pcall(function()
     local sessions = dispatch.connect(remotes, { accept_new_host_keys = a.accept_new_host_keys })
     local code = 0
-    for j = 1, math.max(1, a.jobs) do
-      local job = {}
-      for k, v in pairs(cfg) do job[k] = v end
-      job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
-      local dir = job_dir(j)
-      local summary = dispatch.run_job(job, { dir = dir, config = a.config, source = source, included = included,
-                                              overrides = a.overrides, remotes = remotes, sessions = sessions,
-                                              run_id = (os.time() * 1000 + host.pid() + j) % (1 << 40) + 1,
-                                              argv = { "dispatch", table.unpack(args) }, force = a.force })
-      print(decentralized_text(job, dir, summary))
-      print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
-                          .. "the last process ended", summary.first_round_seconds and
-                          string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))
-      if #summary.failed > 0 then
-        io.stderr:write(failure_text(summary.failed))
-        code = 1
-      end
-      if summary.interrupted then
-        io.stderr:write("dpy-lua dispatch: interrupted; the results so far are in ", dir, "\n")
-        return 130
-      end
-    end
+    if prepare then prepare(sessions) end
+    local sig = dispatch.run_jobs(jobs, remotes, sessions, function(_, cfg, opts, summary)
+      if dispatch_report(cfg, opts.dir, summary) then code = 1 end
+    end, a.quiet)
     for _, s in ipairs(sessions) do s:close() end
+    if sig then
+      io.stderr:write(string.format("dpy-lua dispatch: interrupted by %s; the results so far are in %s\n",
+                                    require("dpy.launcher").SIGNALS[sig] or ("signal " .. sig), out))
+      return 128 + sig
+    end
     return code
   end)
   if not ran then
@@ -442,6 +409,134 @@ function M.dispatch(args)
     return 1
   end
   return err
+end
+
+local function run_id(j)
+  return (os.time() * 1000 + require("dpy.host.core").pid() + j) % (1 << 40) + 1
+end
+
+-- `dispatch --resume DIR`: the run of DIR continued from the last round every node checkpointed
+-- (in DIR, else in its last attempt's remote directories), on the remotes of --remotes.
+local function dispatch_resume(a, args)
+  if a.out or a.seed or a.force or a.jobs ~= 1 or a.processes or #a.overrides > 0 then
+    io.stderr:write("dpy-lua dispatch: --resume continues a run as it was: no --out, --seed, --force, --jobs, "
+                    .. "--processes or KEY=VALUE\n")
+    return 2
+  end
+  local rundir, metrics, dispatch = require "dpy.rundir", require "dpy.metrics", require "dpy.dispatch"
+  local checkpoint = require "dpy.checkpoint"
+  local rerun, err = rundir.rerun(a.config)
+  if not rerun then
+    io.stderr:write("dpy-lua dispatch: ", err, "\n")
+    return 1
+  end
+  local cfg = load_config(rerun.config, {})
+  if not cfg then return 1 end
+  if not cfg.nodes then
+    io.stderr:write("dpy-lua dispatch: ", rerun.dir, ": --resume continues decentralized runs only\n")
+    return 1
+  end
+  local ok, remotes = pcall(dispatch.load_remotes, a.remotes)
+  if not ok then
+    io.stderr:write("dpy-lua dispatch: ", tostring(remotes), "\n")
+    return 2
+  end
+  local manifest = metrics.read(rerun.dir .. "/manifest.json") or {}
+  local all = 0
+  for _, r in ipairs(remotes) do all = all + r.processes end
+  local opts = { dir = rerun.dir, config = rerun.config, files = rerun.files, run_id = run_id(1),
+                 argv = { "dispatch", table.unpack(args) } }
+  local jobs = { { cfg = cfg, opts = opts, processes = math.min(manifest.processes or all, all) } }
+  -- the newest checkpoints: those the run directory holds, or those still in the remote
+  -- directories of its last attempt (when dispatch could not bring them back)
+  local last = manifest.run_id   -- the last attempt's run id names its remote directories
+  for _, r in ipairs(manifest.resumed or {}) do last = r.run_id or last end
+  if not last then   -- no attempt ran on remotes: the run directory's checkpoints or none
+    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
+    if not round then
+      io.stderr:write("dpy-lua dispatch: ", why, "\n")
+      return 1
+    end
+  end
+  local function prepare(sessions)
+    if last then
+      local rdirs = {}
+      for i, r in ipairs(remotes) do rdirs[i] = dispatch.remote_dir(r, rerun.dir, last) end
+      dispatch.fetch_checkpoints(sessions, rdirs, cfg.nodes, rerun.dir)
+    end
+    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
+    if not round then error(why, 0) end
+    opts.resume = round
+    if not a.quiet then print(string.format("resuming %s from round %d", rerun.dir, round)) end
+  end
+  return dispatch_jobs(jobs, remotes, a, rerun.dir, prepare)
+end
+
+--- dpy-lua dispatch CONFIG [--remotes FILE] [--jobs N] [--processes P] [--out DIR] [KEY=VALUE...],
+-- dpy-lua dispatch --resume RUN_DIR [--remotes FILE]: the run's processes on remote machines over
+-- SSH (see dpy.dispatch).
+function M.dispatch(args)
+  local p = argparse("dpy-lua dispatch", "Run an experiment on remote machines over SSH.")
+  p:argument("config", "The experiment config (a Lua file); with --resume, the run directory.")
+  p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
+  p:option("--remotes", "The remotes file."):default("remotes.lua")
+  p:option("--jobs", "Repeat the experiment N times, seeds seed, seed + 1, ..."):convert(math.tointeger):default("1")
+  p:option("--processes", "Processes of each job (default: every remote's); jobs run side by side on free remotes.")
+   :convert(math.tointeger)
+  p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
+  p:option("--seed", "Seed of the first job."):convert(math.tointeger)
+  p:flag("--force", "Replace the run that --out holds.")
+  p:flag("--resume", "Continue the run directory CONFIG from the last round every node checkpointed.")
+  p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")
+  p:flag("-q --quiet", "Print only the summaries.")
+  local ok, a = p:pparse(args)
+  if ok and a.processes and a.processes < 1 then ok, a = false, "--processes: an integer >= 1 expected" end
+  if not ok then
+    io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")
+    return 2
+  end
+  if a.resume then return dispatch_resume(a, args) end
+  local cfg, source, included = load_config(a.config, a.overrides)
+  if not cfg then return 2 end
+  if not cfg.nodes then
+    io.stderr:write("dpy-lua dispatch: the config sets no 'nodes'\n")
+    return 2
+  end
+  local dispatch = require "dpy.dispatch"
+  local experiment = require "dpy.experiment"
+  local out = a.out or experiment.run_dir("out")
+  local function job_dir(j) return a.jobs > 1 and string.format("%s/job-%d", out, j) or out end
+  local checked, remotes = pcall(function()   -- before connecting to anything: config errors
+    for j = 1, math.max(1, a.jobs) do
+      experiment.check(cfg, { dir = job_dir(j), config = a.config, included = included, force = a.force })
+    end
+    local list = dispatch.load_remotes(a.remotes)
+    local all = 0
+    for _, r in ipairs(list) do all = all + r.processes end
+    if (a.processes or 0) > all then
+      error(string.format("--processes %d: the remotes have %d (%s)", a.processes, all, a.remotes), 0)
+    end
+    if (a.processes or all) > cfg.nodes then
+      error(string.format("%d processes for %d nodes", a.processes or all, cfg.nodes), 0)
+    end
+    return list
+  end)
+  if not checked then
+    io.stderr:write("dpy-lua dispatch: ", tostring(remotes), "\n")
+    return 2
+  end
+  local all, jobs = 0, {}
+  for _, r in ipairs(remotes) do all = all + r.processes end
+  for j = 1, math.max(1, a.jobs) do
+    local job = {}
+    for k, v in pairs(cfg) do job[k] = v end
+    job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
+    jobs[j] = { cfg = job, processes = a.processes or all,
+                opts = { dir = job_dir(j), config = a.config, source = source, included = included,
+                         overrides = a.overrides, run_id = run_id(j), argv = { "dispatch", table.unpack(args) },
+                         force = a.force } }
+  end
+  return dispatch_jobs(jobs, remotes, a, out)
 end
 
 --- main(command, args...) -> exit code

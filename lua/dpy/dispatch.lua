@@ -1,12 +1,17 @@
 --- dpy.dispatch: runs an experiment's processes on remote machines over SSH (libssh).
--- remotes.lua returns { defaults = {...}, remotes = { { host = "a" }, ... } }; every remote gets
--- `processes` processes (contiguous blocks of node uids, as on one machine), listening on
+-- remotes.lua returns { defaults = {...}, remotes = { { host = "a" }, ... } }; a job's remotes get
+-- `processes` processes each (contiguous blocks of node uids, as on one machine), listening on
 -- address:port, port + 1, ... Dispatch checks each remote's dpy-lua version, prepares the run
 -- locally (config, manifest, graph, partition, the address of every process), uploads it with
--- every file the run uses (the run directory's copies, at the same relative paths) over SFTP,
--- starts the processes, shows the progress of the whole run,
--- and copies every <uid>.log and <uid>.metrics.json back. Ctrl-C or a failed process stops the
--- run everywhere (each process's pid is kept beside it); what finished is still collected.
+-- every file the run uses (the run directory's copies, at the same relative paths) over SFTP
+-- into a fresh remote directory, starts the processes, shows the progress of the whole run, and
+-- copies back every <uid>.log, <uid>.metrics.json and <uid>.model.pt, and with checkpoint_every
+-- each node's checkpoint of the last round every node finished (what --resume needs).
+-- The watcher (each process's pid is kept beside it): Ctrl-C / SIGTERM, or a failed process
+-- (on_peer_failure = "abort", after stop_grace seconds for the others to stop by themselves),
+-- sends SIGTERM to every process of the job, and SIGKILL stop_grace seconds later; a process whose
+-- progress file stops changing for stop_grace seconds (stopped, frozen) is stopped the same way.
+-- What finished is still collected. Jobs are queued onto free remotes (M.assign, M.run_jobs).
 local ssh = require "dpy.ssh.core"
 local host = require "dpy.host.core"
 local layout = require "dpy.layout"
@@ -112,37 +117,56 @@ local function mapping(remotes, base)
   return owner, addresses
 end
 
+--- The remotes a job of `need` processes takes: the free ones (busy[i] not set) in file order,
+-- each for as many of its processes as the job still needs (the last one may host fewer than its
+-- `processes`). Returns their indices and copies of them with `processes` set to what the job
+-- uses there, or nil when the free remotes have fewer processes than need.
+function M.assign(remotes, busy, need)
+  local indices, list = {}, {}
+  for i, r in ipairs(remotes) do
+    if need <= 0 then break end
+    if not busy[i] then
+      local copy = {}
+      for k, v in pairs(r) do copy[k] = v end
+      copy.processes = math.min(r.processes, need)
+      need = need - copy.processes
+      indices[#indices + 1], list[#list + 1] = i, copy
+    end
+  end
+  if need > 0 then return nil end
+  return indices, list
+end
+
 --- The directory of a run on a remote: work_dir/<run name>-<run id>, fresh for every run (a rerun
 -- into the same --out never meets the files of an earlier one).
 function M.remote_dir(remote, dir, run_id)
   return string.format("%s/%s-%d", remote.work_dir, dir:gsub("/+$", ""):match("([^/]+)$"), run_id)
 end
 
--- Uploads the run (config, graph, partition, addresses, and the run directory's copy of every
--- file the run uses, at its path relative to the config) into M.remote_dir on every remote;
--- returns those directories.
-local function upload(opts, used)
+-- Uploads the run (config, graph, partition, addresses, the files the run uses, at their paths
+-- relative to the config: the names in `used`, and extra[i] to remote i only) into M.remote_dir on
+-- every remote of opts; returns those directories.
+local function upload(opts, used, extra)
   local launcher = require "dpy.launcher"
-  local files = { { opts.dir .. "/config.lua", "config.lua" },
-                  { opts.dir .. "/" .. rundir.EFFECTIVE, rundir.EFFECTIVE },
-                  { opts.dir .. "/partition.pt", "partition.pt" },
-                  { opts.dir .. "/addresses.json", "addresses.json" } }
-  if exists(opts.dir .. "/graph.json") then files[#files + 1] = { opts.dir .. "/graph.json", "graph.json" } end
-  for _, f in ipairs(used) do files[#files + 1] = { opts.dir .. "/" .. f.file, f.file } end
+  local common = { "config.lua", rundir.EFFECTIVE, "partition.pt", "addresses.json" }
+  if exists(opts.dir .. "/graph.json") then common[#common + 1] = "graph.json" end
+  for _, f in ipairs(used) do common[#common + 1] = f end
   local rdirs = {}
   for i, r in ipairs(opts.remotes) do
     local s, rdir = opts.sessions[i], M.remote_dir(r, opts.dir, opts.run_id)
     rdirs[i] = rdir
+    local files = { table.unpack(common) }
+    for _, f in ipairs(extra[i] or {}) do files[#files + 1] = f end
     local dirs = { M.quote(rdir) }
     for _, f in ipairs(files) do
-      local d = f[2]:match("^(.*)/[^/]+$")
+      local d = f:match("^(.*)/[^/]+$")
       if d then dirs[#dirs + 1] = M.quote(rdir .. "/" .. d) end
     end
     -- an old key is removed first: SFTP keeps an existing file's mode
     local key = rdir .. "/" .. launcher.KEY_FILE
     local code, _, err = s:exec("mkdir -p " .. table.concat(dirs, " ") .. " && rm -f " .. M.quote(key))
     if code ~= 0 then error(string.format("remote %s: cannot create %s: %s", r.name, rdir, err), 0) end
-    for _, f in ipairs(files) do must(s:put(f[1], rdir .. "/" .. f[2])) end
+    for _, f in ipairs(files) do must(s:put(opts.dir .. "/" .. f, rdir .. "/" .. f)) end
     must(s:put(opts.dir .. "/" .. launcher.KEY_FILE, key, 384))   -- 0600
   end
   return rdirs
@@ -155,45 +179,72 @@ end
 local function start_process(cfg, opts, p, remote, session, rdir)
   local args = { M.quote(remote.dpy_lua), "node", rundir.EFFECTIVE, "--process", p, "--dir", ".", "--run-id",
                  opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
+  if opts.resume then args[#args + 1] = "--resume " .. opts.resume end
   return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }",
                                      M.quote(rdir), table.concat(args, " "), p, p))
 end
 
--- The whole run's progress from each process's progress file (copied here), or nil.
-local function read_progress(cfg, opts, owner, rdirs)
-  local total = { round = math.huge, sent = 0, accuracy = 0 / 0 }
+-- The node uids that remote i hosts in a run of cfg.processes processes laid out by owner.
+local function uids_on(cfg, owner, i)
+  local list = {}
   for p = 0, cfg.processes - 1 do
-    local i = owner[p + 1]
-    local here = string.format("%s/progress-%d.json", opts.dir, p)
-    local t = opts.sessions[i]:get(string.format("%s/progress-%d.json", rdirs[i], p), here) and metrics.read(here)
-    if not t then return nil end
-    total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
-    if t.accuracy then total.accuracy = t.accuracy end
-  end
-  return total
-end
-
--- Copies the logs and metrics of the nodes each remote hosts in this run, and its processes'
--- outputs, back into opts.dir (those that were written: a process that died early wrote fewer).
-local function collect(cfg, opts, owner, rdirs, bar)
-  local mine = {}   -- remote index -> { file name = true }
-  for p = 0, cfg.processes - 1 do
-    local set = mine[owner[p + 1]] or {}
-    mine[owner[p + 1]] = set
-    set[string.format("process-%d.out", p)] = true
-    for _, uid in ipairs(layout.uids_of(p, cfg.nodes, cfg.processes)) do
-      set[uid .. ".log"], set[uid .. ".metrics.json"] = true, true
+    if owner[p + 1] == i then
+      for _, uid in ipairs(layout.uids_of(p, cfg.nodes, cfg.processes)) do list[#list + 1] = uid end
     end
   end
+  return list
+end
+
+-- Copies the logs, metrics and final models of the nodes each remote hosts in this run, and its
+-- processes' outputs, back into opts.dir (those that were written: a process that died early
+-- wrote fewer).
+local function collect(cfg, opts, owner, rdirs, bar)
   for i, s in ipairs(opts.sessions) do
+    local mine = {}
+    for p = 0, cfg.processes - 1 do
+      if owner[p + 1] == i then mine[string.format("process-%d.out", p)] = true end
+    end
+    for _, uid in ipairs(uids_on(cfg, owner, i)) do
+      mine[uid .. ".log"], mine[uid .. ".metrics.json"], mine[uid .. ".model.pt"] = true, true, true
+    end
     local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls")
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
-      if mine[i] and mine[i][name] then
+      if mine[name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
         if not ok then bar:line("warning: " .. err) end
       end
     end
   end
+end
+
+--- Brings into dir/ckpt/<uid>/ the checkpoint of the last round every node of `nodes` finished,
+-- from the remote directories rdirs[i] (of sessions[i]; a missing one holds none). Returns that
+-- round, or nil and why not.
+function M.fetch_checkpoints(sessions, rdirs, nodes, dir)
+  local where, has, last = {}, {}, {}
+  for i, s in ipairs(sessions) do
+    local code, listing = s:exec("cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt'")
+    for uid, r in (code == 0 and listing or ""):gmatch("%./(%d+)/(%d+)%.ckpt") do
+      uid, r = math.tointeger(tonumber(uid)), math.tointeger(tonumber(r))
+      where[uid], has[uid] = i, has[uid] or {}
+      has[uid][r], last[uid] = true, math.max(last[uid] or 0, r)
+    end
+  end
+  local round = math.huge
+  for u = 0, nodes - 1 do
+    if not last[u] then return nil, string.format("node %d has no checkpoint on the remotes", u) end
+    round = math.min(round, last[u])
+  end
+  for u = 0, nodes - 1 do
+    if not has[u][round] then return nil, string.format("node %d has no checkpoint of round %d", u, round) end
+  end
+  for u = 0, nodes - 1 do
+    local rel = string.format("ckpt/%d/%d.ckpt", u, round)
+    local ok, err = host.mkdir_p(string.format("%s/ckpt/%d", dir, u))
+    if ok then ok, err = sessions[where[u]]:get(rdirs[where[u]] .. "/" .. rel, dir .. "/" .. rel) end
+    if not ok then return nil, err end
+  end
+  return round
 end
 
 -- The failed nodes, from the processes' outputs (or how a process ended when it names none).
@@ -218,73 +269,268 @@ local function failures(cfg, opts, codes, channels, owner)
   return failed
 end
 
---- Runs one job: cfg as loaded, opts = { dir, config (path), source, included (config.load's),
--- overrides, remotes, sessions, run_id, argv, force }. Returns the launcher's summary (with failed).
-function M.run_job(cfg, opts)
+-- {==== a job: started, watched, finished ====}
+
+local Job = {}
+Job.__index = Job
+
+-- The files a resumed job uploads besides the run's: each remote's nodes' checkpoints of round
+-- opts.resume, and their logs (a resumed node appends to its log).
+local function resume_files(cfg, opts, owner)
+  local extra = {}
+  for i in ipairs(opts.remotes) do
+    extra[i] = {}
+    for _, uid in ipairs(uids_on(cfg, owner, i)) do
+      table.insert(extra[i], string.format("ckpt/%d/%d.ckpt", uid, opts.resume))
+      if exists(string.format("%s/%d.log", opts.dir, uid)) then table.insert(extra[i], uid .. ".log") end
+    end
+  end
+  return extra
+end
+
+--- Starts a job: cfg as loaded, opts = { dir, config (path), source, included (config.load's),
+-- overrides, remotes, sessions (the job's: see M.assign), run_id, argv, force, bar } or, to
+-- continue a run from its checkpoints, { dir, config, files (the manifest's), resume = round,
+-- remotes, sessions, run_id, argv, bar }. Returns the job (job:poll(), job:stop(), job:finish()).
+function M.start_job(cfg, opts)
   local launcher = require "dpy.launcher"
-  local start = host.clock()
-  local owner, addresses = mapping(opts.remotes, cfg.port or (30000 + opts.run_id % 25000))
-  cfg.processes = #owner
+  local job = setmetatable({ cfg = cfg, opts = opts, bar = opts.bar or progress.new(), start = host.clock(),
+                             codes = {}, beats = {}, silent = {}, last = {}, polled = 0,
+                             term_at = math.huge, kill_at = math.huge,
+                             total = { round = 0, sent = 0, accuracy = 0 / 0 } }, Job)
+  job.owner, job.addresses = mapping(opts.remotes, cfg.port or (30000 + opts.run_id % 25000))
+  cfg.processes = #job.owner
+  job.left = cfg.processes
   if cfg.nodes < cfg.processes then
     error(string.format("%d processes on the remotes for %d nodes", cfg.processes, cfg.nodes), 0)
   end
-  local prepared = require("dpy.experiment").write_run_files(cfg, {
-    dir = opts.dir, source = opts.source, included = opts.included, config = opts.config, argv = opts.argv,
-    run_id = opts.run_id, launcher = "dispatch", force = opts.force })
+  local used, extra = {}, {}
+  if opts.resume then
+    require("dpy.experiment").record_resume(opts)
+    for _, f in ipairs(opts.files or {}) do used[#used + 1] = f.file end
+    extra = resume_files(cfg, opts, job.owner)
+  else
+    local prepared = require("dpy.experiment").write_run_files(cfg, {
+      dir = opts.dir, source = opts.source, included = opts.included, config = opts.config, argv = opts.argv,
+      run_id = opts.run_id, launcher = "dispatch", force = opts.force })
+    for _, f in ipairs(prepared.files) do used[#used + 1] = f.file end
+  end
   local info = layout.prepare(cfg, opts.dir)
-  must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(addresses)))
-  local bar = progress.new()
+  must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(job.addresses)))
   if info.spectral_gap then
-    bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
+    job.bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
   launcher.make_key(opts.dir)
-  local rdirs, channels = upload(opts, prepared.files), {}
+  job.rdirs, job.channels = upload(opts, used, extra), {}
   for p = 0, cfg.processes - 1 do
-    local i = owner[p + 1]
-    channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], rdirs[i])
+    local i = job.owner[p + 1]
+    job.channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], job.rdirs[i])
   end
-  -- watch: stop everything on a failure (after a grace period) or on Ctrl-C
-  host.catch_interrupt()
-  local codes, left, deadline, stopped = {}, cfg.processes, nil, false
-  local function stop_all()
-    if stopped then return end
-    stopped = true
-    for i, s in ipairs(opts.sessions) do
-      pcall(s.exec, s, string.format("cd %s && for f in pid-*; do kill -TERM $(cat $f) 2>/dev/null; done; true",
-                                     M.quote(rdirs[i])), 10)
+  return job
+end
+
+-- Sends sig to the job's processes still running (only process `only`, when given).
+function Job:signal(sig, only)
+  local pids = {}   -- remote index -> its pid files
+  for p = 0, self.cfg.processes - 1 do
+    if not self.codes[p + 1] and (only == nil or only == p) then
+      local i = self.owner[p + 1]
+      pids[i] = pids[i] or {}
+      table.insert(pids[i], "pid-" .. p)
     end
   end
-  local last_progress, first_round = 0, nil
-  while left > 0 do
-    for p = 0, cfg.processes - 1 do
-      local code = not codes[p + 1] and channels[p + 1]:poll()
-      if code then
-        codes[p + 1], left = code, left - 1
-        if code ~= 0 and not deadline then deadline = host.clock() + (cfg.on_peer_failure == "abort" and 15 or 60) end
+  for i, files in pairs(pids) do
+    local s = self.opts.sessions[i]
+    pcall(s.exec, s, string.format("cd %s && for f in %s; do kill -%d $(cat $f) 2>/dev/null; done; true",
+                                   M.quote(self.rdirs[i]), table.concat(files, " "), sig), 10)
+  end
+end
+
+--- job:stop([sig]): SIGTERM to every process of the job, SIGKILL stop_grace seconds later to those
+-- still running; sig (the signal that stopped dispatch) marks the job interrupted.
+function Job:stop(sig)
+  if self.stopping then return end
+  self.stopping, self.interrupted = true, sig
+  self:signal(15)
+  self.kill_at = math.min(self.kill_at, host.clock() + self.cfg.stop_grace)
+end
+
+-- Reads every process's progress file (copied into the run directory) into self.total; a process
+-- whose file has not changed for stop_grace seconds (it writes it twice a second) is stopped:
+-- SIGTERM, then SIGKILL stop_grace seconds later.
+function Job:read_progress(now)
+  local cfg, grace = self.cfg, self.cfg.stop_grace
+  local total, all = { round = math.huge, sent = 0, accuracy = 0 / 0 }, true
+  for p = 0, cfg.processes - 1 do
+    local i = self.owner[p + 1]
+    local here = string.format("%s/progress-%d.json", self.opts.dir, p)
+    local t = self.opts.sessions[i]:get(string.format("%s/progress-%d.json", self.rdirs[i], p), here)
+              and metrics.read(here) or self.last[p + 1]
+    self.last[p + 1] = t
+    if t then
+      total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
+      if t.accuracy then total.accuracy = t.accuracy end
+    else
+      all = false
+    end
+    local beat = self.beats[p + 1]
+    if self.codes[p + 1] or not t then   -- ended, or no sign of life yet
+      self.beats[p + 1] = beat
+    elseif not beat or beat.value ~= t.beat then
+      self.beats[p + 1] = { value = t.beat, at = now }
+    elseif not self.silent[p + 1] and now - beat.at > grace then
+      self.bar:line(string.format("process %d on %s has not answered for %.0f s: stopping it", p,
+                                  self.opts.remotes[i].name, now - beat.at))
+      self:signal(15, p)
+      self.silent[p + 1] = now
+    elseif self.silent[p + 1] and now - self.silent[p + 1] > grace then
+      self:signal(9, p)
+      self.silent[p + 1] = math.huge
+    end
+  end
+  if not all then total.round = 0 end
+  self.total = total
+  if total.round >= 1 and not self.first_round then self.first_round = now - self.start end
+end
+
+--- job:poll() -> whether every process of the job has ended: notes the processes that ended,
+-- reads the progress (twice a second) and sends the signals that are due.
+function Job:poll()
+  local cfg, now = self.cfg, host.clock()
+  for p = 0, cfg.processes - 1 do
+    local code = not self.codes[p + 1] and self.channels[p + 1]:poll()
+    if code then
+      self.codes[p + 1], self.left = code, self.left - 1
+      -- the others see the dead peer and stop by themselves (saving what they have)
+      if code ~= 0 and cfg.on_peer_failure == "abort" then
+        self.term_at = math.min(self.term_at, now + cfg.stop_grace)
       end
     end
-    if host.interrupted() and not stopped then
-      bar:line("interrupted: stopping every remote process")
-      stop_all()
-    end
-    if deadline and host.clock() > deadline then stop_all() end
-    if host.clock() - last_progress > 0.5 then
-      last_progress = host.clock()
-      local total = read_progress(cfg, opts, owner, rdirs) or { round = 0, sent = 0, accuracy = 0 / 0 }
-      if total.round >= 1 and not first_round then first_round = host.clock() - start end
-      bar:update(launcher.progress_line(cfg, total, start))
-    end
-    if left > 0 then host.sleep(0.1) end
   end
+  if self.left == 0 then return true end
+  if now > self.term_at then
+    self:signal(15)
+    self.term_at, self.kill_at = math.huge, math.min(self.kill_at, now + cfg.stop_grace)
+  end
+  if now > self.kill_at then
+    self:signal(9)
+    self.kill_at = math.huge
+  end
+  if now - self.polled > 0.5 then
+    self.polled = now
+    self:read_progress(now)
+  end
+  return false
+end
+
+--- job:finish() -> the launcher's summary (with failed, seconds, interrupted = { signal, number,
+-- round } when a signal stopped it, also in the manifest), once every process ended: collects
+-- the results.
+function Job:finish()
+  local launcher = require "dpy.launcher"
+  local cfg, opts = self.cfg, self.opts
   local ended = host.clock()
-  bar:done()
-  collect(cfg, opts, owner, rdirs, bar)
-  local seconds = host.clock() - start
+  self:read_progress(ended)
+  collect(cfg, opts, self.owner, self.rdirs, self.bar)
+  if cfg.checkpoint_every then
+    local round, err = M.fetch_checkpoints(opts.sessions, self.rdirs, cfg.nodes, opts.dir)
+    local complete = not self.interrupted
+    for p = 1, cfg.processes do complete = complete and self.codes[p] == 0 end
+    if not round and not complete then self.bar:line("warning: no checkpoint to resume from came back: " .. err) end
+  end
+  local seconds = host.clock() - self.start
   local summary = launcher.summarize(cfg, opts.dir, seconds)
-  summary.failed, summary.seconds, summary.interrupted = failures(cfg, opts, codes, channels, owner), seconds,
-                                                         host.interrupted()
-  summary.first_round_seconds = first_round          -- from the command (seen at 0.5 s polls)
-  summary.collect_seconds = host.clock() - ended     -- from the last process's end
+  -- an interrupted process is no failure of its own
+  summary.failed = self.interrupted and {} or failures(cfg, opts, self.codes, self.channels, self.owner)
+  summary.seconds = seconds
+  summary.first_round_seconds = self.first_round   -- from the command (seen at 0.5 s polls)
+  summary.collect_seconds = host.clock() - ended   -- from the last process's end
+  if self.interrupted then
+    local sig = self.interrupted
+    summary.interrupted = { signal = launcher.SIGNALS[sig] or ("signal " .. sig), number = sig,
+                            round = self.total.round }
+    launcher.mark_interrupted(opts.dir, summary.interrupted)
+  end
+  return summary
+end
+
+-- A line of the progress of the jobs running (by job number).
+local function progress_text(running)
+  local launcher = require "dpy.launcher"
+  local keys = {}
+  for k in pairs(running) do keys[#keys + 1] = k end
+  table.sort(keys)
+  if #keys == 1 then
+    local job = running[keys[1]].job
+    return launcher.progress_line(job.cfg, job.total, job.start)
+  end
+  local parts = {}
+  for _, k in ipairs(keys) do
+    local job = running[k].job
+    parts[#parts + 1] = string.format("job %d round %d/%d", k, math.max(job.total.round, 0), job.cfg.rounds)
+  end
+  return table.concat(parts, "  ")
+end
+
+--- dispatch.run_jobs(jobs, remotes, sessions, done) -> the signal that stopped it, or nil.
+-- jobs = { { cfg, opts (as start_job's, without remotes and sessions), processes }, ... }: each
+-- job starts, in order, as soon as the free remotes (M.assign) have its processes, and keeps them
+-- until it ends; done(k, cfg, opts, summary) after job k ends. Ctrl-C / SIGTERM stop the jobs
+-- running (job:stop) and start no more. A job that cannot start stops the others and raises.
+-- quiet: no progress line.
+function M.run_jobs(jobs, remotes, sessions, done, quiet)
+  host.catch_interrupt()
+  local bar = progress.new { quiet = quiet }
+  local busy, running, nextk, failure = {}, {}, 1, nil
+  while next(running) or (nextk <= #jobs and not failure and not host.interrupted()) do
+    local sig = host.interrupted()
+    while nextk <= #jobs and not sig and not failure do
+      local j = jobs[nextk]
+      local indices, list = M.assign(remotes, busy, j.processes)
+      if not indices and not next(running) then
+        failure = string.format("a job of %d processes: the remotes have fewer", j.processes)
+      end
+      if not indices then break end
+      j.opts.remotes, j.opts.sessions, j.opts.bar = list, {}, bar
+      for n, i in ipairs(indices) do j.opts.sessions[n], busy[i] = sessions[i], nextk end
+      local ok, job = pcall(M.start_job, j.cfg, j.opts)
+      if ok then
+        running[nextk] = { job = job, indices = indices }
+      else
+        failure = job
+        for _, i in ipairs(indices) do busy[i] = nil end
+        for _, r in pairs(running) do r.job:stop() end
+      end
+      nextk = nextk + 1
+    end
+    if sig then
+      for _, r in pairs(running) do r.job:stop(sig) end
+    end
+    for k, r in pairs(running) do
+      if r.job:poll() then
+        running[k] = nil
+        for _, i in ipairs(r.indices) do busy[i] = nil end
+        local summary = r.job:finish()
+        bar:done()
+        done(k, r.job.cfg, r.job.opts, summary)
+      end
+    end
+    if next(running) then
+      bar:update(progress_text(running))
+      host.sleep(0.1)
+    end
+  end
+  bar:done()
+  if failure then error(failure, 0) end
+  return host.interrupted() or nil
+end
+
+--- Runs one job on all of opts.remotes (see start_job); returns its summary.
+function M.run_job(cfg, opts)
+  local summary, all = nil, 0
+  for _, r in ipairs(opts.remotes) do all = all + r.processes end
+  M.run_jobs({ { cfg = cfg, opts = opts, processes = all } }, opts.remotes, opts.sessions,
+             function(_, _, _, s) summary = s end)
   return summary
 end
 

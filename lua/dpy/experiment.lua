@@ -113,12 +113,17 @@ end
 function M.resume(cfg, opts)
   opts.t0 = opts.t0 or host.clock()
   opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
+  M.record_resume(opts)
+  return M.run_decentralized(cfg, opts)
+end
+
+--- Adds to opts.dir's manifest.json, under `resumed`, { round = opts.resume, at, run_id, argv }.
+function M.record_resume(opts)
   local manifest = metrics.read(opts.dir .. "/manifest.json") or {}
   manifest.resumed = manifest.resumed or {}
   table.insert(manifest.resumed, { round = opts.resume, at = os.date("!%Y-%m-%dT%H:%M:%SZ"), run_id = opts.run_id,
                                    argv = opts.argv })
   write_json(opts.dir .. "/manifest.json", manifest)
-  return M.run_decentralized(cfg, opts)
 end
 
 function M.run_decentralized(cfg, opts)
@@ -175,7 +180,11 @@ function M.train_centralized(cfg, node_log, tracker, opts)
   local round, loss_sum, loss_n = 0, 0, 0
   local last_loss, last_acc
   local t_train = host.clock()
+  host.catch_interrupt()   -- Ctrl-C / SIGTERM end the loop after the step in hand; what was evaluated stays
+  local stopped
   for step = 1, total do
+    stopped = host.interrupted()
+    if stopped then break end
     local loss = tr:step()
     loss_sum, loss_n = loss_sum + loss, loss_n + 1
     local elapsed = host.clock() - t_train
@@ -198,6 +207,13 @@ function M.train_centralized(cfg, node_log, tracker, opts)
     end
   end
   bar:done()
+  if stopped then
+    local launcher = require "dpy.launcher"
+    local what = { signal = launcher.SIGNALS[stopped] or ("signal " .. stopped), number = stopped, round = round }
+    launcher.mark_interrupted(opts.dir, what)
+    node_log:write("interrupted by %s after round %d", what.signal, round)
+    return { interrupted = what, rounds = round, test_accuracy = last_acc, test_loss = last_loss }
+  end
   local mem = host.memory()
   local summary = {
     rounds = round, steps = tr.steps, samples = tr.samples, train_seconds = ctx.train_seconds,

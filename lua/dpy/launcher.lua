@@ -244,6 +244,7 @@ local function mark_interrupted(dir, what)
   local ok, err = host.write_atomic(path, metrics.json.encode(manifest))
   if not ok then error(err, 0) end
 end
+M.mark_interrupted = mark_interrupted   -- the centralized run and dispatch record it the same way
 
 --- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet, resume = round }.
 -- Returns the summary (summary.interrupted = { signal, number, round } when a signal stopped it);

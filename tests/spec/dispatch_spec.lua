@@ -114,6 +114,109 @@ return {
     assert.truthy(node_metrics(dir .. "/jobs/job-2", 3))
   end)
 
+  -- The series that do not measure time, of every node of a run directory.
+  local TIMED = { train_seconds = true, exchange_seconds = true, wall_seconds = true, ready_seconds = true }
+  local function values(out)
+    local all = {}
+    for u = 0, 3 do
+      for name, series in pairs(assert(node_metrics(out, u), out .. ": node " .. u)) do
+        if not TIMED[name] then all[u .. "." .. name] = series end
+      end
+    end
+    return all
+  end
+
+  it("--resume continues a run from its last checkpoint, ending bit for bit as the run that was not #e2e", function()
+    remotes()
+    local tensor = require "dpy.tensor"
+    -- an action that SIGKILLs node 0's process as its round 3 (the last) starts, unless marker exists
+    local function job(name, marker)
+      local sub = dir .. "/" .. name
+      assert(require("dpy.host.core").mkdir_p(sub))
+      write_file(sub .. "/tiny.lua", TINY_RUN)
+      write_file(sub .. "/c.lua", "include 'tiny.lua'\ncheckpoint_every = 1\nmodel = { 'mlp', hidden = { 8 } }\n"
+                 .. action_config("kill_once", "pre_train", string.format([[
+                      if node.uid ~= 0 or r ~= 3 or io.open(%q) then return end
+                      io.open(%q, "w"):close()
+                      host.kill(host.pid(), 9)]], marker, marker)))
+      return sub
+    end
+    -- the reference: the same run, uninterrupted (one local process: every layout gives the same numbers)
+    local ref = job("ref", dir .. "/ref/never")
+    write_file(dir .. "/ref/never", "")
+    local code, _, err = sh("cd " .. ref .. " && " .. BIN .. " run c.lua -q --out out")
+    assert.are.equal(0, code, err)
+
+    local sub = job("again", dir .. "/again/killed")
+    code, _, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch c.lua --remotes ../remotes.lua -q --out out")
+    assert.are.equal(1, code, err)
+    assert.truthy(read_file(sub .. "/killed"), "the first attempt was killed")
+    assert.is_nil(read_file(sub .. "/out/0.model.pt"), "the first attempt did not finish")
+    -- brought back: the checkpoint of the last round every node finished (2, or 1 when the failure
+    -- notice reached a node still in round 2)
+    local round = require("dpy.checkpoint").resume_round(sub .. "/out", 4)
+    assert.truthy(round == 1 or round == 2, "the checkpoints came back")
+    code, _, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua rounds=9")
+    assert.are.equal(2, code)
+    assert.matches("no %-%-out, %-%-seed, %-%-force, %-%-jobs, %-%-processes or KEY=VALUE", err)
+    assert(require("dpy.host.core").mkdir_p(dir .. "/bare"))   -- a run directory without checkpoints
+    write_file(dir .. "/bare/config.effective.lua", TINY_RUN)
+    code, _, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch --resume bare --remotes remotes.lua")
+    assert.are.equal(1, code)
+    assert.matches("bare: node 0 has no checkpoint", err)
+    -- as when dispatch itself died before collecting: the checkpoints are still on the remotes
+    sh("rm -r " .. sub .. "/out/ckpt")
+    local out
+    code, out, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua")
+    assert.are.equal(0, code, err)
+    assert.matches("resuming out from round " .. round, out)
+
+    assert.are.same(values(ref .. "/out"), values(sub .. "/out"))
+    for u = 0, 3 do
+      local names, a = tensor.unpickle(assert(read_file(string.format("%s/out/%d.model.pt", ref, u))))
+      local names2, b = tensor.unpickle(assert(read_file(string.format("%s/out/%d.model.pt", sub, u))))
+      assert.are.same(names, names2)
+      for i = 1, #a do assert.is_true(a[i]:eq(b[i]):all():item(), u .. ": " .. names[i]) end
+    end
+    assert.matches("round 1:.*resumed from the checkpoint of round " .. round .. ".*done: 3 rounds",
+                   read_file(sub .. "/out/0.log"))
+    local manifest = require("dpy.metrics").read(sub .. "/out/manifest.json")
+    assert.are.equal(1, #manifest.resumed)
+    assert.are.equal(round, manifest.resumed[1].round)
+  end)
+
+  it("runs --jobs side by side on free remotes with --processes, seeds seed, seed + 1 #e2e", function()
+    remotes()
+    -- each job's node 0 waits in round 1 for the other job: jobs one after the other would fail
+    write_file(dir .. "/side.lua", "include 'tiny.lua'\n" .. action_config("side", "pre_train", string.format([[
+      if node.uid ~= 0 or r ~= 1 then return end
+      io.open(%q .. node.cfg.seed, "w"):close()
+      for _ = 1, 150 do
+        if io.open(%q .. (node.cfg.seed == 2 and 3 or 2)) then return end
+        host.sleep(0.1)
+      end
+      error("the other job never ran beside this one")]], dir .. "/side-", dir .. "/side-")))
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch side.lua --remotes remotes.lua -q "
+                              .. "--jobs 2 --processes 1 --out " .. dir .. "/side")
+    assert.are.equal(0, code, err)
+    assert.matches("4 nodes %(dpsgd, 1 process%)", out)
+    for j, remote in ipairs { "remote-a", "remote-b" } do   -- job 1 on the first remote, job 2 on the second
+      local manifest = require("dpy.metrics").read(string.format("%s/side/job-%d/manifest.json", dir, j))
+      assert.are.equal(j + 1, manifest.seed)
+      assert.truthy(read_file(string.format("%s/%s/job-%d-%d/config.effective.lua", dir, remote, j, manifest.run_id)))
+    end
+    local rc, _, lerr = sh(BIN .. " run -q " .. dir .. "/side.lua --seed 3 --out " .. dir .. "/side-local")
+    assert.are.equal(0, rc, lerr)
+    assert.are.same(node_metrics(dir .. "/side-local", 2).test_accuracy,
+                    node_metrics(dir .. "/side/job-2", 2).test_accuracy)
+    code, _, err = dispatch("--jobs 2 --processes 4 --out " .. dir .. "/x")
+    assert.are.equal(2, code)
+    assert.matches("%-%-processes 4: the remotes have 3", err)
+    code, _, err = dispatch("--processes 0 --out " .. dir .. "/x")
+    assert.are.equal(2, code)
+    assert.matches("%-%-processes: an integer >= 1 expected", err)
+  end)
+
   it("refuses an unknown or changed host key, a wrong key and a remote without dpy-lua", function()
     write_file(dir .. "/empty_known_hosts", "")
     remotes(string.format("known_hosts = %q", dir .. "/empty_known_hosts"))
@@ -165,25 +268,50 @@ return {
     assert.are_not.equal(0, rc, "no process of the run is left")
   end)
 
-  it("stops everywhere on Ctrl-C and keeps what was written #e2e", function()
+  for _, case in ipairs { { "INT", "SIGINT", 130 }, { "TERM", "SIGTERM", 143 } } do
+    it(string.format("stops everywhere on SIG%s, exits %d, keeps what was written #e2e", case[1], case[3]), function()
+      remotes()
+      local long = dir .. "/long-" .. case[1]
+      write_file(long .. ".sh", string.format("cd %s && %s dispatch c.lua --remotes remotes.lua -q --out %s "
+                 .. "rounds=10000 eval_every=1 >%s.out 2>&1 &\necho $! >%s.pid\nwait $!\necho $? >%s.code\n",
+                 dir, BIN, long, long, long, long))
+      os.execute("sh " .. long .. ".sh >/dev/null 2>&1 &")
+      for _ = 1, 300 do   -- until a node has finished a round
+        local m = read_file(long .. "/progress-0.json")
+        if m and not m:match('"round":0') then break end
+        os.execute("sleep 0.1")
+      end
+      require("dpy.host.core").kill(tonumber(read_file(long .. ".pid")), case[1] == "INT" and 2 or 15)
+      for _ = 1, 300 do
+        if read_file(long .. ".code") then break end
+        os.execute("sleep 0.1")
+      end
+      assert.are.equal(case[3] .. "\n", read_file(long .. ".code"), read_file(long .. ".out"))
+      assert.matches("interrupted by " .. case[2] .. "; the results so far are in", read_file(long .. ".out"))
+      assert.not_matches("exited with", read_file(long .. ".out"), "an interrupted process is no failure")
+      assert.truthy(read_file(long .. "/0.log"))
+      local manifest = require("dpy.metrics").read(long .. "/manifest.json")
+      assert.are.equal(case[2], manifest.interrupted and manifest.interrupted.signal)
+      assert.is_true(manifest.interrupted.round >= 1)
+      assert.is_true(#node_metrics(long, 0).test_accuracy >= manifest.interrupted.round)
+      assert.are_not.equal(0, (sh("pgrep -f '[-]-run-id " .. manifest.run_id .. "'")))
+    end)
+  end
+
+  it("stops a remote process that stopped answering: SIGTERM, then SIGKILL after stop_grace #e2e", function()
     remotes()
-    local long = dir .. "/long"
-    sh("cd " .. dir .. " && (" .. BIN .. " dispatch c.lua --remotes remotes.lua -q --out " .. long
-       .. " rounds=10000 eval_every=1 > " .. dir .. "/long.out 2>&1; echo $? > " .. dir .. "/long.code) &")
-    for _ = 1, 300 do   -- until a node has finished a round
-      local m = read_file(long .. "/progress-0.json")
-      if m and not m:match('"round":0') then break end
-      os.execute("sleep 0.1")
-    end
-    sh("pkill -INT -f 'dispatch c.lua --remotes remotes.lua -q --out " .. long .. "'")
-    for _ = 1, 300 do
-      if read_file(dir .. "/long.code") then break end
-      os.execute("sleep 0.1")
-    end
-    assert.are.equal("130\n", read_file(dir .. "/long.code"), read_file(dir .. "/long.out"))
-    assert.matches("interrupted; the results so far are in", read_file(dir .. "/long.out"))
-    assert.truthy(read_file(long .. "/0.log"))
-    local run_id = read_file(long .. "/manifest.json"):match('"run_id":(%d+)')
-    assert.are_not.equal(0, (sh("pgrep -f '[-]-run-id " .. run_id .. "'")))
+    write_file(dir .. "/hang.lua", "include 'tiny.lua'\npeer_timeout = 60\nstop_grace = 2\n"
+               .. action_config("hang", "pre_train", "if node.uid == 3 and r == 2 then host.kill(host.pid(), 19) end"))
+    local t0 = require("dpy.host.core").clock()
+    local code, _, err = sh("cd " .. dir .. " && timeout -s KILL 50 " .. BIN
+                            .. " dispatch hang.lua --remotes remotes.lua -q --out " .. dir .. "/hang")
+    local seconds = require("dpy.host.core").clock() - t0
+    local run_id = (read_file(dir .. "/hang/manifest.json") or ""):match('"run_id":(%d+)')
+    if run_id then sh("pkill -9 -f '[-]-run-id " .. run_id .. "'") end
+    assert.are.equal(1, code, err)
+    assert.is_true(seconds < 40, string.format("took %.1f s", seconds))
+    assert.matches("process 2 on localhost %(localhost%) has not answered for %d+ s: stopping it", err)
+    assert.matches("process 2 on localhost %(localhost%) exited with 137", err)
+    for uid = 0, 1 do assert.is_true(#node_metrics(dir .. "/hang", uid).test_accuracy >= 1, "node " .. uid) end
   end)
 end)

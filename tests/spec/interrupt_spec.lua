@@ -98,4 +98,36 @@ describe("stopping a run", function()
       assert.matches("interrupted", read_file(dir .. "/run.out"))
     end)
   end
+
+  for _, case in ipairs { { "SIGINT", 2, 130 }, { "SIGTERM", 15, 143 } } do
+    local name, signum, expected = case[1], case[2], case[3]
+    it("stops a centralized run on " .. name .. ", marking the manifest", function()
+      local dir = tmpdir()
+      local out = dir .. "/out"
+      write_file(dir .. "/c.lua", "seed = 3\nbatch_size = 16\nepochs = 1000\neval_every = 5\n"
+                                  .. "train_samples = 2000\ntest_samples = 100\n")
+      write_file(dir .. "/bg.sh", string.format("%s run %s/c.lua --out %s >%s/run.out 2>&1 &\necho $! >%s/pid\n"
+                                                .. "wait $!\necho $? >%s/code\n", BIN, dir, out, dir, dir, dir))
+      os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
+      local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
+      assert.truthy(pid)
+      assert.truthy(wait_for(function()
+        local m = node_metrics(out, 0)
+        return m and m.test_accuracy and #m.test_accuracy >= 1
+      end, 60), "round 1 never reached the metrics")
+      local t0 = host.clock()
+      host.kill(pid, signum)
+      local code = wait_for(function() return tonumber(read_file(dir .. "/code") or "") end, 30)
+      local seconds = host.clock() - t0
+      kill_all(out)
+      assert.are.equal(expected, code, read_file(dir .. "/run.out"))
+      assert.is_true(seconds < 15, string.format("stopped %.1f s after the signal", seconds))
+      local manifest = metrics.read(out .. "/manifest.json")
+      assert.are.equal(name, manifest.interrupted and manifest.interrupted.signal)
+      local r = manifest.interrupted.round
+      assert.is_true(r >= 1 and r <= #node_metrics(out, 0).test_accuracy, "round " .. tostring(r))
+      assert.are.same({}, tmp_files(out))
+      assert.matches("interrupted by " .. name, read_file(dir .. "/run.out"))
+    end)
+  end
 end)
