@@ -211,7 +211,7 @@ local function collect(cfg, opts, owner, rdirs, bar)
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
       if mine[name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
-        if not ok then bar:line("warning: " .. err) end
+        if not ok then bar:warn("warning: " .. err) end
       end
     end
   end
@@ -379,7 +379,7 @@ function Job:read_progress(now)
     elseif not beat or beat.value ~= t.beat then
       self.beats[p + 1] = { value = t.beat, at = now }
     elseif not self.silent[p + 1] and now - beat.at > grace then
-      self.bar:line(string.format("process %d on %s has not answered for %.0f s: stopping it", p,
+      self.bar:warn(string.format("process %d on %s has not answered for %.0f s: stopping it", p,
                                   self.opts.remotes[i].name, now - beat.at))
       self:signal(15, p)
       self.silent[p + 1] = now
@@ -436,7 +436,7 @@ function Job:finish()
     local round, err = M.fetch_checkpoints(opts.sessions, self.rdirs, cfg.nodes, opts.dir)
     local complete = not self.interrupted
     for p = 1, cfg.processes do complete = complete and self.codes[p] == 0 end
-    if not round and not complete then self.bar:line("warning: no checkpoint to resume from came back: " .. err) end
+    if not round and not complete then self.bar:warn("warning: no checkpoint to resume from came back: " .. err) end
   end
   local seconds = host.clock() - self.start
   local summary = launcher.summarize(cfg, opts.dir, seconds)

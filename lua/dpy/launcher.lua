@@ -207,7 +207,7 @@ local function watch(cfg, children, bar, poll)
     local now = host.clock()
     if host.interrupted() and not told then
       told = true
-      bar:line("interrupted: stopping every process")
+      bar:warn("interrupted: stopping every process")
       signal_all(children, codes, 15)
       kill_at = math.min(kill_at, now + grace)
     end
@@ -222,7 +222,7 @@ local function watch(cfg, children, bar, poll)
     local beats = poll().beats
     for i, pid in ipairs(children) do
       if not codes[i] and beats[i] and not silent[i] and now - beats[i] > grace then
-        bar:line(string.format("process %d has not answered for %.0f s: stopping it", i - 1, now - beats[i]))
+        bar:warn(string.format("process %d has not answered for %.0f s: stopping it", i - 1, now - beats[i]))
         host.kill(pid, 15)
         silent[i] = now
       elseif not codes[i] and silent[i] and now - silent[i] > grace then

@@ -55,6 +55,14 @@ function Progress:line(text)
   self.shown = false
 end
 
+--- p:warn(text): a permanent line that -q does not silence (a process stopped, a file lost)
+function Progress:warn(text)
+  local quiet = self.quiet
+  self.quiet = false
+  self:line(text)
+  self.quiet = quiet
+end
+
 --- p:done(): ends the live line (elsewhere: writes the last text not yet written)
 function Progress:done()
   if self.quiet then return end
