@@ -221,8 +221,8 @@ function M.build(ep, args)
     c.local_steps = cfg.local_epochs and cfg.local_epochs * #c.loader or cfg.local_steps
   end
   local algorithm = registry.spec("algorithm", cfg.algorithm)
-  if algorithm.graph then
-    c.graph = layout.load_graph(args.dir)
+  if algorithm.graph then c.graph = layout.load_graph(args.dir) end
+  if algorithm.graph or algorithm.sharing then   -- sharing: a rule without a config graph (epidemic)
     c.sharing = registry.build("sharing", cfg.sharing, node)
   end
   c.chain = transforms.chain(cfg.transforms)
