@@ -240,6 +240,12 @@ void dpy_fabric_release(void *data) {
 
 /* {==== accounting ====} */
 
+uint64_t dpy_fabric_late(dpy_fabric *f, uint32_t node, uint32_t before) {
+    if (!dpy_fabric_local(f, node))
+        return 0;
+    return dpy_inbox_discard_before(&f->inboxes[node], before);
+}
+
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out) {
     if (!dpy_fabric_local(f, node)) {
         memset(out, 0, sizeof *out);

@@ -82,6 +82,12 @@ dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sende
                                 uint16_t channel, uint32_t round, double timeout,
                                 void **data, size_t *len, uint32_t *encoding);
 
+/* Discards every message to the local node `node` of a round before `before` (any sender, any
+** channel, a delayed one not yet due too), and returns how many messages of rounds it was done with
+** it has discarded unread so far: these, and those dpy_fabric_recv discarded as stale (a rejected
+** copy is counted among the rejections instead). 0 for a node of another process. */
+uint64_t dpy_fabric_late(dpy_fabric *f, uint32_t node, uint32_t before);
+
 /* Gives back a payload returned by dpy_fabric_recv or a dpy_fabric_buffer (NULL-safe). */
 void dpy_fabric_release(void *data);
 

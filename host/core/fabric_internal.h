@@ -62,6 +62,7 @@ typedef struct {
     int waiting;
     uint32_t want_sender, want_round;
     uint16_t want_channel;
+    uint64_t late;   /* messages discarded unread because their round was over, under mu */
 } inbox;
 
 void dpy_inbox_init(inbox *in);
@@ -69,6 +70,8 @@ void dpy_inbox_init(inbox *in);
 void dpy_inbox_destroy(inbox *in);
 /* Appends m (takes ownership), waking the receiver if it waits for this message. */
 void dpy_inbox_put(inbox *in, msg *m);
+/* Discards every message of a round before `before`; returns in->late after it (dpy_fabric_late). */
+uint64_t dpy_inbox_discard_before(inbox *in, uint32_t before);
 /* Wakes the receiver whatever it waits for (a sender may have gone). */
 void dpy_inbox_wake(inbox *in);
 /* Whether sender can no longer send (asked only while no message of the round is ready). */

@@ -758,6 +758,16 @@ static int e_rejected(lua_State *L) {
     return 2;
 }
 
+/* ep:late(round) -> the messages of rounds before round discarded now, with those of finished
+** rounds discarded before: the node's total of late messages (dpy_fabric_late) */
+static int e_late(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    lua_Integer round = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, round >= 0 && round <= UINT32_MAX, 2, "a round in 0 .. 2^32 - 1 expected");
+    lua_pushinteger(L, (lua_Integer)dpy_fabric_late(e->g->fabric, e->node->uid, (uint32_t)round));
+    return 1;
+}
+
 /* ep:acquire([round]) / ep:release(): the process's compute slots (idempotent per node); the
 ** waiting node with the lowest round goes first */
 static int e_acquire(lua_State *L) {
@@ -798,7 +808,7 @@ static int e_tostring(lua_State *L) {
 
 static const luaL_Reg ep_methods[] = {
     {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
-    {"rejected", e_rejected}, {"acquire", e_acquire}, {"release", e_release},
+    {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
     {"report", e_report}, {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
     {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},

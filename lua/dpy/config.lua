@@ -51,6 +51,10 @@ M.SCHEMA = {
   on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
                       doc = "when a peer dies or is silent past peer_timeout" },
   peer_timeout = { type = "number", default = 300, above = 0, doc = "seconds to wait for a peer's message" },
+  round_timeout = { type = "number", above = 0,
+                    doc = "dpsgd, epidemic: seconds a round waits for its peers' models (from the end of its sends); "
+                          .. "it aggregates what came, a later one is dropped and counted (late_messages) "
+                          .. "(default: none, wait up to peer_timeout)" },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },

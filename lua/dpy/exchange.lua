@@ -48,10 +48,11 @@ local function absence(cfg, why, said)
   return string.format("sent nothing for %g s", cfg.peer_timeout)
 end
 
---- exchange.deadline(node) -> when a round's wait for its peers ends (peer_timeout from now): the
--- peers of a round are waited for together, not one peer_timeout after another.
-function M.deadline(node)
-  return host.clock() + node.cfg.peer_timeout
+--- exchange.deadline(node [, round]) -> when a round's wait for its peers ends (peer_timeout from
+-- now; with round true, round_timeout when set): the peers of a round are waited for together, not
+-- one peer_timeout after another.
+function M.deadline(node, round)
+  return host.clock() + (round and node.cfg.round_timeout or node.cfg.peer_timeout)
 end
 
 --- exchange.timeout(node, deadline) -> the seconds left until deadline (peer_timeout without one)
@@ -63,12 +64,17 @@ end
 --- exchange.receive(node, peer, r [, deadline]) -> the float32 vector peer sent for round r,
 -- decoded; or nil when the peer is dropped (on_peer_failure = "continue") or its payload rejected.
 -- Raises when the peer failed and on_peer_failure is "abort". deadline (exchange.deadline) bounds
--- the wait; without one it is peer_timeout.
-function M.receive(node, peer, r, deadline)
+-- the wait; without one it is peer_timeout. With missable and round_timeout set, a peer silent
+-- until the deadline only misses the round (nil; it stays): its message, if it comes, is late.
+function M.receive(node, peer, r, deadline, missable)
   local cfg = node.cfg
   local x, why, said = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), node.chain.wire_dtype)
   if x then return decode(node, peer, r, x, why) end
   if why == "malformed" then return reject(node, peer, r, "malformed: " .. said) end
+  if why == "timeout" and missable and cfg.round_timeout then
+    node.log:write("round %d: peer %d missed the round's deadline (round_timeout %g s)", r, peer, cfg.round_timeout)
+    return nil
+  end
   local what = absence(cfg, why, said)
   if cfg.on_peer_failure == "abort" then
     error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)

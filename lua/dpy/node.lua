@@ -39,6 +39,11 @@ local function record(node, r, loss, train_secs, round_start, before)
   m:add("exchange_seconds", r, node.exchange_seconds or 0)
   m:add("wall_seconds", r, host.clock() - round_start)
   before.sent, before.recv = t.sent_payload + t.sent_header, t.recv_payload + t.recv_header
+  if node.cfg.round_timeout then   -- round r is over: what comes of it (or came unread) is late
+    local late = node.endpoint:late(r + 1)
+    m:add("late_messages", r, late - (before.late or 0))
+    before.late = late
+  end
   local rejected, why = node.endpoint:rejected()
   if rejected > (before.rejected or 0) then
     node.log:write("round %d: %d packet(s) rejected by this process so far (last: %s)", r, rejected, why)

@@ -141,3 +141,60 @@ describe("epidemic learning #e2e", function()
     assert.matches("epidemic: sharing 'secure_average' exchanges messages of its own", err)
   end)
 end)
+
+-- A sharing rule that checks what it gets: every sender replaces its model by the round number
+-- (CONST, an outgoing modifier), so a received model of another round shows.
+local CHECKED = [[
+local registry = require "dpy.registry"
+return registry.register { kind = "sharing", name = "checked",
+  new = function() return { combine = function(node, r, got, weights, own)
+    local foreign = 0
+    for _, x in ipairs(got) do
+      if x:min():item() ~= r or x:max():item() ~= r then foreign = foreign + 1 end
+    end
+    node.metrics:add("foreign", r, foreign)
+    node.metrics:add("got", r, #got)
+    node.model:mix(own, got, weights)
+  end } end }
+]]
+
+describe("round deadlines #e2e", function()
+  local function deadline_run(algorithm, extra)
+    local dir = tmpdir()
+    write_file(dir .. "/checked.lua", CHECKED)
+    -- outgoing(node, flat, round): here (node, r) are node and flat
+    local const = action_config("const", "outgoing", "return tensor.full({ r:numel() }, node.round)",
+                                "local tensor = require 'dpy.tensor'")
+    return TINY .. "rounds = 4\nround_timeout = 0.25\nfaults = { delay = 1.0 }\non_peer_failure = 'abort'\n"
+           .. algorithm .. string.format("sharing = '%s/checked.lua'\n", dir) .. const .. (extra or "")
+  end
+
+  for _, algorithm in ipairs { "algorithm = 'dpsgd'\n", "algorithm = { 'epidemic', variant = 'oracle', s = 2 }\n" } do
+    it("aggregate what came by the deadline; a late message is counted, never mixed into a later round ("
+       .. algorithm:match("'(%w+)'") .. ")", function()
+      for _, p in ipairs { 1, 2 } do
+        local code, _, err, out = run(deadline_run(algorithm), "processes=" .. p)
+        assert.are.equal(0, code, err)
+        local late, missed = 0, 0
+        for uid = 0, 3 do
+          local m = node_metrics(out, uid)
+          assert.are.equal(4, #m.late_messages)
+          for i = 1, 4 do
+            assert.are.equal(0, m.foreign[i][2], "a model of another round was aggregated")
+            late = late + m.late_messages[i][2]
+            missed = missed + (2 - m.got[i][2])
+          end
+        end
+        assert.is_true(missed > 0, "some models missed the deadline")
+        assert.is_true(late > 0, "late messages were counted")
+        assert.is_true(late <= missed, "only missed models are late")
+      end
+    end)
+  end
+
+  it("is a positive number of seconds", function()
+    local code, _, err = run(TINY .. "round_timeout = 0\n")
+    assert.are.equal(2, code)
+    assert.matches("c.lua:11: config key 'round_timeout' must be a number > 0, got 0", err)
+  end)
+end)

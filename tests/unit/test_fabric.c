@@ -229,9 +229,44 @@ static void test_tcp(void) {
     dpy_fabric_close(p[0].f);
 }
 
+/* Messages of rounds a receiver is done with: dpy_fabric_late discards them (any sender, any
+** channel, delayed ones too) and counts them with those a recv discarded as stale; the count is
+** the node's total so far, and taken messages are never in it. */
+static void test_late(void) {
+    int32_t map[3] = {0, 0, 0};
+    dpy_fabric *f = open_mem(map, 3, 0, 0, 0, 0);
+    char err[256];
+    int a = 1, v = 0;
+    CHECK(dpy_fabric_late(f, 1, 1) == 0);
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(dpy_fabric_send(f, 2, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(dpy_fabric_send(f, 2, 1, 3, 2, &a, sizeof a, err, sizeof err) == 0);   /* channel 3 */
+    CHECK(dpy_fabric_send(f, 2, 1, 0, 2, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 1, &v) == DPY_RECV_OK && v == 1);
+    CHECK(dpy_fabric_late(f, 1, 2) == 1);   /* node 2's round 1, never taken */
+    CHECK(dpy_fabric_late(f, 1, 2) == 1);   /* nothing more: the total so far */
+    CHECK(recv_int(f, 1, 2, 2, 1, &v) == DPY_RECV_OK);   /* round 2 is still there */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);   /* late */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 3, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 3, 1, &v) == DPY_RECV_OK);   /* the recv discards round 1 as stale */
+    CHECK(dpy_fabric_late(f, 1, 0) == 2);
+    CHECK(dpy_fabric_late(f, 1, 3) == 3);   /* channel 3's round 2 */
+    CHECK(dpy_fabric_late(f, 0, 3) == 0);   /* another node's count */
+    dpy_fabric_close(f);
+
+    /* a delayed message of a finished round is late too, though not yet due */
+    f = open_mem(map, 3, 0, 0, 0, 5.0);
+    v = 0;
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 0.01, &v) == DPY_RECV_TIMEOUT || v == 1);
+    CHECK(dpy_fabric_late(f, 1, 2) == (v == 1 ? 0 : 1));
+    dpy_fabric_close(f);
+}
+
 int main(void) {
     test_mem();
     test_buffer();
+    test_late();
     test_faults();
     test_tcp();
     return check_report("fabric");

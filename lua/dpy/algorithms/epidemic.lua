@@ -46,9 +46,9 @@ local function round(o, node, r)
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
   node.endpoint:release()
   local got = {}
-  local deadline = exchange.deadline(node)   -- the senders are waited for together
+  local deadline = exchange.deadline(node, true)   -- the senders are waited for together
   for _, v in ipairs(from) do
-    got[#got + 1] = exchange.receive(node, v, r, deadline)   -- nil (not appended) when dropped
+    got[#got + 1] = exchange.receive(node, v, r, deadline, true)   -- nil (not appended): dropped or late
   end
   node.endpoint:acquire(r + 1)   -- as dpsgd: the combine opens the node's next round of compute
   local w, weights = 1 / (#got + 1), {}
