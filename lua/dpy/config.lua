@@ -55,6 +55,25 @@ M.SCHEMA = {
                     doc = "dpsgd, epidemic: seconds a round waits for its peers' models (from the end of its sends); "
                           .. "it aggregates what came, a later one is dropped and counted (late_messages) "
                           .. "(default: none, wait up to peer_timeout)" },
+  stragglers = { type = "table",
+                 doc = "per-node compute slowdowns: { factors = { ... } } in uid order, { fraction =, slowdown = } "
+                       .. "(a seeded fraction of the nodes), or { lognormal = sigma } (see dpy.simclock)",
+                 fields = {
+                   factors = { type = "list", of = "number", doc = "each node's slowdown, in uid order" },
+                   fraction = { type = "number", min = 0, max = 1, doc = "the share of nodes slowed down" },
+                   slowdown = { type = "number", above = 0, doc = "how many times slower they compute" },
+                   lognormal = { type = "number", min = 0, doc = "sigma of exp(sigma N(0, 1)) factors" },
+                 } },
+  sim_clock = { type = "table",
+                doc = "dpsgd, epidemic: a simulated clock (sim_seconds): training at step_seconds per step "
+                      .. "times the node's slowdown, per-link latency (see dpy.simclock)",
+                fields = {
+                  step_seconds = { type = "number", above = 0, required = true,
+                                   doc = "simulated seconds of one local step at slowdown 1" },
+                  latency = { type = "number", min = 0, doc = "seconds a message takes on a link (0)" },
+                  latency_max = { type = "number", min = 0,
+                                  doc = "with it, each link's latency is a seeded uniform draw in [latency, latency_max)" },
+                } },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },

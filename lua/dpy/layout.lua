@@ -7,6 +7,7 @@ local graph = require "dpy.graph"
 local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
 local options = require "dpy.options"
+local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -63,6 +64,11 @@ function M.prepare(cfg, dir)
     local entry = cfg.algorithm
     local bad = alg.check(options.with_defaults(type(entry) == "table" and entry or {}, alg.options or {}), cfg)
     if bad then error(bad, 0) end
+  end
+  simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
+  if cfg.sim_clock and not (alg.simulated and not registry.spec("sharing", cfg.sharing).exchange) then
+    error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
+                        .. "not %s", alg.name), 0)
   end
   if M.algorithm(cfg).graph then
     local spec = registry.spec("graph", cfg.graph)
