@@ -72,7 +72,7 @@ M.SCHEMA = {
                                    doc = "simulated seconds of one local step at slowdown 1" },
                   latency = { type = "number", min = 0, doc = "seconds a message takes on a link (0)" },
                   latency_max = { type = "number", min = 0,
-                                  doc = "with it, each link's latency is a seeded uniform draw in [latency, latency_max)" },
+                                  doc = "with it, a link's latency: a seeded draw in [latency, latency_max)" },
                 } },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "

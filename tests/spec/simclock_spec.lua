@@ -6,7 +6,8 @@ describe("stragglers", function()
   local function cfg(t) return { seed = 3, nodes = 10, stragglers = t } end
 
   it("are a list of factors, a seeded fraction slowed down, or lognormal draws", function()
-    assert.are.same({ [0] = 1, 1, 4, 1 }, simclock.factors { seed = 1, nodes = 4, stragglers = { factors = { 1, 1, 4, 1 } } })
+    assert.are.same({ [0] = 1, 1, 4, 1 },
+                    simclock.factors { seed = 1, nodes = 4, stragglers = { factors = { 1, 1, 4, 1 } } })
     local f = simclock.factors(cfg { fraction = 0.2, slowdown = 4 })
     local slow = {}
     for u = 0, 9 do
