@@ -50,7 +50,8 @@ end
 function M.latency(cfg, from, to)
   local c = cfg.sim_clock
   if not c.latency_max then return c.latency or 0 end
-  local u = random.new((cfg.seed * 1000003 + from) * 1000003 + to):uniform()
+  -- uids read from graph.json are floats
+  local u = random.new((cfg.seed * 1000003 + math.tointeger(from)) * 1000003 + math.tointeger(to)):uniform()
   return (c.latency or 0) + u * (c.latency_max - (c.latency or 0))
 end
 

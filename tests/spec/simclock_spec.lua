@@ -44,6 +44,7 @@ describe("the simulated clock", function()
     local a = simclock.latency(c, 1, 2)
     assert.is_true(a >= 0.01 and a < 0.05)
     assert.are.equal(a, simclock.latency(c, 1, 2))
+    assert.are.equal(a, simclock.latency(c, 1.0, 2.0))   -- uids read from graph.json
     assert.are_not.equal(a, simclock.latency(c, 2, 1))   -- a link each way
     assert.are.equal(0.01, simclock.latency({ seed = 2, nodes = 8, sim_clock = { step_seconds = 1, latency = 0.01 } },
                                             1, 2))
