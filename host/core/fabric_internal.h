@@ -87,6 +87,8 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
 
 typedef struct {
     double drop, duplicate, corrupt, delay;   /* probabilities per message; the longest delay */
+    double latency, latency_max;              /* per link (dpy_faults_link_latency) */
+    uint64_t seed;                            /* the links' draws */
     pthread_mutex_t mu;                       /* the generator */
     uint64_t rng;
 } faults;
@@ -97,6 +99,8 @@ typedef struct { int copies, corrupt; double delay; } fate;
 void dpy_faults_init(faults *fl, const dpy_fabric_opts *o);
 void dpy_faults_destroy(faults *fl);
 fate dpy_faults_decide(faults *fl, size_t len);
+/* The emulated latency of the link from -> to (no lock: a pure function of the seed and the link). */
+double dpy_faults_link_latency(const faults *fl, uint32_t from, uint32_t to);
 /* Makes an encoded header's checksum wrong: the receiving process rejects the packet. */
 void dpy_faults_corrupt_header(uint8_t hdr[DPY_WIRE_HEADER]);
 

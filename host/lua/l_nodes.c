@@ -297,7 +297,7 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 ** for a node driven from the calling state (the REPL).
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
-**   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed,
+**   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
 **   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
@@ -324,6 +324,8 @@ static int n_start(lua_State *L) {
     o.duplicate = num_field(L, 1, "duplicate", 0);
     o.corrupt = num_field(L, 1, "corrupt", 0);
     o.delay = num_field(L, 1, "delay", 0);
+    o.latency = num_field(L, 1, "latency", 0);
+    o.latency_max = num_field(L, 1, "latency_max", 0);
     o.fault_seed = (uint64_t)int_field(L, 1, "fault_seed", 1);
     int slots = int_field(L, 1, "slots", 1);
     int threads = int_field(L, 1, "threads", 1);

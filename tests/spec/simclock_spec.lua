@@ -118,6 +118,18 @@ describe("simulated time #e2e", function()
       end
     end)
 
+  it("emulates link latency in real time, in a process and between processes (faults.latency)", function()
+    -- by causality the third round ends two latencies after the first began, at the least: it needs a
+    -- neighbour's model sent after that neighbour had this node's model of round 2
+    local code, _, err, out = run(TINY .. "faults = { latency = 0.5 }\n", "processes=2")
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local total = 0
+      for _, e in ipairs(node_metrics(out, uid).wall_seconds) do total = total + e[2] end
+      assert.is_true(total >= 2 * 0.5, string.format("node %d: %.3f s for 3 rounds", uid, total))
+    end
+  end)
+
   it("slows a straggler down in real time without a simulated clock", function()
     local code, _, err, out = run(TINY .. "local_steps = 20\nstragglers = { factors = { 1, 1, 1, 6 } }\n")
     assert.are.equal(0, code, err)
