@@ -35,6 +35,15 @@ describe("asynchronous gossip #e2e", function()
     end
   end)
 
+  it("refuses checkpoints and the simulated clock, naming them", function()
+    local code, _, err = run(TINY .. "algorithm = 'async'\ncheckpoint_every = 1\n")
+    assert.are.equal(1, code)
+    assert.matches("async: checkpoint_every is not supported", err)
+    code, _, err = run(TINY .. "algorithm = 'async'\nsim_clock = { step_seconds = 0.1 }\n")
+    assert.are.equal(1, code)
+    assert.matches("sim_clock: simulates dpsgd and epidemic .-, not async", err)
+  end)
+
   it("trains: the loss falls and every node evaluates", function()
     local code, _, err, out = run(TINY .. "rounds = 4\nalgorithm = 'async'\n")
     assert.are.equal(0, code, err)
