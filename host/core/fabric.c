@@ -182,7 +182,8 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
                 break;
             }
             atomic_fetch_add(&shared->refs, 1);
-            m->deliver_at = d.delay > 0 ? dpy_fabric_now() + d.delay : 0;
+            double wait = d.delay + dpy_faults_link_latency(&f->faults, sender, receiver);
+            m->deliver_at = wait > 0 ? dpy_fabric_now() + wait : 0;
             dpy_inbox_put(&f->inboxes[receiver], m);
         }
     }
@@ -239,6 +240,16 @@ void dpy_fabric_release(void *data) {
 }
 
 /* {==== accounting ====} */
+
+double dpy_fabric_link_latency(const dpy_fabric *f, uint32_t from, uint32_t to) {
+    return dpy_faults_link_latency(&f->faults, from, to);
+}
+
+uint64_t dpy_fabric_late(dpy_fabric *f, uint32_t node, uint32_t before) {
+    if (!dpy_fabric_local(f, node))
+        return 0;
+    return dpy_inbox_discard_before(&f->inboxes[node], before);
+}
 
 void dpy_fabric_traffic(dpy_fabric *f, uint32_t node, unsigned channel, dpy_traffic *out) {
     if (!dpy_fabric_local(f, node)) {

@@ -35,6 +35,10 @@ typedef struct {
     /* fault injection (mock): probabilities per message, and a delay */
     double drop, duplicate, corrupt, delay;
     uint64_t fault_seed;
+    /* emulated link latency, in and between processes: a message waits in its receiver's inbox
+    ** this long after it came: latency, or with latency_max > latency a draw per directed link
+    ** (dpy_fabric_link_latency) */
+    double latency, latency_max;
 } dpy_fabric_opts;
 
 typedef struct {
@@ -81,6 +85,16 @@ int dpy_fabric_send_buffer(dpy_fabric *f, uint32_t sender, const uint32_t *recei
 dpy_recv_status dpy_fabric_recv(dpy_fabric *f, uint32_t receiver, uint32_t sender,
                                 uint16_t channel, uint32_t round, double timeout,
                                 void **data, size_t *len, uint32_t *encoding);
+
+/* Discards every message to the local node `node` of a round before `before` (any sender, any
+** channel, a delayed one not yet due too), and returns how many messages of rounds it was done with
+** it has discarded unread so far: these, and those dpy_fabric_recv discarded as stale (a rejected
+** copy is counted among the rejections instead). 0 for a node of another process. */
+uint64_t dpy_fabric_late(dpy_fabric *f, uint32_t node, uint32_t before);
+
+/* The emulated latency of the link from -> to, in seconds: opts.latency, or a uniform draw in
+** [latency, latency_max) from fault_seed and the link (the same in every process). */
+double dpy_fabric_link_latency(const dpy_fabric *f, uint32_t from, uint32_t to);
 
 /* Gives back a payload returned by dpy_fabric_recv or a dpy_fabric_buffer (NULL-safe). */
 void dpy_fabric_release(void *data);

@@ -64,6 +64,7 @@ typedef struct {
     int waiting;
     uint32_t want_sender, want_round;
     uint16_t want_channel;
+    uint64_t late;   /* messages discarded unread because their round was over, under mu */
 } inbox;
 
 void dpy_inbox_init(inbox *in);
@@ -71,6 +72,8 @@ void dpy_inbox_init(inbox *in);
 void dpy_inbox_destroy(inbox *in);
 /* Appends m (takes ownership), waking the receiver if it waits for this message. */
 void dpy_inbox_put(inbox *in, msg *m);
+/* Discards every message of a round before `before`; returns in->late after it (dpy_fabric_late). */
+uint64_t dpy_inbox_discard_before(inbox *in, uint32_t before);
 /* Wakes the receiver whatever it waits for (a sender may have gone). */
 void dpy_inbox_wake(inbox *in);
 /* Whether sender can no longer send (asked only while no message of the round is ready). */
@@ -86,6 +89,8 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
 
 typedef struct {
     double drop, duplicate, corrupt, delay;   /* probabilities per message; the longest delay */
+    double latency, latency_max;              /* per link (dpy_faults_link_latency) */
+    uint64_t seed;                            /* the links' draws */
     pthread_mutex_t mu;                       /* the generator */
     uint64_t rng;
 } faults;
@@ -96,6 +101,8 @@ typedef struct { int copies, corrupt; double delay; } fate;
 void dpy_faults_init(faults *fl, const dpy_fabric_opts *o);
 void dpy_faults_destroy(faults *fl);
 fate dpy_faults_decide(faults *fl, size_t len);
+/* The emulated latency of the link from -> to (no lock: a pure function of the seed and the link). */
+double dpy_faults_link_latency(const faults *fl, uint32_t from, uint32_t to);
 /* Makes an encoded header's checksum wrong: the receiving process rejects the packet. */
 void dpy_faults_corrupt_header(uint8_t hdr[DPY_WIRE_HEADER]);
 

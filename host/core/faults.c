@@ -8,10 +8,26 @@ void dpy_faults_init(faults *fl, const dpy_fabric_opts *o) {
     fl->corrupt = o->corrupt;
     fl->delay = o->delay;
     fl->rng = o->fault_seed;
+    fl->latency = o->latency;
+    fl->latency_max = o->latency_max;
+    fl->seed = o->fault_seed;
     pthread_mutex_init(&fl->mu, NULL);
 }
 
 void dpy_faults_destroy(faults *fl) { pthread_mutex_destroy(&fl->mu); }
+
+static double mix01(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+double dpy_faults_link_latency(const faults *fl, uint32_t from, uint32_t to) {
+    if (!(fl->latency_max > fl->latency))
+        return fl->latency;
+    uint64_t link = ((uint64_t)from << 32 | to) * 0x9E3779B97F4A7C15ULL;
+    return fl->latency + (fl->latency_max - fl->latency) * mix01(fl->seed ^ link ^ 0x6c696e6bULL);
+}
 
 /* splitmix64 draw in [0, 1); caller holds fl->mu */
 static double draw(faults *fl) {

@@ -1,6 +1,6 @@
 /* inbox.c: a local node's inbox. Messages wait there until the node asks for its (channel,
 ** round, sender): a fast sender's next round simply waits, an earlier round's leftovers are
-** discarded as stale, a delayed message waits for its time. A delivery wakes the node only when
+** discarded as stale (and counted: late messages), a delayed message waits for its time. A delivery wakes the node only when
 ** it is the message the node waits for. A message that came but was rejected (a checksum
 ** mismatch) is a marker holding the reason: the receiver is told at once, unless a good copy of
 ** the same message is there too. */
@@ -38,6 +38,23 @@ void dpy_inbox_put(inbox *in, msg *m) {
         pthread_cond_signal(&in->cv);   /* after the unlock: the woken node needs the lock */
 }
 
+uint64_t dpy_inbox_discard_before(inbox *in, uint32_t before) {
+    pthread_mutex_lock(&in->mu);
+    for (msg **p = &in->head; *p;) {
+        msg *m = *p;
+        if (m->round < before) {
+            *p = m->next;
+            in->late += !m->rejected;
+            dpy_msg_free(m);
+        } else {
+            p = &m->next;
+        }
+    }
+    uint64_t late = in->late;
+    pthread_mutex_unlock(&in->mu);
+    return late;
+}
+
 void dpy_inbox_wake(inbox *in) {
     pthread_mutex_lock(&in->mu);
     pthread_cond_broadcast(&in->cv);
@@ -62,6 +79,7 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
             }
             if (m->round < round) {   /* stale: its round is over for this receiver */
                 *p = m->next;
+                in->late += !m->rejected;   /* a rejected copy is counted as a rejection */
                 dpy_msg_free(m);
                 continue;
             }

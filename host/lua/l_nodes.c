@@ -297,7 +297,7 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 ** for a node driven from the calling state (the REPL).
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
-**   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed,
+**   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
 **   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
@@ -324,6 +324,8 @@ static int n_start(lua_State *L) {
     o.duplicate = num_field(L, 1, "duplicate", 0);
     o.corrupt = num_field(L, 1, "corrupt", 0);
     o.delay = num_field(L, 1, "delay", 0);
+    o.latency = num_field(L, 1, "latency", 0);
+    o.latency_max = num_field(L, 1, "latency_max", 0);
     o.fault_seed = (uint64_t)int_field(L, 1, "fault_seed", 1);
     int slots = int_field(L, 1, "slots", 1);
     int threads = int_field(L, 1, "threads", 1);
@@ -758,6 +760,16 @@ static int e_rejected(lua_State *L) {
     return 2;
 }
 
+/* ep:late(round) -> the messages of rounds before round discarded now, with those of finished
+** rounds discarded before: the node's total of late messages (dpy_fabric_late) */
+static int e_late(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    lua_Integer round = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, round >= 0 && round <= UINT32_MAX, 2, "a round in 0 .. 2^32 - 1 expected");
+    lua_pushinteger(L, (lua_Integer)dpy_fabric_late(e->g->fabric, e->node->uid, (uint32_t)round));
+    return 1;
+}
+
 /* ep:acquire([round]) / ep:release(): the process's compute slots (idempotent per node); the
 ** waiting node with the lowest round goes first */
 static int e_acquire(lua_State *L) {
@@ -798,7 +810,7 @@ static int e_tostring(lua_State *L) {
 
 static const luaL_Reg ep_methods[] = {
     {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
-    {"rejected", e_rejected}, {"acquire", e_acquire}, {"release", e_release},
+    {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
     {"report", e_report}, {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
     {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},

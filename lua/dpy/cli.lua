@@ -34,7 +34,8 @@ end
 local function decentralized_text(cfg, dir, s)
   local lines = {
     string.format("results in %s", dir),
-    string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s%s", cfg.nodes, cfg.algorithm,
+    string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s%s", cfg.nodes,
+                  type(cfg.algorithm) == "table" and cfg.algorithm[1] or cfg.algorithm,
                   cfg.processes, cfg.processes > 1 and "es" or "", s.rounds, s.seconds,
                   s.rounds > 0 and string.format(": %.3f s per round", s.seconds_per_round) or ""),
     "  " .. require("dpy.honest").describe(s.honest),

@@ -51,6 +51,29 @@ M.SCHEMA = {
   on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
                       doc = "when a peer dies or is silent past peer_timeout" },
   peer_timeout = { type = "number", default = 300, above = 0, doc = "seconds to wait for a peer's message" },
+  round_timeout = { type = "number", above = 0,
+                    doc = "dpsgd, epidemic: seconds a round waits for its peers' models (from the end of its sends); "
+                          .. "it aggregates what came, a later one is dropped and counted (late_messages) "
+                          .. "(default: none, wait up to peer_timeout)" },
+  stragglers = { type = "table",
+                 doc = "per-node compute slowdowns: { factors = { ... } } in uid order, { fraction =, slowdown = } "
+                       .. "(a seeded fraction of the nodes), or { lognormal = sigma } (see dpy.simclock)",
+                 fields = {
+                   factors = { type = "list", of = "number", doc = "each node's slowdown, in uid order" },
+                   fraction = { type = "number", min = 0, max = 1, doc = "the share of nodes slowed down" },
+                   slowdown = { type = "number", above = 0, doc = "how many times slower they compute" },
+                   lognormal = { type = "number", min = 0, doc = "sigma of exp(sigma N(0, 1)) factors" },
+                 } },
+  sim_clock = { type = "table",
+                doc = "dpsgd, epidemic: a simulated clock (sim_seconds): training at step_seconds per step "
+                      .. "times the node's slowdown, per-link latency (see dpy.simclock)",
+                fields = {
+                  step_seconds = { type = "number", above = 0, required = true,
+                                   doc = "simulated seconds of one local step at slowdown 1" },
+                  latency = { type = "number", min = 0, doc = "seconds a message takes on a link (0)" },
+                  latency_max = { type = "number", min = 0,
+                                  doc = "with it, a link's latency: a seeded draw in [latency, latency_max)" },
+                } },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },
@@ -73,6 +96,9 @@ M.SCHEMA = {
                corrupt = { type = "number", min = 0, max = 1,
                            doc = "probability a message is corrupted (the receiver must reject it)" },
                delay = { type = "number", min = 0, doc = "the longest delay, in seconds (uniform)" },
+               latency = { type = "number", min = 0, doc = "every link's emulated latency, in seconds" },
+               latency_max = { type = "number", min = 0,
+                               doc = "with it, each directed link's latency: a seeded draw in [latency, latency_max)" },
              } },
   sharing = { kind = "sharing", default = "average",
               doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },

@@ -20,6 +20,7 @@ local layout = require "dpy.layout"
 local random = require "dpy.random"
 local transforms = require "dpy.transforms"
 local options = require "dpy.options"
+local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -202,6 +203,7 @@ function M.build(ep, args)
   local c = { uid = uid, cfg = cfg, dir = args.dir, endpoint = ep }
   local node = new_node(c)   -- c: the slots, filled here; after this function only node:wrap changes them
   node.round, node.t0 = 0, tonumber(args.t0)
+  node.simclock = simclock.new(cfg, uid)   -- stragglers and the simulated clock
   c.log = assert(log.open(string.format("%s/%d.log", args.dir, uid), uid))
   c.metrics = metrics.new(uid, string.format("%s/%d.metrics.json", args.dir, uid))
   -- the same initial model on every node; data order and dropout from the node's own stream
@@ -225,8 +227,8 @@ function M.build(ep, args)
     c.local_steps = cfg.local_epochs and cfg.local_epochs * #c.loader or cfg.local_steps
   end
   local algorithm = registry.spec("algorithm", cfg.algorithm)
-  if algorithm.graph then
-    c.graph = layout.load_graph(args.dir)
+  if algorithm.graph then c.graph = layout.load_graph(args.dir) end
+  if algorithm.graph or algorithm.sharing then   -- sharing: a rule without a config graph (epidemic)
     c.sharing = registry.build("sharing", cfg.sharing, node)
   end
   c.chain = transforms.chain(cfg.transforms)

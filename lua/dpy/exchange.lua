@@ -8,6 +8,7 @@ local tensor = require "dpy.tensor"
 local options = require "dpy.options"
 local random = require "dpy.random"
 local host = require "dpy.host.core"
+local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -48,10 +49,12 @@ local function absence(cfg, why, said)
   return string.format("sent nothing for %g s", cfg.peer_timeout)
 end
 
---- exchange.deadline(node) -> when a round's wait for its peers ends (peer_timeout from now): the
--- peers of a round are waited for together, not one peer_timeout after another.
-function M.deadline(node)
-  return host.clock() + node.cfg.peer_timeout
+--- exchange.deadline(node [, round]) -> when a round's wait for its peers ends (peer_timeout from
+-- now; with round true, round_timeout when set): the peers of a round are waited for together, not
+-- one peer_timeout after another.
+function M.deadline(node, round)
+  local cfg = node.cfg
+  return host.clock() + (round and not cfg.sim_clock and cfg.round_timeout or cfg.peer_timeout)
 end
 
 --- exchange.timeout(node, deadline) -> the seconds left until deadline (peer_timeout without one)
@@ -63,12 +66,21 @@ end
 --- exchange.receive(node, peer, r [, deadline]) -> the float32 vector peer sent for round r,
 -- decoded; or nil when the peer is dropped (on_peer_failure = "continue") or its payload rejected.
 -- Raises when the peer failed and on_peer_failure is "abort". deadline (exchange.deadline) bounds
--- the wait; without one it is peer_timeout.
-function M.receive(node, peer, r, deadline)
+-- the wait; without one it is peer_timeout. With missable and round_timeout set, a peer silent
+-- until the deadline only misses the round (nil; it stays): its message, if it comes, is late.
+function M.receive(node, peer, r, deadline, missable)
   local cfg = node.cfg
   local x, why, said = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), node.chain.wire_dtype)
-  if x then return decode(node, peer, r, x, why) end
+  if x then
+    local v = decode(node, peer, r, x, why)
+    if v and node.simclock.simulated then return M.arrived(node, peer, r, v, deadline) end
+    return v
+  end
   if why == "malformed" then return reject(node, peer, r, "malformed: " .. said) end
+  if why == "timeout" and missable and cfg.round_timeout and not cfg.sim_clock then
+    node.log:write("round %d: peer %d missed the round's deadline (round_timeout %g s)", r, peer, cfg.round_timeout)
+    return nil
+  end
   local what = absence(cfg, why, said)
   if cfg.on_peer_failure == "abort" then
     error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)
@@ -76,6 +88,19 @@ function M.receive(node, peer, r, deadline)
   node.log:write("round %d: peer %d %s; continuing without it", r, peer, what)
   node.dropped = node.dropped or {}
   node.dropped[peer] = true
+  return nil
+end
+
+--- exchange.arrived(node, peer, r, v, deadline) -> v, when peer's model v arrives in simulated time
+-- by the round's deadline (its clock, sent beside it, says when it left); else nil (late: freed,
+-- counted).
+function M.arrived(node, peer, r, v, deadline)
+  local t = node.endpoint:recv(peer, simclock.CLOCK, r, M.timeout(node, deadline), "float64")
+  if t and node.simclock:accept(peer, t:item()) then return v end
+  node.log:write("round %d: peer %d's model %s", r, peer,
+                 t and "came after the simulated deadline (round_timeout)" or "came without its clock")
+  if t then t:free() end
+  v:free()
   return nil
 end
 
@@ -139,6 +164,11 @@ function M.send_model(node, peer, r, flat)
   local payload = encode(node, flat, r)
   M.send(node, peer, r, payload)
   if payload ~= flat then payload:free() end
+  if node.simclock.simulated then   -- the simulated time it left, for the receivers' clocks
+    local stamp = node.simclock:stamp()
+    M.send(node, peer, r, stamp, simclock.CLOCK)
+    stamp:free()
+  end
 end
 
 --- exchange.neighbours(node, r) -> the round's graph, and its neighbours of node still alive
@@ -156,11 +186,21 @@ function M.neighbours(node, r)
 end
 
 --- exchange.train(node, steps) -> mean loss, seconds: trains in a compute slot (acquired unless
--- already held) and keeps it: the caller releases it once its compute is done.
+-- already held) and keeps it: the caller releases it once its compute is done. A straggler (see
+-- dpy.simclock) takes its slowdown times as long: on the simulated clock, or in real time by
+-- waiting (without the slot) after its training.
 function M.train(node, steps)
   node.endpoint:acquire(node.round)
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
+  local clock = node.simclock
+  if clock.simulated then
+    clock:trained(steps)
+  elseif clock.factor > 1 then
+    node.endpoint:release()
+    host.sleep((clock.factor - 1) * (host.clock() - t0))
+    node.endpoint:acquire(node.round)
+  end
   return loss, host.clock() - t0
 end
 

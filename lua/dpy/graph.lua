@@ -153,6 +153,105 @@ function M.small_world(n, k, beta, seed)
   error("small_world: no connected graph drawn", 2)
 end
 
+-- {==== directed graphs: the round graphs of Epidemic Learning ====}
+-- A directed graph is { n, out = { [uid] = sorted uids it sends to }, from = { [uid] = sorted
+-- uids it receives from } }, without self-loops or double arcs.
+
+local function directed(n, out)
+  local from = {}
+  for u = 0, n - 1 do from[u] = {} end
+  for u = 0, n - 1 do
+    table.sort(out[u])
+    for _, v in ipairs(out[u]) do from[v][#from[v] + 1] = u end   -- u ascending: sorted
+  end
+  return { n = n, out = out, from = from }
+end
+
+local function check_out_degree(n, s, what)
+  options.check_type(s, "integer", what .. ": out-degree", 3)
+  if s < 1 then error(string.format("%s: out-degree must be at least 1, got %d", what, s), 3) end
+  if s >= n then error(string.format("%s: out-degree %d needs more than %d nodes", what, s, n), 3) end
+end
+
+--- graph.regular_directed(n, s, seed) -> a random directed graph in which every node sends to s
+-- others and receives from s (EL-Oracle's round graph): s in-stubs per node dealt at random to
+-- the out-stubs, then each self-loop or double arc repaired by swapping its target with a random
+-- other arc's where both arcs come out new.
+function M.regular_directed(n, s, seed)
+  check_n(n, "regular_directed")
+  check_out_degree(n, s, "regular_directed")
+  local out = {}
+  for u = 0, n - 1 do out[u] = {} end
+  if s == n - 1 then   -- the complete digraph, the only one
+    for u = 0, n - 1 do
+      for v = 0, n - 1 do if v ~= u then out[u][#out[u] + 1] = v end end
+    end
+    return directed(n, out)
+  end
+  local rng = random.new(seed or 0)
+  local owner, target, count = {}, {}, {}   -- arc i: owner[i] -> target[i]; count[u * n + v]: arcs u -> v
+  for u = 0, n - 1 do
+    for _ = 1, s do
+      owner[#owner + 1] = u
+      target[#target + 1] = u
+    end
+  end
+  rng:shuffle(target)
+  for i = 1, #owner do
+    local k = owner[i] * n + target[i]
+    count[k] = (count[k] or 0) + 1
+  end
+  local m = #owner
+  for i = 1, m do
+    local tries = 0
+    while owner[i] == target[i] or count[owner[i] * n + target[i]] > 1 do
+      tries = tries + 1
+      if tries > 100 * m then
+        error(string.format("regular_directed: could not draw a %d-regular digraph on %d nodes", s, n), 2)
+      end
+      local j = rng:int(m) + 1
+      local u, v, w, x = owner[i], target[i], owner[j], target[j]
+      -- u -> x and w -> v must both be new arcs (a swap never spoils a repaired arc)
+      if u ~= w and x ~= u and v ~= w and not count[u * n + x] and not count[w * n + v] then
+        count[u * n + v] = count[u * n + v] > 1 and count[u * n + v] - 1 or nil
+        count[w * n + x] = count[w * n + x] > 1 and count[w * n + x] - 1 or nil
+        count[u * n + x], count[w * n + v] = 1, 1
+        target[i], target[j] = x, v
+      end
+    end
+  end
+  for i = 1, m do out[owner[i]][#out[owner[i]] + 1] = target[i] end
+  return directed(n, out)
+end
+
+--- graph.random_targets(n, s, seed, u) -> the s distinct nodes other than u that u draws
+-- uniformly (sorted), from its own stream (seed, u): EL-Local's choice of node u.
+function M.random_targets(n, s, seed, u)
+  check_out_degree(n, s, "random_targets")
+  local rng = random.new((seed or 0) * 1000003 + u)
+  local chosen, list = {}, {}
+  while #list < s do
+    local v = rng:int(n - 1)
+    if v >= u then v = v + 1 end   -- every node but u
+    if not chosen[v] then
+      chosen[v] = true
+      list[#list + 1] = v
+    end
+  end
+  table.sort(list)
+  return list
+end
+
+--- graph.random_out(n, s, seed) -> the directed graph of every node's random_targets (EL-Local's
+-- round graph: out-degree s, in-degrees as they fall)
+function M.random_out(n, s, seed)
+  check_n(n, "random_out")
+  check_out_degree(n, s, "random_out")
+  local out = {}
+  for u = 0, n - 1 do out[u] = M.random_targets(n, s, seed, u) end
+  return directed(n, out)
+end
+
 -- {==== DecentralizePy's graph files (its Graph.read_graph_from_file) ====}
 -- Line 1 is the node count n. Then, as an edge list ("edges"), one "u v" per line (an undirected
 -- edge; its writer lists each twice); as an adjacency list ("adjacency"), exactly n lines, line

@@ -6,6 +6,8 @@ local registry = require "dpy.registry"
 local graph = require "dpy.graph"
 local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
+local options = require "dpy.options"
+local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -57,6 +59,17 @@ end
 --- Writes graph.json and partition.pt into dir; returns { edges, spectral_gap } of the graph.
 function M.prepare(cfg, dir)
   local info = {}
+  local alg = M.algorithm(cfg)
+  if alg.check then   -- what an algorithm's options need of the run (epidemic: s below nodes)
+    local entry = cfg.algorithm
+    local bad = alg.check(options.with_defaults(type(entry) == "table" and entry or {}, alg.options or {}), cfg)
+    if bad then error(bad, 0) end
+  end
+  simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
+  if cfg.sim_clock and not (alg.simulated and not registry.spec("sharing", cfg.sharing).exchange) then
+    error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
+                        .. "not %s", alg.name), 0)
+  end
   if M.algorithm(cfg).graph then
     local spec = registry.spec("graph", cfg.graph)
     local g = registry.build("graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })

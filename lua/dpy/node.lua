@@ -10,6 +10,7 @@ local trainer = require "dpy.trainer"
 local host = require "dpy.host.core"
 local container = require "dpy.container"
 local checkpoint = require "dpy.checkpoint"
+local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -32,6 +33,12 @@ end
 
 local function record(node, r, loss, train_secs, round_start, before)
   local m, t = node.metrics, node.endpoint:traffic()
+  local clock = node.simclock
+  if clock.simulated then   -- the clock messages are not the modelled network's bytes
+    local c = node.endpoint:traffic(simclock.CLOCK)
+    for _, k in ipairs { "sent_payload", "sent_header", "recv_payload", "recv_header" } do t[k] = t[k] - c[k] end
+    m:add("sim_seconds", r, clock:finish())
+  end
   if loss then m:add("train_loss", r, loss) end
   m:add("bytes_sent", r, t.sent_payload + t.sent_header - before.sent)
   m:add("bytes_received", r, t.recv_payload + t.recv_header - before.recv)
@@ -39,6 +46,11 @@ local function record(node, r, loss, train_secs, round_start, before)
   m:add("exchange_seconds", r, node.exchange_seconds or 0)
   m:add("wall_seconds", r, host.clock() - round_start)
   before.sent, before.recv = t.sent_payload + t.sent_header, t.recv_payload + t.recv_header
+  if node.cfg.round_timeout then   -- round r is over: what comes of it (or came unread) is late
+    local late = node.endpoint:late(r + 1) + clock.late
+    m:add("late_messages", r, late - (before.late or 0))
+    before.late = late
+  end
   local rejected, why = node.endpoint:rejected()
   if rejected > (before.rejected or 0) then
     node.log:write("round %d: %d packet(s) rejected by this process so far (last: %s)", r, rejected, why)

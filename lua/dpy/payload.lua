@@ -24,7 +24,7 @@ function M.limit(cfg)
   local encoded = transforms.chain(cfg.transforms):encoded_bound(values)
   local limit = math.max(M.CONTROL, encoded or M.UNBOUNDED)
   local specs = { registry.spec("algorithm", cfg.algorithm) }
-  if specs[1].graph then specs[2] = registry.spec("sharing", cfg.sharing) end
+  if specs[1].graph or specs[1].sharing then specs[2] = registry.spec("sharing", cfg.sharing) end
   for _, spec in ipairs(specs) do
     if spec.payload_bound then limit = math.max(limit, spec.payload_bound(cfg, values, encoded)) end
   end

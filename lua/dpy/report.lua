@@ -1,8 +1,9 @@
 --- dpy.report: comparing runs (dpy-lua report out/A out/B ...). One row per run: config, final
 -- test accuracy over the honest evaluated nodes (mean +- std (count); honest as dpy.honest says,
 -- as in the run's summary), bytes sent per node per round, epsilon, seconds per round; then a line
--- per run naming the nodes left out. Plots, drawn by gnuplot: accuracy against round and accuracy
--- against bytes sent per node.
+-- per run naming the nodes left out. Plots, drawn by gnuplot: accuracy against round, against
+-- bytes sent per node, and against time (the slowest node's: simulated seconds where the run has
+-- sim_clock, else its cumulative wall seconds).
 local metrics = require "dpy.metrics"
 
 local M = {}
@@ -29,7 +30,8 @@ function M.load(dir)
   if not honest then return nil, err end
   run.honest_nodes = honest
   local finals, sent, walls, eps = {}, {}, {}, nil
-  local per_round_acc, per_round_bytes = {}, {}
+  local per_round_acc, per_round_bytes, time_at = {}, {}, {}
+  run.simulated = false
   for uid = 0, run.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
     m = m and m.metrics
@@ -40,8 +42,15 @@ function M.load(dir)
         bytes_at[e[1]] = cumulative
         sent[#sent + 1] = e[2]
       end
+      local elapsed = 0
       for _, e in ipairs(m.wall_seconds or {}) do
         walls[e[1]] = math.max(walls[e[1]] or 0, e[2])
+        elapsed = elapsed + e[2]
+        if not m.sim_seconds then time_at[e[1]] = math.max(time_at[e[1]] or 0, elapsed) end
+      end
+      for _, e in ipairs(m.sim_seconds or {}) do
+        run.simulated = true
+        time_at[e[1]] = math.max(time_at[e[1]] or 0, e[2])
       end
       if last(m.epsilon) then eps = math.max(eps or 0, last(m.epsilon)) end
       if honest.set[uid] and m.test_accuracy and #m.test_accuracy > 0 then
@@ -70,7 +79,7 @@ function M.load(dir)
   table.sort(rs)
   for _, r in ipairs(rs) do
     local acc = mean_std(per_round_acc[r])
-    run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r])) }
+    run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r])), time_at[r] or 0 }
   end
   return run
 end
@@ -114,17 +123,24 @@ function M.plot(runs, out_dir, format)
     local path = string.format("%s/report_%d_%s.dat", out_dir, i, run.label:gsub("[^%w_.-]", "_"))
     local f, err = io.open(path, "w")
     if not f then return nil, err end
-    f:write("# round\taccuracy\tbytes_sent_per_node\n")
-    for _, p in ipairs(run.curve) do f:write(string.format("%d\t%.6f\t%.0f\n", p[1], p[2], p[3])) end
+    f:write("# round\taccuracy\tbytes_sent_per_node\tseconds\n")
+    for _, p in ipairs(run.curve) do f:write(string.format("%d\t%.6f\t%.0f\t%.6f\n", p[1], p[2], p[3], p[4])) end
     f:close()
     data[i] = path
   end
+  local simulated, wall = 0, 0
+  for _, run in ipairs(runs) do
+    if run.simulated then simulated = simulated + 1 else wall = wall + 1 end
+  end
   local plots = { accuracy_round = { x = 1, xlabel = "round" },
-                  accuracy_bytes = { x = 3, xlabel = "bytes sent per node" } }
+                  accuracy_bytes = { x = 3, xlabel = "bytes sent per node" },
+                  accuracy_time = { x = 4, xlabel = wall == 0 and "simulated seconds"
+                                               or simulated == 0 and "wall seconds"
+                                               or "seconds (simulated for the runs with sim_clock, else wall)" } }
   local script, outputs = { "set terminal " .. terminal, "set termoption noenhanced",
                             "set key bottom right", "set grid",
                             "set ylabel 'test accuracy (honest nodes, mean)'" }, {}
-  for _, name in ipairs { "accuracy_round", "accuracy_bytes" } do
+  for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time" } do
     local p = plots[name]
     local out = string.format("%s/report_%s.%s", out_dir, name, format)
     outputs[#outputs + 1] = out

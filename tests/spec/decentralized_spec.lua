@@ -199,8 +199,8 @@ describe("decentralized runs", function()
     assert.matches("c.lua:2: graph: no graph named 'rign' %(did you mean 'ring'%?%)", err)
     code, _, err = run("nodes = 4\nalgorithm = 'gossip'\n")
     assert.are.equal(2, code)
-    assert.matches("c.lua:2: algorithm: no algorithm named 'gossip'; valid: dpsgd, fedavg, ps, secure_fedavg, "
-                   .. "or the path of a Lua file", err)
+    assert.matches("c.lua:2: algorithm: no algorithm named 'gossip'; valid: async, dpsgd, epidemic, fedavg, ps, "
+                   .. "secure_fedavg, or the path of a Lua file", err)
   end)
 
   it("runs a user action from configs/actions that wraps the outgoing model", function()

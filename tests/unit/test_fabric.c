@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "check.h"
 #include "fabric.h"
 #include "wire.h"
@@ -229,9 +231,80 @@ static void test_tcp(void) {
     dpy_fabric_close(p[0].f);
 }
 
+/* Messages of rounds a receiver is done with: dpy_fabric_late discards them (any sender, any
+** channel, delayed ones too) and counts them with those a recv discarded as stale; the count is
+** the node's total so far, and taken messages are never in it. */
+static void test_late(void) {
+    int32_t map[3] = {0, 0, 0};
+    dpy_fabric *f = open_mem(map, 3, 0, 0, 0, 0);
+    char err[256];
+    int a = 1, v = 0;
+    CHECK(dpy_fabric_late(f, 1, 1) == 0);
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(dpy_fabric_send(f, 2, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(dpy_fabric_send(f, 2, 1, 3, 2, &a, sizeof a, err, sizeof err) == 0);   /* channel 3 */
+    CHECK(dpy_fabric_send(f, 2, 1, 0, 2, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 1, &v) == DPY_RECV_OK && v == 1);
+    CHECK(dpy_fabric_late(f, 1, 2) == 1);   /* node 2's round 1, never taken */
+    CHECK(dpy_fabric_late(f, 1, 2) == 1);   /* nothing more: the total so far */
+    CHECK(recv_int(f, 1, 2, 2, 1, &v) == DPY_RECV_OK);   /* round 2 is still there */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);   /* late */
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 3, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 3, 1, &v) == DPY_RECV_OK);   /* the recv discards round 1 as stale */
+    CHECK(dpy_fabric_late(f, 1, 0) == 2);
+    CHECK(dpy_fabric_late(f, 1, 3) == 3);   /* channel 3's round 2 */
+    CHECK(dpy_fabric_late(f, 0, 3) == 0);   /* another node's count */
+    dpy_fabric_close(f);
+
+    /* a delayed message of a finished round is late too, though not yet due */
+    f = open_mem(map, 3, 0, 0, 0, 5.0);
+    v = 0;
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 0.01, &v) == DPY_RECV_TIMEOUT || v == 1);
+    CHECK(dpy_fabric_late(f, 1, 2) == (v == 1 ? 0 : 1));
+    dpy_fabric_close(f);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Emulated link latency: a message waits in the inbox for its link's latency; a range gives each
+** directed link its own seeded draw, the same for every fabric of the run. */
+static void test_latency(void) {
+    int32_t map[3] = {0, 0, 0};
+    dpy_fabric_opts o = {.run_id = 7, .nodes = 3, .max_payload = 1 << 20, .process = 0,
+                         .processes = 1, .node_process = map, .fault_seed = 5, .latency = 0.2};
+    dpy_fabric *f;
+    char err[256];
+    CHECK(dpy_fabric_open(&f, &o, err, sizeof err) == 0);
+    CHECK(dpy_fabric_link_latency(f, 0, 1) == 0.2);
+    int a = 4, v = 0;
+    double t0 = now_s();
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
+    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_TIMEOUT);   /* not yet */
+    CHECK(recv_int(f, 1, 0, 1, 2.0, &v) == DPY_RECV_OK && v == 4);
+    CHECK(now_s() - t0 >= 0.2);
+    dpy_fabric_close(f);
+
+    o.latency = 0.01, o.latency_max = 0.05;
+    CHECK(dpy_fabric_open(&f, &o, err, sizeof err) == 0);
+    dpy_fabric *g;
+    CHECK(dpy_fabric_open(&g, &o, err, sizeof err) == 0);
+    double l01 = dpy_fabric_link_latency(f, 0, 1), l10 = dpy_fabric_link_latency(f, 1, 0);
+    CHECK(l01 >= 0.01 && l01 < 0.05 && l10 >= 0.01 && l10 < 0.05 && l01 != l10);
+    CHECK(dpy_fabric_link_latency(g, 0, 1) == l01);   /* another process of the run: the same */
+    dpy_fabric_close(g);
+    dpy_fabric_close(f);
+}
+
 int main(void) {
     test_mem();
     test_buffer();
+    test_late();
+    test_latency();
     test_faults();
     test_tcp();
     return check_report("fabric");

@@ -25,9 +25,9 @@ local function round(node, r)
   node.endpoint:release()
   local w = graph.metropolis_hastings(g, node.uid)
   local got, weights, kept = {}, {}, 0
-  local deadline = exchange.deadline(node)   -- one for all the peers: they are waited for together
+  local deadline = exchange.deadline(node, true)   -- one for all the peers: they are waited for together
   for _, v in ipairs(peers) do
-    local x = exchange.receive(node, v, r, deadline)
+    local x = exchange.receive(node, v, r, deadline, true)
     if x then
       got[#got + 1], weights[#weights + 1] = x, w[v]
     else
@@ -45,7 +45,7 @@ local function round(node, r)
 end
 
 return registry.register {
-  kind = "algorithm", name = "dpsgd", graph = true,
+  kind = "algorithm", name = "dpsgd", graph = true, simulated = true,
   doc = "D-PSGD: train, send the model to the graph's neighbours, combine by the sharing rule",
   new = function() return round end,
 }

@@ -1,0 +1,75 @@
+-- Stragglers on a simulated clock: synchronous D-PSGD against deadline rounds, with a seeded 10 %
+-- of the nodes 4 times slower (configs/stragglers.lua's network: a local step 0.05 simulated
+-- seconds, 5 to 20 ms per link), on the baseline's 4-regular graph and IID Fashion-MNIST. Prints a
+-- Markdown table of the simulated seconds until the nodes' mean test accuracy reaches TARGET.
+--   scripts/dpy configs/stragglers/compare.lua [NODES [ROUNDS [LOCAL_STEPS [TARGET [TIMEOUT]]]]]
+-- (defaults 16 30 5 0.8 0.3; TIMEOUT: the deadline rounds' round_timeout, in simulated seconds)
+local host = require "dpy.host.core"
+local metrics = require "dpy.metrics"
+local paths = require "dpy.paths"
+
+local nodes = math.tointeger(tonumber(arg and arg[1])) or 16
+local rounds = math.tointeger(tonumber(arg and arg[2])) or 30
+local local_steps = math.tointeger(tonumber(arg and arg[3])) or 5
+local target = tonumber(arg and arg[4]) or 0.8
+local timeout = tonumber(arg and arg[5]) or 0.3
+
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local base = paths.absolute(here .. "/../stragglers.lua")
+local work = string.format("%s/dpy_stragglers_%d_%d", os.getenv("TMPDIR") or "/tmp", os.time(), host.pid())
+assert(host.mkdir_p(work))
+
+local variants = {
+  { label = "synchronous D-PSGD", lines = "" },
+  { label = string.format("deadline rounds (round_timeout = %g)", timeout),
+    lines = string.format("round_timeout = %.17g\n", timeout) },
+}
+
+-- (round, mean test accuracy, the slowest node's simulated seconds) at each evaluation round
+local function read_run(dir)
+  local acc, count, sim, late = {}, {}, {}, 0
+  for uid = 0, nodes - 1 do
+    local m = assert(metrics.read(string.format("%s/%d.metrics.json", dir, uid))).metrics
+    for _, e in ipairs(m.test_accuracy or {}) do
+      acc[e[1]], count[e[1]] = (acc[e[1]] or 0) + e[2], (count[e[1]] or 0) + 1
+    end
+    for _, e in ipairs(m.sim_seconds) do sim[e[1]] = math.max(sim[e[1]] or 0, e[2]) end
+    for _, e in ipairs(m.late_messages or {}) do late = late + e[2] end
+  end
+  local curve = {}
+  for r, a in pairs(acc) do curve[#curve + 1] = { r, a / count[r], sim[r] } end
+  table.sort(curve, function(a, b) return a[1] < b[1] end)
+  return curve, late
+end
+
+local bin = host.exe()
+local t_all = host.clock()
+local lines = {}
+for _, v in ipairs(variants) do
+  local dir = string.format("%s/%s", work, v.label:gsub("%W", "_"))
+  local cfg = dir .. ".lua"
+  local f = assert(io.open(cfg, "w"))
+  f:write(string.format("include %q\nnodes = %d\nrounds = %d\nlocal_steps = %d\neval_every = 5\n"
+                        .. "test_samples = 2000\n%s", base, nodes, rounds, local_steps, v.lines))
+  f:close()
+  if not os.execute(string.format("%q run %q --out %q -q >%q.out 2>&1", bin, cfg, dir, dir)) then
+    error(string.format("%s: the run failed (see %s.out)", v.label, dir), 0)
+  end
+  local curve, late = read_run(dir)
+  local reached = string.format(">%.1f (round >%d)", curve[#curve][3], rounds)
+  for _, e in ipairs(curve) do
+    if e[2] >= target then
+      reached = string.format("%.1f (round %d)", e[3], e[1])
+      break
+    end
+  end
+  lines[#lines + 1] = string.format("| %s | %s | %.4f | %.1f | %d |", v.label, reached, curve[#curve][2],
+                                    curve[#curve][3], late)
+  io.stderr:write(lines[#lines], "\n")
+end
+print(string.format("%d nodes, 10 %% of them 4x slower, %d local steps a round, up to %d rounds (%.0f s)", nodes,
+                    local_steps, rounds, host.clock() - t_all))
+print(string.format("| rounds | simulated seconds to %.0f %% mean test accuracy | final accuracy | simulated "
+                    .. "seconds at the end | late models |", target * 100))
+print("| --- | --- | --- | --- | --- |")
+for _, l in ipairs(lines) do print(l) end

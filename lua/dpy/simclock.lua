@@ -1,0 +1,96 @@
+--- dpy.simclock: stragglers and the simulated clock, so that time-to-accuracy can be studied on one
+-- machine.
+--   stragglers = { factors = { f0, f1, ... } }       each node's compute slowdown, in uid order
+--   stragglers = { fraction = 0.1, slowdown = 4 }     a seeded fraction of the nodes, `slowdown` times slower
+--   stragglers = { lognormal = 0.5 }                  each node's factor exp(0.5 N(0, 1)), seeded
+-- Without sim_clock a straggler is emulated in real time: after its training it waits (f - 1) times
+-- what the training took (without a compute slot). With
+--   sim_clock = { step_seconds = s, latency = l [, latency_max = m] }
+-- every node keeps a simulated clock instead: a round's training takes local steps * s * factor, a
+-- model sent at simulated time t reaches its receiver at t + the link's latency (l, or per link a
+-- seeded uniform draw in [l, m)), and a round ends when the node's training and the models it
+-- accepted are done. A sender's clock travels beside its model (a float64 on channel CLOCK, left
+-- out of the byte metrics), so the times depend on nothing measured: bit-identical in every layout.
+-- With round_timeout, the deadline is simulated too: a model arriving later than round_timeout
+-- after the receiver's own send is late (dropped, counted in late_messages).
+local random = require "dpy.random"
+local tensor = require "dpy.tensor"
+
+local M = {}
+
+M.CLOCK = 6   -- the fabric channel of the senders' simulated clocks
+
+--- simclock.factors(cfg) -> { [uid] = compute slowdown } for every node (1 without stragglers).
+-- Raises on a list of the wrong length or an ambiguous table.
+function M.factors(cfg)
+  local s, n, f = cfg.stragglers, cfg.nodes, {}
+  for u = 0, n - 1 do f[u] = 1 end
+  if not s then return f end
+  local forms = (s.factors and 1 or 0) + ((s.fraction or s.slowdown) and 1 or 0) + (s.lognormal and 1 or 0)
+  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown) or lognormal", 0) end
+  if s.factors then
+    if #s.factors ~= n then
+      error(string.format("stragglers: factors lists %d nodes, the config has %d", #s.factors, n), 0)
+    end
+    for u = 0, n - 1 do f[u] = s.factors[u + 1] end
+  elseif s.lognormal then
+    local rng = random.new(cfg.seed * 7919 + 17)
+    for u = 0, n - 1 do f[u] = math.exp(s.lognormal * rng:normal()) end
+  else
+    if not (s.fraction and s.slowdown) then error("stragglers: fraction needs slowdown, and slowdown fraction", 0) end
+    local all = {}
+    for u = 0, n - 1 do all[u + 1] = u end
+    random.new(cfg.seed * 7919 + 13):shuffle(all)
+    for i = 1, math.floor(s.fraction * n + 0.5) do f[all[i]] = s.slowdown end
+  end
+  return f
+end
+
+--- simclock.latency(cfg, from, to) -> the simulated seconds a message takes on the link from -> to
+function M.latency(cfg, from, to)
+  local c = cfg.sim_clock
+  if not c.latency_max then return c.latency or 0 end
+  -- uids read from graph.json are floats
+  local u = random.new((cfg.seed * 1000003 + math.tointeger(from)) * 1000003 + math.tointeger(to)):uniform()
+  return (c.latency or 0) + u * (c.latency_max - (c.latency or 0))
+end
+
+local Clock = {}
+Clock.__index = Clock
+
+--- simclock.new(cfg, uid) -> the node's clock: { factor, simulated (whether sim_clock is on), now }
+function M.new(cfg, uid)
+  local factor = M.factors(cfg)[uid]
+  return setmetatable({ cfg = cfg, uid = uid, factor = factor, simulated = cfg.sim_clock ~= nil,
+                        now = 0, sent = 0, done = 0, late = 0 }, Clock)
+end
+
+--- clock:trained(steps): the node trained steps this round; its models leave at now + their time
+function Clock:trained(steps)
+  self.sent = self.now + steps * self.cfg.sim_clock.step_seconds * self.factor
+  self.done = self.sent
+end
+
+--- clock:stamp() -> a float64 tensor of the send's simulated time (what the receivers get)
+function Clock:stamp() return tensor.new({ self.sent }, "float64") end
+
+--- clock:accept(peer, t) -> whether a model peer sent at simulated time t arrives in time (by the
+-- deadline of round_timeout after this node's send, when set); an accepted one extends the round.
+function Clock:accept(peer, t)
+  local arrive = t + M.latency(self.cfg, peer, self.uid)
+  local timeout = self.cfg.round_timeout
+  if timeout and arrive > self.sent + timeout then
+    self.late = self.late + 1
+    return false
+  end
+  if arrive > self.done then self.done = arrive end
+  return true
+end
+
+--- clock:finish() -> the simulated time at the end of the round (the next one starts there)
+function Clock:finish()
+  self.now = self.done
+  return self.now
+end
+
+return M

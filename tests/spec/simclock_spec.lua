@@ -1,0 +1,143 @@
+-- Stragglers and the simulated clock (dpy.simclock): per-node compute slowdowns, simulated round
+-- times (compute at step_seconds per step, per-link latency), deadlines in simulated time.
+local simclock = require "dpy.simclock"
+
+describe("stragglers", function()
+  local function cfg(t) return { seed = 3, nodes = 10, stragglers = t } end
+
+  it("are a list of factors, a seeded fraction slowed down, or lognormal draws", function()
+    assert.are.same({ [0] = 1, 1, 4, 1 },
+                    simclock.factors { seed = 1, nodes = 4, stragglers = { factors = { 1, 1, 4, 1 } } })
+    local f = simclock.factors(cfg { fraction = 0.2, slowdown = 4 })
+    local slow = {}
+    for u = 0, 9 do
+      assert.is_true(f[u] == 1 or f[u] == 4)
+      if f[u] == 4 then slow[#slow + 1] = u end
+    end
+    assert.are.equal(2, #slow)
+    assert.are.same(f, simclock.factors(cfg { fraction = 0.2, slowdown = 4 }))
+    assert.are_not.same(f, simclock.factors { seed = 4, nodes = 10, stragglers = { fraction = 0.2, slowdown = 4 } })
+    local l = simclock.factors(cfg { lognormal = 0.5 })
+    local distinct = {}
+    for u = 0, 9 do
+      assert.is_true(l[u] > 0)
+      distinct[l[u]] = true
+    end
+    assert.is_true(next(distinct, next(distinct)) ~= nil, "drawn per node")
+    assert.are.same(l, simclock.factors(cfg { lognormal = 0.5 }))
+    assert.are.same({ [0] = 1, 1, 1 }, simclock.factors { seed = 1, nodes = 3 })
+  end)
+
+  it("refuse a list of the wrong length, and two forms at once", function()
+    assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 } }) end,
+                         "stragglers: factors lists 2 nodes, the config has 10")
+    assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 }, lognormal = 1 }) end,
+                         "stragglers: give one of factors, fraction %(with slowdown%) or lognormal")
+    assert.error_matches(function() simclock.factors(cfg { fraction = 0.5 }) end,
+                         "stragglers: fraction needs slowdown")
+  end)
+end)
+
+describe("the simulated clock", function()
+  it("draws a link's latency from its seed, the same both ways of asking", function()
+    local c = { seed = 2, nodes = 8, sim_clock = { step_seconds = 0.1, latency = 0.01, latency_max = 0.05 } }
+    local a = simclock.latency(c, 1, 2)
+    assert.is_true(a >= 0.01 and a < 0.05)
+    assert.are.equal(a, simclock.latency(c, 1, 2))
+    assert.are.equal(a, simclock.latency(c, 1.0, 2.0))   -- uids read from graph.json
+    assert.are_not.equal(a, simclock.latency(c, 2, 1))   -- a link each way
+    assert.are.equal(0.01, simclock.latency({ seed = 2, nodes = 8, sim_clock = { step_seconds = 1, latency = 0.01 } },
+                                            1, 2))
+  end)
+end)
+
+-- The simulated time of a synchronous ring, computed here another way: a node's round ends when its
+-- own compute and its neighbours' models are done: E_i = max(C_i, C_j + latency), C_i = E_i(prev) +
+-- steps * step * factor_i.
+local function ring_times(n, rounds, steps, step, lat, factors, timeout)
+  local E, out = {}, {}
+  for u = 0, n - 1 do E[u], out[u] = 0, {} end
+  for r = 1, rounds do
+    local C = {}
+    for u = 0, n - 1 do C[u] = E[u] + steps * step * factors[u] end
+    for u = 0, n - 1 do
+      local e = C[u]
+      for _, v in ipairs { (u + 1) % n, (u - 1) % n } do
+        local arrive = C[v] + lat
+        if not timeout or arrive <= C[u] + timeout then e = math.max(e, arrive) end
+      end
+      E[u] = e
+      out[u][r] = e
+    end
+  end
+  return out
+end
+
+describe("simulated time #e2e", function()
+  local TINY, run = TINY_RUN, run_config
+  local SIM = "rounds = 4\nstragglers = { factors = { 1, 1, 1, 4 } }\n"
+              .. "sim_clock = { step_seconds = 0.01, latency = 0.005 }\n"
+
+  it("is the emulated network's time, bit-identical in every process layout", function()
+    local want = ring_times(4, 4, 3, 0.01, 0.005, { [0] = 1, 1, 1, 4 })
+    local outs = {}
+    for _, p in ipairs { 1, 2 } do
+      local code, _, err, out = run(TINY .. SIM, "processes=" .. p)
+      assert.are.equal(0, code, err)
+      outs[p] = out
+    end
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.sim_seconds, b.sim_seconds)
+      assert.are.same(a.train_loss, b.train_loss)
+      for r = 1, 4 do assert.is_true(math.abs(a.sim_seconds[r][2] - want[uid][r]) < 1e-12, uid .. " " .. r) end
+      -- the clock messages are not the modelled network's bytes
+      assert.are.same({ 1, 2 * (215370 * 4 + 40) }, a.bytes_sent[1])
+    end
+  end)
+
+  it("puts round deadlines in simulated time: the straggler's models are late, the same in every layout",
+    function()
+      local cfg = TINY .. SIM .. "round_timeout = 0.05\n"
+      local want = ring_times(4, 4, 3, 0.01, 0.005, { [0] = 1, 1, 1, 4 }, 0.05)
+      local outs = {}
+      for _, p in ipairs { 1, 2 } do
+        local code, _, err, out = run(cfg, "processes=" .. p)
+        assert.are.equal(0, code, err)
+        outs[p] = out
+      end
+      for uid = 0, 3 do
+        local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+        assert.are.same(a.train_loss, b.train_loss)
+        assert.are.same(a.late_messages, b.late_messages)
+        for r = 1, 4 do
+          assert.is_true(math.abs(a.sim_seconds[r][2] - want[uid][r]) < 1e-12, uid .. " " .. r)
+          -- node 3's neighbours (0 and 2) never get its model in time
+          assert.are.equal((uid == 0 or uid == 2) and 1 or 0, a.late_messages[r][2], uid .. " " .. r)
+        end
+      end
+    end)
+
+  it("emulates link latency in real time, in a process and between processes (faults.latency)", function()
+    -- by causality the third round ends two latencies after the first began, at the least: it needs a
+    -- neighbour's model sent after that neighbour had this node's model of round 2
+    local code, _, err, out = run(TINY .. "faults = { latency = 0.5 }\n", "processes=2")
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local total = 0
+      for _, e in ipairs(node_metrics(out, uid).wall_seconds) do total = total + e[2] end
+      assert.is_true(total >= 2 * 0.5, string.format("node %d: %.3f s for 3 rounds", uid, total))
+    end
+  end)
+
+  it("slows a straggler down in real time without a simulated clock", function()
+    local code, _, err, out = run(TINY .. "local_steps = 20\nstragglers = { factors = { 1, 1, 1, 6 } }\n")
+    assert.are.equal(0, code, err)
+    local function mean(uid)
+      local s, m = 0, node_metrics(out, uid).train_seconds
+      for _, e in ipairs(m) do s = s + e[2] end
+      return s / #m
+    end
+    assert.is_true(mean(3) > 2.5 * math.max(mean(0), mean(1), mean(2)), "the straggler took longer")
+  end)
+end)
