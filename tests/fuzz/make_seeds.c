@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "codec.h"
+#include "sparse.h"
 #include "wire.h"
 
 static void put(const char *dir, const char *harness, const char *name, const void *p, size_t n) {
@@ -45,6 +46,19 @@ int main(int argc, char **argv) {
     put(dir, "fpzip", "lossless", buf, (size_t)n);
     n = dpy_fpzip_encode(buf, sizeof buf, x, 40, 12, err, sizeof err);
     put(dir, "fpzip", "prec12", buf, (size_t)n);
+    /* sparse: 6 of 300 values, indices as deltas (one of two bytes), each value type; and
+    ** implicit indices */
+    const int64_t at[6] = {0, 3, 130, 131, 299 - 40, 299};
+    const char *const types[] = {"f32", "f16", "bf16"};
+    for (int t = 0; t < 3; t++) {
+        n = dpy_sparse_encode(buf, sizeof buf, 300, at, x, 6, t + 1, DPY_SPARSE_DELTAS, NULL, err,
+                              sizeof err);
+        snprintf(name, sizeof name, "deltas_%s", types[t]);
+        put(dir, "sparse", name, buf, (size_t)n);
+    }
+    n = dpy_sparse_encode(buf, sizeof buf, 300, NULL, x, 6, DPY_SPARSE_F32, DPY_SPARSE_IMPLICIT,
+                          NULL, err, sizeof err);
+    put(dir, "sparse", "implicit", buf, (size_t)n);
     /* two packets back to back: a hello, then 8 payload bytes */
     dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1};
     uint8_t pk[2 * DPY_WIRE_HEADER + 8] = {0};
