@@ -26,8 +26,9 @@ static const void *view(lua_State *L, int arg, dpy_dtype dtype, size_t *n, dpy_t
 static float *writable(lua_State *L, int arg, size_t *n) {
     dpy_tensor *t = dpy_checktensor(L, arg);
     dpy_tensor_box *b = luaL_checkudata(L, arg, DPY_TENSOR_MT);
-    if (b->flags & (DPY_TF_READONLY | DPY_TF_SENDABLE))
-        luaL_argerror(L, arg, "the tensor is read-only");
+    if (b->flags & DPY_TF_READONLY)
+        luaL_argerror(L, arg, "read-only dpy.Tensor (shared: the dataset, or a model sent or "
+                              "received); clone it first");
     float *p = (float *)dpy_tensor_data(t);
     if (dpy_tensor_dtype(t) != DPY_FLOAT32 || !p)
         luaL_argerror(L, arg, "a contiguous cpu float32 tensor expected");
