@@ -10,6 +10,7 @@
 
 #include "dpy_lua.h"
 #include "sparse.h"
+#include "wavelet.h"
 
 /* A contiguous cpu copy or share of the tensor at arg in dtype, in a temporary box (read every
 ** argument before calling this); n: its element count. */
@@ -220,7 +221,51 @@ static int s_fill_at(lua_State *L) {
     return 1;
 }
 
+static const char *const FAMILIES[] = {"daubechies", "haar", "bspline", NULL};
+
+/* wavelet(x [, family = "daubechies" [, member = 4]]) -> float32 coefficients (a power of two of
+** them: x zero-padded) */
+static int s_wavelet(lua_State *L) {
+    dpy_checktensor(L, 1);
+    int family = luaL_checkoption(L, 2, "daubechies", FAMILIES);
+    int member = (int)luaL_optinteger(L, 3, family == DPY_WAVELET_HAAR ? 2 : 4);
+    size_t n;
+    dpy_tensor_box *in;
+    const float *x = view(L, 1, DPY_FLOAT32, &n, &in);
+    float *coef = push_empty(L, dpy_wavelet_size(n), DPY_FLOAT32);
+    char err[256];
+    int rc = dpy_wavelet_forward(coef, x, n, family, member, err, sizeof err);
+    dpy_tensor_drop(in);
+    if (rc != 0)
+        return luaL_error(L, "%s", err);
+    return 1;
+}
+
+/* unwavelet(coef, n [, family [, member]]) -> the n values whose transform coef is */
+static int s_unwavelet(lua_State *L) {
+    dpy_checktensor(L, 1);
+    size_t n = (size_t)check_size(L, 2);
+    int family = luaL_checkoption(L, 3, "daubechies", FAMILIES);
+    int member = (int)luaL_optinteger(L, 4, family == DPY_WAVELET_HAAR ? 2 : 4);
+    size_t m;
+    dpy_tensor_box *in;
+    const float *coef = view(L, 1, DPY_FLOAT32, &m, &in);
+    if (m != dpy_wavelet_size(n)) {
+        dpy_tensor_drop(in);
+        return luaL_error(L, "unwavelet: %I coefficients, but %I values take %I",
+                          (lua_Integer)m, (lua_Integer)n, (lua_Integer)dpy_wavelet_size(n));
+    }
+    float *x = push_empty(L, n, DPY_FLOAT32);
+    char err[256];
+    int rc = dpy_wavelet_inverse(x, n, coef, family, member, err, sizeof err);
+    dpy_tensor_drop(in);
+    if (rc != 0)
+        return luaL_error(L, "%s", err);
+    return 1;
+}
+
 static const luaL_Reg functions[] = {
+    {"wavelet", s_wavelet}, {"unwavelet", s_unwavelet},
     {"encode", s_encode}, {"decode", s_decode},   {"bound", s_bound},
     {"topk", s_topk},     {"sample", s_sample},   {"scatter_", s_scatter},
     {"scatter_add_", s_scatter_add},              {"fill_at_", s_fill_at},

@@ -63,16 +63,30 @@ function M.seed(seed, uid, r)
   return ((s * 1000003 + u) * 1000033 + k) * 0x9e3779b9 + 1
 end
 
---- sparse.averager(node, fill) -> a combine(node, r, got, weights, own_weight) over partial
--- models. A coordinate a neighbour did not send takes its last known value (fill = "last": a copy
--- per neighbour, starting from the initial model, which every node shares) or the receiver's own
--- (fill = "own", as DecentralizePy's PartialModel does).
-function M.averager(node, fill)
+--- sparse.averager(node, fill [, domain]) -> a combine(node, r, got, weights, own_weight) over
+-- partial models. A coordinate a neighbour did not send takes its last known value (fill =
+-- "last": a copy per neighbour, starting from the initial model, which every node shares) or the
+-- receiver's own (fill = "own", as DecentralizePy's PartialModel does). domain (wavelet, fft):
+-- the messages hold coefficients of domain.forward(model); the average is taken there and the
+-- model set to its domain.inverse.
+function M.averager(node, fill, domain)
   local initial = node.model:get_flat()
+  if domain then
+    local c = domain.forward(initial)
+    initial:free()
+    initial = c
+  end
   local copies = {}
   return function(nd, _, got, weights, own_weight)
     local mixed, own = {}, nil
-    if fill == "own" and #got > 0 then own = nd.model:get_flat() end
+    if (fill == "own" or domain) and #got > 0 then
+      own = nd.model:get_flat()
+      if domain then
+        local c = domain.forward(own)
+        own:free()
+        own = c
+      end
+    end
     for i, m in ipairs(got) do
       local base
       if fill == "own" then
@@ -83,12 +97,72 @@ function M.averager(node, fill)
       end
       mixed[i] = m:apply(base)
     end
-    nd.model:mix(own_weight, mixed, weights)
-    if own then
-      own:free()
+    if domain and own then
+      local sum <close> = own:mul(own_weight)
+      for i, t in ipairs(mixed) do sum:add_(t, weights[i]) end
+      local x <close> = domain.inverse(sum)
+      nd.model:set_flat(x)
+    elseif not domain then
+      nd.model:mix(own_weight, mixed, weights)
+    end
+    if own then own:free() end
+    if fill == "own" then
       for _, t in ipairs(mixed) do t:free() end
     end
   end
 end
+
+--- sparse.partial(o, node [, domain]) -> the rule of topk (and, with a domain, of wavelet and
+-- fft): each round the k = round(o.alpha * m) of the m coordinates (of the model, or of its
+-- domain.forward) whose accumulated change is largest (o.accumulate: added up since a coordinate
+-- was last sent, error feedback), sent as (index, current value) pairs in o.values; the receiver
+-- averages per o.fill. rule.residual: what is left to send; rule.sent: the accumulated change the
+-- last encoding sent (at its indices).
+function M.partial(o, node, domain)
+  local function coefficients(t)
+    if not domain then return t end
+    return domain.forward(t)
+  end
+  local base = coefficients(node.model:get_flat())   -- the model after the last combine
+  local m = base:numel()
+  local k = M.count(o.alpha, m)
+  local rule = { payload = "uint8", residual = base:mul(0) }
+  function rule.bound() return core.bound(m, o.values) end
+  function rule.encode(_, t, _)
+    local c <close> = domain and coefficients(t) or nil
+    local x = c or t
+    local change <close> = x - base
+    if o.accumulate then rule.residual:add_(change) else rule.residual:copy_(change) end
+    local idx <close> = core.topk(rule.residual, k)
+    local values <close> = x:index_select(0, idx)
+    if rule.sent then rule.sent:free() end
+    rule.sent = rule.residual:index_select(0, idx)
+    core.fill_at_(rule.residual, idx, 0)
+    return M.pack(m, idx, values, o.values)
+  end
+  function rule.decode(_, peer, _, payload)
+    local got, idx, values = M.unpack(payload, m)
+    if not got then return nil, idx end
+    return M.message(peer, got, idx, values)
+  end
+  local average = M.averager(node, o.fill, domain)
+  function rule.combine(nd, r, got, weights, own_weight)
+    average(nd, r, got, weights, own_weight)
+    base:free()
+    base = coefficients(nd.model:get_flat())
+  end
+  return rule
+end
+
+--- The options of topk, wavelet and fft.
+M.PARTIAL_OPTIONS = {
+  alpha = { type = "number", above = 0, max = 1, default = 0.1, doc = "the fraction of the coordinates sent each round" },
+  accumulate = { type = "boolean", default = true,
+                 doc = "add up the changes not sent (false: the round's change alone decides)" },
+  values = { type = "string", one_of = { "float32", "float16", "bfloat16" }, default = "float32",
+             doc = "how the sent values travel" },
+  fill = { type = "string", one_of = { "last", "own" }, default = "last",
+           doc = "a coordinate not received: the neighbour's last known value, or the receiver's own" },
+}
 
 return M

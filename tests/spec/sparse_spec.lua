@@ -8,6 +8,7 @@ local sparse = require "dpy.sparse"
 require "dpy.sharing.topk"
 require "dpy.sharing.random_subsample"
 require "dpy.sharing.choco"
+require "dpy.sharing.wavelet"
 
 -- A node of the sharing rules' contract, without training: a model that is one flat vector.
 local function fake_node(uid, x, seed)
@@ -94,6 +95,31 @@ describe("sparse sharing", function()
       round(2, tensor.new({ 8, 4, 6, 2 }), own)   -- now indices 2, 3: 0 and 1 keep a's 8 and 4, or b's 2
       assert.are.same(fill == "last" and { 5, 3, 4, 2 } or { 2, 2, 4, 2 }, b.model.x:totable())
     end
+  end)
+
+  it("wavelet: topk over the model's wavelet coefficients; all of them is plain averaging", function()
+    local x = tensor.new({ 1, 2, 3, 4 })
+    local c = sparse.wavelet(x, "haar")   -- by hand: 5, -2, -1/sqrt 2, -1/sqrt 2
+    assert.is_true((c - tensor.new({ 5, -2, -0.70710678, -0.70710678 })):abs():max():item() < 1e-6)
+    assert.is_true((sparse.unwavelet(c, 4, "haar") - x):abs():max():item() < 1e-6)
+    assert.are.equal(1024, sparse.wavelet(tensor.zeros(1000)):numel())   -- zero-padded to 2^10
+    tensor.manual_seed(3)
+    local init = tensor.randn(1000)
+    local a, b = fake_node(0, init), fake_node(1, init)
+    local ra = registry.build("sharing", { "wavelet", alpha = 1 }, a)
+    local rb = registry.build("sharing", { "wavelet", alpha = 1 }, b)
+    local ta, tb = init + tensor.randn(1000) * 0.1, init + tensor.randn(1000) * 0.1
+    local payload, parts = ra.encode(a, ta, 1)
+    assert.are.equal(1024 * 4, parts.values)
+    local m = assert(rb.decode(b, 0, 1, payload))
+    b.model:set_flat(tb)
+    rb.combine(b, 1, { m }, { 0.5 }, 0.5)
+    assert.is_true((b.model.x - (ta + tb) * 0.5):abs():max():item() < 1e-5)
+    -- a fraction: the error feedback holds in the coefficients too
+    local rc = registry.build("sharing", { "wavelet", alpha = 0.05, family = "daubechies", member = 6 }, a)
+    local _, p = rc.encode(a, ta, 1)
+    assert.are.equal(51, p.values / 4)   -- round(0.05 * 1024)
+    assert.has_error(function() registry.build("sharing", { "wavelet", member = 5 }, a) end)
   end)
 
   it("random_subsample's receivers regenerate the sender's indices; no index travels", function()
@@ -222,7 +248,7 @@ describe("sparse sharing runs", function()
 
   it("give bit-identical results in every process layout #e2e", function()
     for _, sharing in ipairs { "{ 'topk', alpha = 0.05, values = 'bfloat16' }", "{ 'choco', alpha = 0.01 }",
-                               "{ 'random_subsample', alpha = 0.1, fill = 'own' }" } do
+                               "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }" } do
       local results = {}
       for _, p in ipairs { 1, 2 } do
         local code, _, err, out = run(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n",

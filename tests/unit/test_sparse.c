@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "sparse.h"
+#include "wavelet.h"
 
 static char err[256];
 
@@ -265,7 +266,41 @@ static void test_sample(void) {
     CHECK(all[0] == 0 && all[4] == 4);
 }
 
+/* Haar on 1 2 3 4 by hand (orthonormal: pairs (a + b) / sqrt 2, (a - b) / sqrt 2, then the same
+** on the sums): 5, -2, -1/sqrt 2, -1/sqrt 2; Daubechies 4 keeps the energy (Parseval) and
+** inverts; padding to a power of two; a member GSL does not have is an error, not an abort. */
+static void test_wavelet(void) {
+    const float x[4] = {1, 2, 3, 4};
+    float c[4], y[4];
+    CHECK(dpy_wavelet_forward(c, x, 4, DPY_WAVELET_HAAR, 2, err, sizeof err) == 0);
+    const float want[4] = {5.0f, -2.0f, -0.70710678f, -0.70710678f};
+    for (int i = 0; i < 4; i++)
+        CHECK(fabsf(c[i] - want[i]) < 1e-6f);
+    if (fabsf(c[1] - want[1]) > 1e-6f)
+        fprintf(stderr, "  haar: %g %g %g %g\n", (double)c[0], (double)c[1], (double)c[2], (double)c[3]);
+    const size_t n = 1000, m = dpy_wavelet_size(n);
+    CHECK(m == 1024 && dpy_wavelet_size(1024) == 1024 && dpy_wavelet_size(0) == 1);
+    float *v = malloc(n * sizeof *v), *co = malloc(m * sizeof *co), *back = malloc(n * sizeof *back);
+    double e1 = 0, e2 = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)sin((double)i * 0.05) + (float)(i % 7) * 0.1f, e1 += (double)v[i] * v[i];
+    CHECK(dpy_wavelet_forward(co, v, n, DPY_WAVELET_DAUBECHIES, 4, err, sizeof err) == 0);
+    for (size_t i = 0; i < m; i++)
+        e2 += (double)co[i] * co[i];
+    CHECK(fabs(e1 - e2) < 1e-5 * e1);
+    CHECK(dpy_wavelet_inverse(back, n, co, DPY_WAVELET_DAUBECHIES, 4, err, sizeof err) == 0);
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)back[i] - v[i]));
+    CHECK(worst < 1e-5);
+    CHECK(dpy_wavelet_inverse(y, 4, c, DPY_WAVELET_HAAR, 2, err, sizeof err) == 0);
+    CHECK(fabsf(y[0] - 1) < 1e-6f && fabsf(y[3] - 4) < 1e-6f);
+    CHECK(dpy_wavelet_forward(c, x, 4, DPY_WAVELET_DAUBECHIES, 5, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "has no member 5");
+    free(v), free(co), free(back);
+}
+
 int main(void) {
+    test_wavelet();
     test_conversions();
     test_layout();
     test_round_trip();
