@@ -264,8 +264,29 @@ static int s_unwavelet(lua_State *L) {
     return 1;
 }
 
+/* rfft(x) -> float32 2 (n/2 + 1) coefficients (libtorch's real FFT, re and im interleaved) */
+static int s_rfft(lua_State *L) {
+    dpy_tensor *x = dpy_checktensor(L, 1);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_tensor_rfft(&b->h, x) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/* irfft(c, n) -> the n values of those coefficients */
+static int s_irfft(lua_State *L) {
+    dpy_tensor *c = dpy_checktensor(L, 1);
+    int64_t n = (int64_t)check_size(L, 2);
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_tensor_irfft(&b->h, c, n) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
 static const luaL_Reg functions[] = {
-    {"wavelet", s_wavelet}, {"unwavelet", s_unwavelet},
+    {"wavelet", s_wavelet}, {"unwavelet", s_unwavelet}, {"rfft", s_rfft}, {"irfft", s_irfft},
     {"encode", s_encode}, {"decode", s_decode},   {"bound", s_bound},
     {"topk", s_topk},     {"sample", s_sample},   {"scatter_", s_scatter},
     {"scatter_add_", s_scatter_add},              {"fill_at_", s_fill_at},

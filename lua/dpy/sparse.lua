@@ -156,7 +156,8 @@ end
 
 --- The options of topk, wavelet and fft.
 M.PARTIAL_OPTIONS = {
-  alpha = { type = "number", above = 0, max = 1, default = 0.1, doc = "the fraction of the coordinates sent each round" },
+  alpha = { type = "number", above = 0, max = 1, default = 0.1,
+            doc = "the fraction of the coordinates sent each round" },
   accumulate = { type = "boolean", default = true,
                  doc = "add up the changes not sent (false: the round's change alone decides)" },
   values = { type = "string", one_of = { "float32", "float16", "bfloat16" }, default = "float32",

@@ -9,6 +9,7 @@ require "dpy.sharing.topk"
 require "dpy.sharing.random_subsample"
 require "dpy.sharing.choco"
 require "dpy.sharing.wavelet"
+require "dpy.sharing.fft"
 
 -- A node of the sharing rules' contract, without training: a model that is one flat vector.
 local function fake_node(uid, x, seed)
@@ -120,6 +121,27 @@ describe("sparse sharing", function()
     local _, p = rc.encode(a, ta, 1)
     assert.are.equal(51, p.values / 4)   -- round(0.05 * 1024)
     assert.has_error(function() registry.build("sharing", { "wavelet", member = 5 }, a) end)
+  end)
+
+  it("fft: topk over the model's real-FFT coefficients; all of them is plain averaging", function()
+    local x = tensor.new({ 1, 2, 3, 4, 5 })
+    -- by hand: X_0 = 15, X_1 = -2.5 + 3.4409548i, X_2 = -2.5 + 0.8122992i (DFT of 1..5)
+    local c = sparse.rfft(x)
+    assert.is_true((c - tensor.new({ 15, 0, -2.5, 3.4409548, -2.5, 0.8122992 })):abs():max():item() < 1e-5)
+    assert.is_true((sparse.irfft(c, 5) - x):abs():max():item() < 1e-5)
+    assert.has_error(function() sparse.irfft(c, 7) end)
+    tensor.manual_seed(4)
+    local init = tensor.randn(999)
+    local a, b = fake_node(0, init), fake_node(1, init)
+    local ra = registry.build("sharing", { "fft", alpha = 1 }, a)
+    local rb = registry.build("sharing", { "fft", alpha = 1 }, b)
+    local ta, tb = init + tensor.randn(999) * 0.1, init + tensor.randn(999) * 0.1
+    local payload, parts = ra.encode(a, ta, 1)
+    assert.are.equal(1000 * 4, parts.values)   -- 2 (999 // 2 + 1) reals
+    local m = assert(rb.decode(b, 0, 1, payload))
+    b.model:set_flat(tb)
+    rb.combine(b, 1, { m }, { 0.5 }, 0.5)
+    assert.is_true((b.model.x - (ta + tb) * 0.5):abs():max():item() < 1e-4)
   end)
 
   it("random_subsample's receivers regenerate the sender's indices; no index travels", function()
@@ -248,7 +270,7 @@ describe("sparse sharing runs", function()
 
   it("give bit-identical results in every process layout #e2e", function()
     for _, sharing in ipairs { "{ 'topk', alpha = 0.05, values = 'bfloat16' }", "{ 'choco', alpha = 0.01 }",
-                               "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }" } do
+                               "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }", "{ 'fft', alpha = 0.1 }" } do
       local results = {}
       for _, p in ipairs { 1, 2 } do
         local code, _, err, out = run(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n",

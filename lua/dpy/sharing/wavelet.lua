@@ -8,7 +8,8 @@ local sparse = require "dpy.sparse"
 local options = { family = { type = "string", one_of = { "daubechies", "haar", "bspline" }, default = "daubechies",
                              doc = "the wavelet family (GSL)" },
                   member = { type = "integer", default = 4,
-                             doc = "the family's member: daubechies 4..20 even (4 is db2), haar 2, bspline 103, 202, ..." } }
+                             doc = "the family's member: daubechies 4..20 even (4 is db2), haar 2, bspline 103, "
+                                   .. "202, ..." } }
 for k, v in pairs(sparse.PARTIAL_OPTIONS) do options[k] = v end
 
 return registry.register {
