@@ -270,7 +270,8 @@ describe("sparse sharing runs", function()
 
   it("give bit-identical results in every process layout #e2e", function()
     for _, sharing in ipairs { "{ 'topk', alpha = 0.05, values = 'bfloat16' }", "{ 'choco', alpha = 0.01 }",
-                               "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }", "{ 'fft', alpha = 0.1 }" } do
+                               "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }",
+                               "{ 'fft', alpha = 0.1 }" } do
       local results = {}
       for _, p in ipairs { 1, 2 } do
         local code, _, err, out = run(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n",
