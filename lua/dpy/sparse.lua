@@ -64,7 +64,7 @@ function M.seed(seed, uid, r)
 end
 
 --- sparse.averager(node, fill [, domain]) -> a combine(node, r, got, weights, own_weight) over
--- partial models. A coordinate a neighbour did not send takes its last known value (fill =
+-- partial models, and its copies ({ [peer] = vector }, for checkpoints). A coordinate a neighbour did not send takes its last known value (fill =
 -- "last": a copy per neighbour, starting from the initial model, which every node shares) or the
 -- receiver's own (fill = "own", as DecentralizePy's PartialModel does). domain (wavelet, fft):
 -- the messages hold coefficients of domain.forward(model); the average is taken there and the
@@ -109,8 +109,21 @@ function M.averager(node, fill, domain)
     if fill == "own" then
       for _, t in ipairs(mixed) do t:free() end
     end
-  end
+  end, copies
 end
+
+-- The state of an averager's copies for a checkpoint, and back.
+local function save_copies(copies)
+  local out = {}
+  for peer, t in pairs(copies) do out[peer] = t end
+  return out
+end
+
+local function restore_copies(copies, saved)
+  for peer in pairs(copies) do copies[peer] = nil end
+  for peer, t in pairs(saved or {}) do copies[peer] = t:clone() end
+end
+M.save_copies, M.restore_copies = save_copies, restore_copies
 
 --- sparse.partial(o, node [, domain]) -> the rule of topk (and, with a domain, of wavelet and
 -- fft): each round the k = round(o.alpha * m) of the m coordinates (of the model, or of its
@@ -145,11 +158,18 @@ function M.partial(o, node, domain)
     if not got then return nil, idx end
     return M.message(peer, got, idx, values)
   end
-  local average = M.averager(node, o.fill, domain)
+  local average, copies = M.averager(node, o.fill, domain)
   function rule.combine(nd, r, got, weights, own_weight)
     average(nd, r, got, weights, own_weight)
     base:free()
     base = coefficients(nd.model:get_flat())
+  end
+  function rule.checkpoint() return { base = base, residual = rule.residual, copies = save_copies(copies) } end
+  function rule.restore(_, t)
+    base:free()
+    base = t.base:clone()
+    rule.residual:copy_(t.residual)
+    restore_copies(copies, t.copies)
   end
   return rule
 end

@@ -108,6 +108,11 @@ return registry.register {
       nd.model:set_flat(x)
       x:free()
     end
+    function rule.checkpoint() return { public = rule.public } end   -- at a round's end: no q pending
+    function rule.restore(_, t)
+      rule.public = {}
+      for uid, hat in pairs(t.public) do rule.public[uid] = hat:clone() end
+    end
     return rule
   end,
 }

@@ -40,7 +40,10 @@ return registry.register {
       end
       return sparse.message(peer, m, rule.indices(peer, r), values)
     end
-    rule.combine = sparse.averager(node, o.fill)
+    local copies
+    rule.combine, copies = sparse.averager(node, o.fill)
+    function rule.checkpoint() return { copies = sparse.save_copies(copies) } end
+    function rule.restore(_, t) sparse.restore_copies(copies, t.copies) end
     return rule
   end,
 }
