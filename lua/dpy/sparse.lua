@@ -34,7 +34,8 @@ end
 -- ({ header =, indices =, values =, fraction = k / n }) for the round's metrics.
 function M.pack(n, idx, values, vtype)
   local payload, header, indices, bytes = core.encode(n, idx, values, vtype)
-  return payload, { header = header, indices = indices, values = bytes, fraction = n > 0 and values:numel() / n or 0 }
+  local fraction = n > 0 and values:numel() / n or 0
+  return payload, { header = header, indices = indices, values = bytes, fraction = fraction }
 end
 
 --- sparse.unpack(payload, n) -> n, idx | nil, values; or nil, err when the payload is malformed or
