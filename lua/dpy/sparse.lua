@@ -65,9 +65,10 @@ function M.seed(seed, uid, r)
 end
 
 --- sparse.averager(node, fill [, domain]) -> a combine(node, r, got, weights, own_weight) over
--- partial models, and its copies ({ [peer] = vector }, for checkpoints). A coordinate a neighbour did not send takes its last known value (fill =
--- "last": a copy per neighbour, starting from the initial model, which every node shares) or the
--- receiver's own (fill = "own", as DecentralizePy's PartialModel does). domain (wavelet, fft):
+-- partial models, and its copies ({ [peer] = vector }, for checkpoints). A coordinate a neighbour
+-- did not send takes its last known value (fill = "last": a copy per neighbour, starting from the
+-- initial model, which every node shares) or the receiver's own (fill = "own", as DecentralizePy's
+-- PartialModel does). domain (wavelet, fft):
 -- the messages hold coefficients of domain.forward(model); the average is taken there and the
 -- model set to its domain.inverse.
 function M.averager(node, fill, domain)
