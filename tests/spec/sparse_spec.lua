@@ -238,6 +238,30 @@ describe("sparse sharing", function()
     end
   end)
 
+  it("a malformed payload is rejected, counted and logged by the receiver; the peer stays", function()
+    local exchange = require "dpy.exchange"
+    local transforms = require "dpy.transforms"
+    local node = fake_node(1, tensor.zeros(100))
+    node.sharing = registry.build("sharing", { "topk", alpha = 0.1 }, node)
+    node.chain = transforms.chain({}, { dtype = "uint8", bound = node.sharing.bound })
+    node.cfg.peer_timeout, node.cfg.on_peer_failure = 1, "continue"
+    local good = node.sharing.encode(node, tensor.ones(100), 1)
+    local bytes = good:totable()
+    bytes[33] = 200   -- the first delta: a continuation byte, read with the next as 72 + 128 = 200
+    local inbox = { tensor.new({ table.unpack(bytes, 1, 40) }, "uint8"), tensor.new(bytes, "uint8"), good }
+    node.endpoint = { recv = function() return table.remove(inbox, 1), node.chain.id end }
+    local lines = {}
+    node.log = { write = function(_, fmt, ...) lines[#lines + 1] = fmt:format(...) end }
+    assert.is_nil(exchange.receive(node, 0, 1))
+    assert.matches("rejected node 0's payload: malformed: sparse payload: truncated", lines[1])
+    assert.is_nil(exchange.receive(node, 0, 1))
+    assert.matches("malformed: sparse payload: index 200 %(entry 0%) outside 0..99", lines[2])
+    assert.are.equal(2, node.rejected_payloads)
+    local m = exchange.receive(node, 0, 1)   -- the peer was not dropped: its next payload is read
+    assert.are.equal(10, m.idx:numel())
+    assert.is_nil(node.dropped)
+  end)
+
   it("refuses a payload of another compressor, and a float32 transform after a rule's own payload", function()
     local a = fake_node(0, tensor.zeros(100))
     local topk = registry.build("sharing", { "choco", compressor = "topk" }, a)
