@@ -84,6 +84,7 @@ int luaopen_dpy_data_core(lua_State *L);
 int luaopen_dpy_host_core(lua_State *L);
 int luaopen_dpy_nodes_core(lua_State *L);
 int luaopen_dpy_codec_core(lua_State *L);
+int luaopen_dpy_sparse_core(lua_State *L);
 int luaopen_dpy_aggregate_core(lua_State *L);
 int luaopen_dpy_ssh_core(lua_State *L);
 int luaopen_dpy_crypto_core(lua_State *L);

@@ -10,6 +10,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.host.core", luaopen_dpy_host_core},
     {"dpy.nodes.core", luaopen_dpy_nodes_core},
     {"dpy.codec.core", luaopen_dpy_codec_core},
+    {"dpy.sparse.core", luaopen_dpy_sparse_core},
     {"dpy.aggregate.core", luaopen_dpy_aggregate_core},
     {"dpy.ssh.core", luaopen_dpy_ssh_core},
     {"dpy.crypto.core", luaopen_dpy_crypto_core},

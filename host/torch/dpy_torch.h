@@ -103,6 +103,10 @@ DPY_API uint64_t dpy_tensor_max_bytes(void) DPY_NOEXCEPT;
 DPY_API void dpy_tensor_set_max_bytes(uint64_t cap) DPY_NOEXCEPT;
 /* Shallow clone: a second owner-handle on the same storage. */
 DPY_API dpy_err dpy_tensor_share(dpy_tensor **out, const dpy_tensor *t) DPY_NOEXCEPT;
+/* The real FFT of a 1-d tensor of n values: n/2 + 1 complex coefficients as 2 (n/2 + 1) float32
+** (re, im interleaved); irfft: the n values of such coefficients. */
+DPY_API dpy_err dpy_tensor_rfft(dpy_tensor **out, const dpy_tensor *x) DPY_NOEXCEPT;
+DPY_API dpy_err dpy_tensor_irfft(dpy_tensor **out, const dpy_tensor *c, int64_t n) DPY_NOEXCEPT;
 DPY_API void dpy_tensor_free(dpy_tensor *t) DPY_NOEXCEPT;
 
 /* {==== tensors: facts (never fail) ====} */

@@ -139,6 +139,10 @@ function M.save(node, r)
                         state = encode(state, string.format("action '%s': checkpoint", a.name), "a" .. i, names,
                                        ts, {}) }
   end
+  local sharing = node.sharing
+  if sharing and sharing.checkpoint then   -- a rule with state (topk's residual, CHOCO's copies)
+    meta.sharing = encode(sharing.checkpoint(node), "sharing: checkpoint", "s", names, ts, {})
+  end
   put("meta", tensor.from_bytes(serialize.value(meta, "checkpoint"), "uint8"), true)
   local ok, bytes = pcall(tensor.pickle, names, ts)
   for _, t in ipairs(owned) do t:free() end
@@ -264,6 +268,11 @@ function M.restore(node, path)
                           saved and saved.name or "none"), 0)
     end
     a.restore(node, decode(saved.state, t, path))
+  end
+  local sharing = node.sharing
+  if sharing and sharing.restore then
+    if not meta.sharing then error(path .. ": the sharing rule has state, but the checkpoint has none", 0) end
+    sharing.restore(node, decode(meta.sharing, t, path))
   end
   node.round = meta.round
   return meta.round

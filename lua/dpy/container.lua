@@ -231,7 +231,8 @@ function M.build(ep, args)
   if algorithm.graph or algorithm.sharing then   -- sharing: a rule without a config graph (epidemic)
     c.sharing = registry.build("sharing", cfg.sharing, node)
   end
-  c.chain = transforms.chain(cfg.transforms)
+  local own = c.sharing and c.sharing.payload   -- a rule with a payload of its own (topk, choco)
+  c.chain = transforms.chain(cfg.transforms, own and { dtype = own, bound = c.sharing.bound })
   if cfg.test_samples then c.test_indices = tensor.arange(math.min(cfg.test_samples, data.size(c.test_set))) end
   c.evaluates = M.evaluates(cfg, uid)
   c.algorithm = registry.build("algorithm", cfg.algorithm, node)

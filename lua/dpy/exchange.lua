@@ -32,6 +32,14 @@ local function decode(node, peer, r, x, encoding)
                         encoding, chain.id, chain.id == 0 and "no transforms" or chain.label)
   else
     local v, err = chain:decode(x, node.model and node.model:numel())   -- nothing larger than ours
+    local sharing = node.sharing
+    if v and sharing and sharing.decode then   -- a rule's own payload, decoded by the rule
+      local m
+      m, err = sharing.decode(node, peer, r, v)
+      v:free()   -- the received bytes (and the chain's output): the message holds its own tensors
+      x:free()
+      v = m
+    end
     if v then return v end
     why = "malformed: " .. err
   end
@@ -148,6 +156,16 @@ end
 local function encode(node, flat, r)
   local t = M.modified(node, flat, r)
   local sizes = node.encoded_round ~= r and {} or nil
+  local sharing = node.sharing
+  if sharing and sharing.encode then   -- a rule's own payload (topk, choco): its parts to the metrics
+    local own, parts = sharing.encode(node, t, r)
+    if t ~= flat then t:free() end
+    t = own
+    for _, part in ipairs(sizes and parts and { "header", "indices", "values" } or {}) do
+      node.metrics:add("sharing_" .. part .. "_bytes", r, parts[part])
+    end
+    if sizes and parts then node.metrics:add("sharing_fraction", r, parts.fraction) end
+  end
   local payload = node.chain:encode(t, sizes)
   if payload ~= t and t ~= flat then t:free() end
   for i, size in ipairs(sizes or {}) do

@@ -64,16 +64,24 @@ end
 local Chain = {}
 Chain.__index = Chain
 
---- transforms.chain(list) -> chain; raises with the entry's index on a bad entry.
-function M.chain(list)
+--- transforms.chain(list [, payload]) -> chain; raises with the entry's index on a bad entry.
+-- payload: what a sharing rule with its own payload encodes to ({ dtype = "uint8", bound =
+-- function(n) -> its most bytes for n values }); without one the chain's input is float32 values.
+function M.chain(list, payload)
   local steps, labels = {}, {}
+  local input = payload and payload.dtype or "float32"
   for i, entry in ipairs(list or {}) do
     local spec, err = registry.check("transform", entry)
     if not spec then error(string.format("transforms[%d]: %s", i, err), 0) end
     local ok, step = pcall(registry.build, "transform", entry)
     if not ok then error(string.format("transforms[%d] (%s): %s", i, spec.name, step), 0) end
     step.name = spec.name
-    step.dtype = i == 1 and "float32" or "uint8"   -- what this step receives
+    step.dtype = i == 1 and input or "uint8"   -- what this step receives
+    if step.input == "float32" and i == 1 and input ~= "float32" then
+      error(string.format("transforms[1]: %s encodes float32 values, but the sharing rule sends its own "
+                          .. "payload (%s); leave it out, or use a lossless byte transform (zstd)",
+                          spec.name, input), 0)
+    end
     if step.input == "float32" and i > 1 then
       error(string.format("transforms[%d]: %s encodes float32 values, but transforms[%d] (%s) "
                           .. "outputs bytes; put it first", i, spec.name, i - 1, steps[i - 1].name), 0)
@@ -82,7 +90,8 @@ function M.chain(list)
   end
   local label = table.concat(labels, " | ")
   return setmetatable({ steps = steps, label = label, id = #steps > 0 and chain_id(label) or 0,
-                        wire_dtype = #steps > 0 and "uint8" or "float32" }, Chain)
+                        wire_dtype = #steps > 0 and "uint8" or input, input_bound = payload and payload.bound },
+                      Chain)
 end
 
 --- chain:encode(flat [, sizes]) -> the payload tensor (flat itself when the chain is empty).
@@ -98,10 +107,11 @@ function Chain:encode(flat, sizes)
   return t
 end
 
--- The most bytes step i's decoder may produce when the chain's input is n float32 values: what
--- the steps before it encode n values to at worst (nil when a step does not say).
+-- The most bytes step i's decoder may produce when the chain's input is n float32 values (or a
+-- sharing rule's payload for them): what the steps before it encode that to at worst (nil when a
+-- step does not say).
 function Chain:bounds(n)
-  local max = { n and n * 4 }
+  local max = { n and (self.input_bound and self.input_bound(n) or n * 4) }
   for i = 2, #self.steps do
     local bound = self.steps[i - 1].bound
     max[i] = max[i - 1] and bound and bound(max[i - 1])
@@ -109,18 +119,18 @@ function Chain:bounds(n)
   return max
 end
 
---- chain:encoded_bound(n) -> the most bytes the chain encodes n float32 values to (nil when a
--- step does not say).
+--- chain:encoded_bound(n) -> the most bytes the chain encodes n float32 values (or a sharing
+-- rule's payload for them) to; nil when a step does not say.
 function Chain:encoded_bound(n)
   local max = self:bounds(n)
   local last = self.steps[#self.steps]
-  if not last then return n * 4 end
+  if not last then return max[1] end
   return max[#self.steps] and last.bound and last.bound(max[#self.steps])
 end
 
 --- chain:decode(payload [, n]) -> float32 tensor | nil, err (a malformed payload). n, the
 -- number of values the receiver expects, bounds every step's output: a payload promising more
--- is refused before anything is allocated, and one that decodes to another count is refused.
+-- is refused before anything is allocated, and (float32 input) one that decodes to another count.
 function Chain:decode(payload, n)
   local t, max = payload, self:bounds(n)
   for i = #self.steps, 1, -1 do
@@ -130,7 +140,7 @@ function Chain:decode(payload, n)
     if not out then return nil, string.format("%s: %s", step.name, err) end
     t = out
   end
-  if n and t:numel() ~= n then   -- a vector of another model is never mixed into this one
+  if n and not self.input_bound and t:numel() ~= n then   -- a vector of another model is never mixed in
     local got = t:numel()
     if t ~= payload then t:free() end
     return nil, string.format("%d values, but the model has %d", got, n)

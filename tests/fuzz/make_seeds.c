@@ -7,6 +7,7 @@
 
 #include "auth.h"
 #include "codec.h"
+#include "sparse.h"
 #include "wire.h"
 
 static void put(const char *dir, const char *harness, const char *name, const void *p, size_t n) {
@@ -80,6 +81,19 @@ int main(int argc, char **argv) {
         }
         put(dir, "wire", enc ? "hello_then_data_encrypted" : "hello_then_data", pk, at);
     }
+    /* sparse: 6 of 300 values, indices as deltas (one of two bytes), each value type; and
+    ** implicit indices */
+    const int64_t at[6] = {0, 3, 130, 131, 299 - 40, 299};
+    const char *const types[] = {"f32", "f16", "bf16"};
+    for (int t = 0; t < 3; t++) {
+        n = dpy_sparse_encode(buf, sizeof buf, 300, at, x, 6, t + 1, DPY_SPARSE_DELTAS, NULL, err,
+                              sizeof err);
+        snprintf(name, sizeof name, "deltas_%s", types[t]);
+        put(dir, "sparse", name, buf, (size_t)n);
+    }
+    n = dpy_sparse_encode(buf, sizeof buf, 300, NULL, x, 6, DPY_SPARSE_F32, DPY_SPARSE_IMPLICIT,
+                          NULL, err, sizeof err);
+    put(dir, "sparse", "implicit", buf, (size_t)n);
     /* IDX: 3 images of 2 x 2 bytes (big-endian dims after the 0x0803 magic), and 3 labels */
     uint8_t idx[16 + 12] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2};
     for (int i = 0; i < 12; i++)

@@ -133,7 +133,10 @@ end }
   -- before (ALIE crafts from it), and local DP's start model and noise
   local STATEFUL = "actions = { 'kill.lua', { 'byzantine_attack', attack = 'alie', nodes = { 2 } }, "
                    .. "{ 'differential_privacy', mode = 'local', noise = 0.01 } }\n"
-  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" } } do
+  -- sharing rules with state: topk's residual and copies of the neighbours, CHOCO's public copies
+  local SPARSE = { { 1, "sharing = { 'topk', alpha = 0.1 }\n", "topk sharing" },
+                   { 2, "sharing = { 'choco', alpha = 0.05 }\n", "choco sharing" } }
+  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" }, SPARSE[1], SPARSE[2] } do
     local processes = case[1]
     it(string.format("ends bit for bit as the run that was not (%d process%s%s)", processes,
                      processes > 1 and "es" or "", case[3] and ", " .. case[3] or ""), function()

@@ -1,0 +1,201 @@
+--- dpy.sparse: what the sparsifying sharing rules (sharing/topk, random_subsample, choco) share —
+-- their payload (the sparse codec of dpy.sparse.core), the message a receiver decodes it to, the
+-- seed of a random subsample, and the averaging of partial models.
+local core = require "dpy.sparse.core"
+
+local M = setmetatable({}, { __index = core })   -- core's functions, and the helpers below
+
+local Message = {}
+Message.__index = Message
+
+--- A received partial vector: peer, n (its dense length), idx (int64, nil: dense values), values.
+function M.message(peer, n, idx, values)
+  return setmetatable({ peer = peer, n = n, idx = idx, values = values }, Message)
+end
+
+function Message:free()
+  if self.idx then self.idx:free() end
+  self.values:free()
+end
+
+--- m:apply(dst [, add]): dst[idx] = values (add: +=), in place; a dense message sets (adds) it all.
+function Message:apply(dst, add)
+  if not self.idx then
+    if add then dst:add_(self.values) else dst:copy_(self.values) end
+  elseif add then
+    core.scatter_add_(dst, self.idx, self.values)
+  else
+    core.scatter_(dst, self.idx, self.values)
+  end
+  return dst
+end
+
+--- sparse.pack(n, idx | nil, values, vtype) -> payload, parts: the bytes the codec spends
+-- ({ header =, indices =, values =, fraction = k / n }) for the round's metrics.
+function M.pack(n, idx, values, vtype)
+  local payload, header, indices, bytes = core.encode(n, idx, values, vtype)
+  local fraction = n > 0 and values:numel() / n or 0
+  return payload, { header = header, indices = indices, values = bytes, fraction = fraction }
+end
+
+--- sparse.unpack(payload, n) -> n, idx | nil, values; or nil, err when the payload is malformed or
+-- is not a vector of exactly n values.
+function M.unpack(payload, n)
+  local got, idx, values = core.decode(payload, n)
+  if not got then return nil, idx end
+  if got ~= n then
+    if idx then idx:free() end
+    values:free()
+    return nil, string.format("a vector of %d values, but this model has %d", got, n)
+  end
+  return got, idx, values
+end
+
+--- sparse.count(alpha, n) -> the values a fraction alpha of n keeps: round(alpha * n), at least 1
+-- (DecentralizePy rounds the same way).
+function M.count(alpha, n)
+  return math.min(n, math.max(1, math.floor(alpha * n + 0.5)))
+end
+
+--- sparse.seed(seed, uid, r) -> the seed of node uid's random subsample in round r: what the
+-- sender draws and every receiver regenerates.
+function M.seed(seed, uid, r)
+  local s, u, k = math.floor(seed), math.floor(uid), math.floor(r)   -- integers (wrapping), never floats
+  return ((s * 1000003 + u) * 1000033 + k) * 0x9e3779b9 + 1
+end
+
+--- sparse.averager(node, fill [, domain]) -> a combine(node, r, got, weights, own_weight) over
+-- partial models, and its copies ({ [peer] = vector }, for checkpoints). A coordinate a neighbour
+-- did not send takes its last known value (fill = "last": a copy per neighbour, starting from the
+-- initial model, which every node shares) or the receiver's own (fill = "own", as DecentralizePy's
+-- PartialModel does). domain (wavelet, fft):
+-- the messages hold coefficients of domain.forward(model); the average is taken there and the
+-- model set to its domain.inverse.
+function M.averager(node, fill, domain)
+  local initial = node.model:get_flat()
+  if domain then
+    local c = domain.forward(initial)
+    initial:free()
+    initial = c
+  end
+  local copies = {}
+  return function(nd, _, got, weights, own_weight)
+    local mixed, own = {}, nil
+    if (fill == "own" or domain) and #got > 0 then
+      own = nd.model:get_flat()
+      if domain then
+        local c = domain.forward(own)
+        own:free()
+        own = c
+      end
+    end
+    for i, m in ipairs(got) do
+      local base
+      if fill == "own" then
+        base = own:clone()
+      else
+        base = copies[m.peer] or initial:clone()
+        copies[m.peer] = base
+      end
+      mixed[i] = m:apply(base)
+    end
+    if domain and own then
+      local sum <close> = own:mul(own_weight)
+      for i, t in ipairs(mixed) do sum:add_(t, weights[i]) end
+      local x <close> = domain.inverse(sum)
+      nd.model:set_flat(x)
+    elseif not domain then
+      nd.model:mix(own_weight, mixed, weights)
+    end
+    if own then own:free() end
+    if fill == "own" then
+      for _, t in ipairs(mixed) do t:free() end
+    end
+  end, copies
+end
+
+-- The state of an averager's copies for a checkpoint, and back.
+local function save_copies(copies)
+  local out = {}
+  for peer, t in pairs(copies) do out[peer] = t end
+  return out
+end
+
+local function restore_copies(copies, saved)
+  for peer in pairs(copies) do copies[peer] = nil end
+  for peer, t in pairs(saved or {}) do copies[peer] = t:clone() end
+end
+M.save_copies, M.restore_copies = save_copies, restore_copies
+
+--- sparse.partial(o, node [, domain]) -> the rule of topk (and, with a domain, of wavelet and
+-- fft): each round the k = round(o.alpha * m) of the m coordinates (of the model, or of its
+-- domain.forward) whose accumulated change is largest (o.accumulate: added up since a coordinate
+-- was last sent, error feedback), sent as (index, current value) pairs in o.values; the receiver
+-- averages per o.fill. rule.residual: what is left to send; rule.sent: the accumulated change the
+-- last encoding sent (at its indices).
+function M.partial(o, node, domain)
+  local function coefficients(t)
+    if not domain then return t end
+    return domain.forward(t)
+  end
+  local base = coefficients(node.model:get_flat())   -- the model after the last combine
+  local m = base:numel()
+  local k = M.count(o.alpha, m)
+  local rule = { payload = "uint8", residual = base:mul(0) }
+  function rule.bound() return core.bound(m, o.values) end
+  function rule.encode(_, t, _)
+    local c <close> = domain and coefficients(t) or nil
+    local x = c or t
+    local change <close> = x - base
+    if o.accumulate then rule.residual:add_(change) else rule.residual:copy_(change) end
+    local idx <close> = core.topk(rule.residual, k)
+    local values <close> = x:index_select(0, idx)
+    if rule.sent then rule.sent:free() end
+    rule.sent = rule.residual:index_select(0, idx)
+    core.fill_at_(rule.residual, idx, 0)
+    return M.pack(m, idx, values, o.values)
+  end
+  function rule.decode(_, peer, _, payload)
+    local got, idx, values = M.unpack(payload, m)
+    if not got then return nil, idx end
+    return M.message(peer, got, idx, values)
+  end
+  local average, copies = M.averager(node, o.fill, domain)
+  function rule.combine(nd, r, got, weights, own_weight)
+    average(nd, r, got, weights, own_weight)
+    base:free()
+    base = coefficients(nd.model:get_flat())
+  end
+  function rule.checkpoint() return { base = base, residual = rule.residual, copies = save_copies(copies) } end
+  function rule.restore(_, t)
+    base:free()
+    base = t.base:clone()
+    rule.residual:copy_(t.residual)
+    restore_copies(copies, t.copies)
+  end
+  return rule
+end
+
+--- The options of topk, wavelet and fft.
+--- sparse.payload_bound(cfg, values) -> the payload limit the sparse rules declare (their specs'
+-- payload_bound, see dpy.payload): the config's chain at worst over a sparse payload of up to
+-- twice the model's values (a transform's coefficients may outnumber them), float32 values with
+-- their indices; choco's quantized payload is smaller.
+function M.payload_bound(cfg, values)
+  local chain = require("dpy.transforms").chain(cfg.transforms, { dtype = "uint8",
+                                                                   bound = function(n) return core.bound(2 * n) end })
+  return chain:encoded_bound(values)
+end
+
+M.PARTIAL_OPTIONS = {
+  alpha = { type = "number", above = 0, max = 1, default = 0.1,
+            doc = "the fraction of the coordinates sent each round" },
+  accumulate = { type = "boolean", default = true,
+                 doc = "add up the changes not sent (false: the round's change alone decides)" },
+  values = { type = "string", one_of = { "float32", "float16", "bfloat16" }, default = "float32",
+             doc = "how the sent values travel" },
+  fill = { type = "string", one_of = { "last", "own" }, default = "last",
+           doc = "a coordinate not received: the neighbour's last known value, or the receiver's own" },
+}
+
+return M
