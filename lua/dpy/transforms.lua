@@ -130,7 +130,7 @@ end
 
 --- chain:decode(payload [, n]) -> float32 tensor | nil, err (a malformed payload). n, the
 -- number of values the receiver expects, bounds every step's output: a payload promising more
--- is refused before anything is allocated, and (float32 input) one that decodes to another count.
+-- is refused before anything is allocated, and so is one that decodes to another count (float32 input).
 function Chain:decode(payload, n)
   local t, max = payload, self:bounds(n)
   for i = #self.steps, 1, -1 do
