@@ -117,7 +117,7 @@ function M.summarize(cfg, dir, seconds)
   end
   return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
            diverged = diverged, trained = trained,
-           mb_per_node = (sent + recv) / 2 / cfg.nodes / 2 ^ 20, rounds = rounds,
+           mb_per_node = (sent + recv) / 2 / cfg.nodes / 1e6, rounds = rounds,   -- MB: 10^6 bytes
            seconds_per_round = rounds > 0 and seconds / rounds or 0 / 0 }
 end
 
@@ -125,9 +125,9 @@ function M.progress_line(cfg, p, start)
   local done = math.max(p.round, 0)
   local elapsed = host.clock() - start
   local eta = done > 0 and (cfg.rounds - done) * elapsed / done or 0 / 0
-  return string.format("round %d/%d  mean test accuracy %s  %.1f MB exchanged  ETA %s", done,
+  return string.format("round %d/%d  mean test accuracy %s  %.2f MB sent per node  ETA %s", done,
                        cfg.rounds, p.accuracy == p.accuracy and string.format("%.4f", p.accuracy) or "-",
-                       p.sent / 2 ^ 20, progress.duration(eta))
+                       p.sent / cfg.nodes / 1e6, progress.duration(eta))
 end
 
 local function spawn_children(cfg, opts)
