@@ -348,7 +348,7 @@ end
 function M.report(args)
   local p = argparse("dpy-lua report", "Compare runs: a table, and accuracy plots (gnuplot).")
   p:argument("runs", "Run directories (out/<timestamp>)."):args("+")
-  p:option("--out", "Where the plots go (default: the directory holding the first run).")
+  p:option("--out", "Where the plots go (default: ./report, outside the runs' directory).")
   p:option("--format", "svg or png."):choices { "svg", "png" }:default("svg")
   local ok, a = p:pparse(args)
   if not ok then
@@ -365,8 +365,9 @@ function M.report(args)
     end
     runs[#runs + 1] = run
   end
+  report.name(runs)
   print(report.table(runs))
-  local out = a.out or (a.runs[1]:gsub("/+$", ""):match("^(.*)/[^/]+$") or ".")
+  local out = a.out or "report"   -- never among the runs: `dpy-lua report out/*` again still works
   local made, err = require("dpy.host.core").mkdir_p(out)
   if made then made, err = report.plot(runs, out, a.format) end
   if not made then

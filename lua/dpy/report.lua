@@ -1,10 +1,13 @@
 --- dpy.report: comparing runs (dpy-lua report out/A out/B ...). One row per run: config, final
 -- test accuracy over the honest evaluated nodes (mean +- std (count); honest as dpy.honest says,
 -- as in the run's summary), bytes sent per node per round, epsilon, seconds per round; then a line
--- per run naming the nodes left out. Plots, drawn by gnuplot: accuracy against round, against
--- bytes sent per node, and against time (the slowest node's: simulated seconds where the run has
--- sim_clock, else its cumulative wall seconds).
+-- per run naming the nodes left out. A run is named by its config and overrides (the command that
+-- started it), with its seed when runs of one config differ only there. Plots, drawn by gnuplot:
+-- the honest nodes' mean test accuracy (a band from their min to their max) against round, against
+-- bytes sent per node and against time (the slowest node's: simulated seconds where the run has
+-- sim_clock, else its cumulative wall seconds), and their mean test loss against round.
 local metrics = require "dpy.metrics"
+local paths = require "dpy.paths"
 
 local M = {}
 
@@ -20,17 +23,29 @@ end
 
 local function last(series) return series and series[#series] and series[#series][2] end
 
+local function range(xs)
+  local lo, hi
+  for _, x in ipairs(xs) do lo, hi = math.min(lo or x, x), math.max(hi or x, x) end
+  return lo, hi
+end
+
 --- report.load(dir) -> the run's figures | nil, err
 function M.load(dir)
   local cfg = metrics.read(dir .. "/config.json")
   if not cfg then return nil, dir .. ": not a run directory (no readable config.json)" end
-  local run = { dir = dir, label = dir:gsub("/+$", ""):match("([^/]+)$"), name = cfg.name,
+  local manifest = metrics.read(dir .. "/manifest.json") or {}
+  local overrides = {}
+  for _, a in ipairs(manifest.command and manifest.command.argv or {}) do
+    if type(a) == "string" and a:match("^[%a_][%w_]*=") then overrides[#overrides + 1] = a end
+  end
+  local run = { dir = dir, label = dir:gsub("/+$", ""):match("([^/]+)$"), name = cfg.name, seed = cfg.seed,
+                title = table.concat({ cfg.name or "?", table.unpack(overrides) }, " "),
                 nodes = cfg.nodes or 1, accuracy = {}, curve = {}, bytes_curve = {} }
   local honest, err = require("dpy.honest").of_run(dir, run.nodes)
   if not honest then return nil, err end
   run.honest_nodes = honest
   local finals, sent, walls, eps = {}, {}, {}, nil
-  local per_round_acc, per_round_bytes, time_at = {}, {}, {}
+  local per_round_acc, per_round_bytes, per_round_loss, time_at = {}, {}, {}, {}
   run.simulated = false
   for uid = 0, run.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
@@ -62,6 +77,12 @@ function M.load(dir)
           per_round_bytes[r] = per_round_bytes[r] or {}
           table.insert(per_round_bytes[r], bytes_at[r] or 0)
         end
+        for _, e in ipairs(m.test_loss or {}) do
+          if type(e[2]) == "number" then   -- a diverged loss is null
+            per_round_loss[e[1]] = per_round_loss[e[1]] or {}
+            table.insert(per_round_loss[e[1]], e[2])
+          end
+        end
       end
     end
   end
@@ -77,11 +98,31 @@ function M.load(dir)
   local rs = {}
   for r in pairs(per_round_acc) do rs[#rs + 1] = r end
   table.sort(rs)
-  for _, r in ipairs(rs) do
+  for _, r in ipairs(rs) do   -- round, accuracy (mean), bytes, seconds, accuracy min, max, loss mean, min, max
     local acc = mean_std(per_round_acc[r])
-    run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r])), time_at[r] or 0 }
+    local lo, hi = range(per_round_acc[r])
+    local losses = per_round_loss[r] or {}
+    local loss_lo, loss_hi = range(losses)
+    run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r])), time_at[r] or 0, lo, hi,
+                                  (mean_std(losses)), loss_lo, loss_hi }
   end
   return run
+end
+
+--- report.name(runs): each run's legend and table name (run.title): its config and overrides,
+-- with seed=N where runs of one config differ by seed, and the directory (as given) where even
+-- that is equal.
+function M.name(runs)
+  local count = {}
+  for _, run in ipairs(runs) do count[run.title] = (count[run.title] or 0) + 1 end
+  for _, run in ipairs(runs) do
+    if count[run.title] > 1 then run.title = run.title .. " seed=" .. string.format("%.0f", run.seed or 0) end
+  end
+  count = {}
+  for _, run in ipairs(runs) do count[run.title] = (count[run.title] or 0) + 1 end
+  for _, run in ipairs(runs) do
+    if count[run.title] > 1 then run.title = run.title .. " (" .. run.dir .. ")" end
+  end
 end
 
 local function fmt(v, pattern) return v and string.format(pattern, v) or "-" end
@@ -91,7 +132,7 @@ function M.table(runs)
   local rows = { { "run", "config", "accuracy (honest nodes)", "bytes/node/round", "epsilon", "s/round" } }
   for _, run in ipairs(runs) do
     rows[#rows + 1] = {
-      run.label, run.name,
+      run.label, run.title,
       run.accuracy_mean and string.format("%.4f +- %.4f (%d)", run.accuracy_mean, run.accuracy_std, run.honest) or "-",
       fmt(run.bytes_per_round, "%.0f"), fmt(run.epsilon, "%.3f"), fmt(run.seconds_per_round, "%.3f"),
     }
@@ -114,17 +155,48 @@ end
 
 local function quote(s) return "'" .. s:gsub("'", "''") .. "'" end   -- a gnuplot string
 
+-- Tic steps of 1, 2, 5, 10 ... rounds: never a fraction of a round on the axis.
+local function round_tics(runs)
+  local hi = 1
+  for _, run in ipairs(runs) do
+    for _, p in ipairs(run.curve) do hi = math.max(hi, p[1]) end
+  end
+  local step = 1
+  while hi / step > 10 do step = step * (tostring(step):sub(1, 1) == "2" and 2.5 or 2) end
+  return math.max(1, math.floor(step + 0.5))
+end
+
+-- An x range around the single x value every run has (gnuplot refuses an empty range), or nil.
+local function single_x(runs, col)
+  local x
+  for _, run in ipairs(runs) do
+    for _, p in ipairs(run.curve) do
+      if x and p[col] ~= x then return nil end
+      x = p[col]
+    end
+  end
+  if not x then return nil end
+  local pad = math.max(math.abs(x) * 0.5, 1)
+  return string.format("set xrange [%g:%g]", x - pad, x + pad)
+end
+
 --- report.plot(runs, out_dir, format) -> the plot paths | nil, err. Writes one data file per run
--- (round, accuracy, bytes) and a gnuplot script beside the plots, then runs gnuplot.
+-- and a gnuplot script beside the plots (absolute paths: it runs from anywhere), then runs gnuplot;
+-- its own messages are shown only when it fails.
 function M.plot(runs, out_dir, format)
+  out_dir = paths.absolute(out_dir)
   local terminal = format == "png" and "pngcairo size 900,600" or "svg size 900,600 dynamic"
   local data = {}
   for i, run in ipairs(runs) do
     local path = string.format("%s/report_%d_%s.dat", out_dir, i, run.label:gsub("[^%w_.-]", "_"))
     local f, err = io.open(path, "w")
     if not f then return nil, err end
-    f:write("# round\taccuracy\tbytes_sent_per_node\tseconds\n")
-    for _, p in ipairs(run.curve) do f:write(string.format("%d\t%.6f\t%.0f\t%.6f\n", p[1], p[2], p[3], p[4])) end
+    f:write("# round\taccuracy\tbytes_sent_per_node\tseconds\taccuracy_min\taccuracy_max\tloss\tloss_min\tloss_max\n")
+    for _, p in ipairs(run.curve) do
+      local function num(v) return v and string.format("%.6f", v) or "NaN" end
+      f:write(string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4], num(p[5]), num(p[6]),
+                            num(p[7]), num(p[8]), num(p[9])))
+    end
     f:close()
     data[i] = path
   end
@@ -132,37 +204,62 @@ function M.plot(runs, out_dir, format)
   for _, run in ipairs(runs) do
     if run.simulated then simulated = simulated + 1 else wall = wall + 1 end
   end
-  local plots = { accuracy_round = { x = 1, xlabel = "round" },
-                  accuracy_bytes = { x = 3, xlabel = "bytes sent per node" },
-                  accuracy_time = { x = 4, xlabel = wall == 0 and "simulated seconds"
-                                               or simulated == 0 and "wall seconds"
-                                               or "seconds (simulated for the runs with sim_clock, else wall)" } }
-  local script, outputs = { "set terminal " .. terminal, "set termoption noenhanced",
-                            "set key bottom right", "set grid",
-                            "set ylabel 'test accuracy (honest nodes, mean)'" }, {}
-  for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time" } do
-    local p = plots[name]
-    local out = string.format("%s/report_%s.%s", out_dir, name, format)
-    outputs[#outputs + 1] = out
-    script[#script + 1] = "set output " .. quote(out)
-    script[#script + 1] = "set xlabel " .. quote(p.xlabel)
-    if p.x == 3 then script[#script + 1] = "set format x '%.1s%c'" else script[#script + 1] = "set format x '%g'" end
+  local names = {}
+  for i, run in ipairs(runs) do names[i] = run.title or run.label end
+  local compared = #runs == 1 and names[1] or table.concat(names, " vs ")
+  local plots = {
+    { name = "accuracy_round", x = 1, y = 2, band = { 5, 6 }, xlabel = "round", ylabel = "test accuracy" },
+    { name = "accuracy_bytes", x = 3, y = 2, band = { 5, 6 }, ylabel = "test accuracy",
+      xlabel = "bytes sent per node (k, M, G: 10^3, 10^6, 10^9)" },
+    { name = "accuracy_time", x = 4, y = 2, band = { 5, 6 },
+      xlabel = wall == 0 and "simulated seconds" or simulated == 0 and "wall seconds"
+               or "seconds (simulated for the runs with sim_clock, else wall)", ylabel = "test accuracy" },
+    { name = "loss_round", x = 1, y = 7, band = { 8, 9 }, xlabel = "round", ylabel = "test loss" },
+  }
+  local script, outputs = { "set terminal " .. terminal, "set termoption noenhanced", "set key bottom right",
+                            "set grid", "set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05" }, {}
+  for _, p in ipairs(plots) do
     local series = {}
     for i, run in ipairs(runs) do
-      series[i] = string.format("%s using %d:2 with linespoints title %s", quote(data[i]), p.x, quote(run.label))
+      local has = false   -- a run without this figure (no test loss, say) is left out of its plot
+      for _, point in ipairs(run.curve) do has = has or point[p.y] ~= nil end
+      if has then
+        series[#series + 1] = string.format("%s using %d:%d:%d with filledcurves fs transparent solid 0.15 "
+                                            .. "lc %d notitle", quote(data[i]), p.x, p.band[1], p.band[2], i)
+        series[#series + 1] = string.format("%s using %d:%d with linespoints lc %d pt 7 title %s",
+                                            quote(data[i]), p.x, p.y, i, quote(names[i]))
+      end
     end
-    script[#script + 1] = "plot " .. table.concat(series, ", ")
+    if #series > 0 then
+      local out = string.format("%s/report_%s.%s", out_dir, p.name, format)
+      outputs[#outputs + 1] = out
+      for _, line in ipairs {
+        "set output " .. quote(out),
+        "set title " .. quote(p.ylabel .. " (honest nodes: mean, band from min to max): " .. compared),
+        "set xlabel " .. quote(p.xlabel), "set ylabel " .. quote(p.ylabel),
+        p.x == 1 and "set xtics " .. round_tics(runs) or "set xtics autofreq",
+        p.x == 3 and "set format x '%.1s%c'" or "set format x '%g'",
+        single_x(runs, p.x) or "set autoscale x",
+        p.y == 7 and "set key top right" or "set key bottom right",
+        "plot " .. table.concat(series, ", "),
+      } do script[#script + 1] = line end
+    end
   end
   local gp = out_dir .. "/report.gnuplot"
   local f, err = io.open(gp, "w")
   if not f then return nil, err end
   f:write(table.concat(script, "\n"), "\n")
   f:close()
-  local ok, _, code = os.execute("gnuplot " .. "'" .. gp:gsub("'", "'\\''") .. "' 2>&1")
+  local log = out_dir .. "/report.gnuplot.log"
+  local ok, _, code = os.execute(string.format("gnuplot %s >%s 2>&1", paths.shell_quote(gp), paths.shell_quote(log)))
   if not ok then
-    return nil, string.format("gnuplot failed (exit %s); is it installed? (apt-get install gnuplot-nox)",
-                              tostring(code))
+    local f2 = io.open(log)
+    local said = f2 and f2:read("a") or ""
+    if f2 then f2:close() end
+    return nil, string.format("gnuplot failed (exit %s)%s; is it installed? (apt-get install gnuplot-nox)",
+                              tostring(code), said ~= "" and ": " .. said:gsub("%s+$", "") or "")
   end
+  os.remove(log)
   return outputs
 end
 

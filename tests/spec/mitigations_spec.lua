@@ -65,9 +65,10 @@ describe("mitigations in decentralized runs", function()
     local rc, stdout, stderr = sh(shell_quote(DPY_BIN) .. " report " .. out .. " " .. clean .. " --out " .. plots)
     assert.are.equal(0, rc, stderr)
     -- node 2 is poisoned: three honest nodes; epsilon only where DP ran
-    assert.matches("out%s+c%s+%d%.%d+ %+%- %d%.%d+ %(3%)%s+%d+%s+%d+%.%d+%s+%d+%.%d+", stdout)
-    assert.matches("out%s+c%s+%d%.%d+ %+%- %d%.%d+ %(4%)%s+%d+%s+%-%s+%d+%.%d+", stdout)
-    for _, name in ipairs { "accuracy_round", "accuracy_bytes" } do
+    -- two configs named c with one seed: told apart by their directories
+    assert.matches("out%s+c seed=2 %([^)]+/out%)%s+%d%.%d+ %+%- %d%.%d+ %(3%)%s+%d+%s+%d+%.%d+%s+%d+%.%d+", stdout)
+    assert.matches("out%s+c seed=2 %([^)]+/out%)%s+%d%.%d+ %+%- %d%.%d+ %(4%)%s+%d+%s+%-%s+%d+%.%d+", stdout)
+    for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time", "loss_round" } do
       assert.matches("<svg", read_file(plots .. "/report_" .. name .. ".svg"))
     end
     rc, _, stderr = sh(shell_quote(DPY_BIN) .. " report " .. plots)

@@ -1,0 +1,62 @@
+-- dpy-lua report: runs named by config and overrides, bands across the honest nodes, a loss plot,
+-- titles, whole rounds on the axis, a single evaluation drawn, output outside the runs.
+local report = require "dpy.report"
+local metrics = require "dpy.metrics"
+local BIN = shell_quote(DPY_BIN)
+
+-- a run directory of two nodes evaluated in rounds 1..#acc (acc[r] = { node 0, node 1 })
+local function fake_run(dir, argv, acc, seed)
+  assert(require("dpy.host.core").mkdir_p(dir))
+  write_file(dir .. "/config.json", metrics.json.encode { name = "c", nodes = 2, seed = seed or 1 })
+  write_file(dir .. "/manifest.json", metrics.json.encode { command = { argv = argv } })
+  for uid = 0, 1 do
+    local m = { test_accuracy = {}, test_loss = {}, bytes_sent = {}, wall_seconds = {} }
+    for r, a in ipairs(acc) do
+      m.test_accuracy[r], m.test_loss[r] = { r, a[uid + 1] }, { r, 1 - a[uid + 1] }
+      m.bytes_sent[r], m.wall_seconds[r] = { r, 1000 }, { r, 0.5 }
+    end
+    write_file(string.format("%s/%d.metrics.json", dir, uid), metrics.json.encode { uid = uid, metrics = m })
+  end
+  return dir
+end
+
+describe("dpy-lua report", function()
+  it("names runs by config and overrides, draws min-max bands, a loss plot, titles and whole rounds", function()
+    local dir = tmpdir()
+    fake_run(dir .. "/out/a", { "run", "c.lua", "sharing=average" }, { { 0.2, 0.4 }, { 0.5, 0.7 }, { 0.6, 0.8 } })
+    fake_run(dir .. "/out/b", { "run", "c.lua", "sharing=median" }, { { 0.1, 0.3 }, { 0.4, 0.6 }, { 0.5, 0.9 } })
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, code, err)
+    assert.are.equal("", err)   -- nothing of gnuplot's own
+    assert.matches("a%s+c sharing=average%s+0%.7000 %+%- 0%.1414 %(2%)", out)
+    assert.matches("b%s+c sharing=median%s+0%.7000 %+%- 0%.2828 %(2%)", out)
+    local gp = read_file(dir .. "/report/report.gnuplot")
+    assert.matches("set title 'test accuracy %(honest nodes: mean, band from min to max%): c sharing=average vs c "
+                   .. "sharing=median'", gp)
+    assert.matches("set xtics 1\n", gp)
+    assert.matches("filledcurves", gp)
+    assert.matches("'" .. dir:gsub("%p", "%%%0") .. "/report/report_1_a%.dat' using 1:5:6", gp)   -- absolute
+    assert.matches("title 'c sharing=average'", gp)
+    for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time", "loss_round" } do
+      assert.matches("<svg", read_file(dir .. "/report/report_" .. name .. ".svg"), name)
+    end
+    assert.matches("\n3\t0%.700000\t3000\t1%.500000\t0%.600000\t0%.800000\t0%.300000\t0%.200000\t0%.400000\n",
+                   read_file(dir .. "/report/report_1_a.dat"))
+    -- the output is not among the runs: the same glob again works
+    local again_code, _, again_err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, again_code, again_err)
+  end)
+
+  it("tells apart runs of one config by seed, and draws a single evaluation", function()
+    local dir = tmpdir()
+    local runs = { assert(report.load(fake_run(dir .. "/s1", { "run", "c.lua" }, { { 0.5, 0.7 } }, 1))),
+                   assert(report.load(fake_run(dir .. "/s2", { "run", "c.lua" }, { { 0.4, 0.6 } }, 2))) }
+    report.name(runs)
+    assert.are.equal("c seed=1", runs[1].title)
+    assert.are.equal("c seed=2", runs[2].title)
+    local out = tmpdir()
+    assert(report.plot(runs, out, "svg"))
+    assert.matches("set xrange %[0:2%]", read_file(out .. "/report.gnuplot"))   -- round 1, with room
+    assert.matches("<svg", read_file(out .. "/report_accuracy_round.svg"))
+  end)
+end)
