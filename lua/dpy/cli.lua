@@ -365,7 +365,9 @@ function M.report(args)
     end
     runs[#runs + 1] = run
   end
+  local groups = report.seeds(runs)   -- runs of one config over several seeds, together
   report.name(runs)
+  for _, g in ipairs(groups) do runs[#runs + 1] = g end
   print(report.table(runs))
   local out = a.out or "report"   -- never among the runs: `dpy-lua report out/*` again still works
   local made, err = require("dpy.host.core").mkdir_p(out)

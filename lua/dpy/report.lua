@@ -109,6 +109,60 @@ function M.load(dir)
   return run
 end
 
+--- report.seeds(runs) -> the groups of runs of one config and overrides with different seeds, each
+-- as a run of its own for the table and plots: title "<config> (k seeds)", accuracy mean +- std
+-- over the seeds (each seed's honest mean), and a curve of the seeds' mean per round with a band
+-- from the lowest seed to the highest (rounds that every seed evaluated). Call before report.name.
+function M.seeds(runs)
+  local order, by = {}, {}
+  for _, run in ipairs(runs) do
+    if not by[run.title] then
+      by[run.title] = {}
+      order[#order + 1] = run.title
+    end
+    table.insert(by[run.title], run)
+  end
+  local groups = {}
+  for _, title in ipairs(order) do
+    local members, seeds = by[title], {}
+    for _, run in ipairs(members) do seeds[run.seed or 0] = true end
+    local distinct = 0
+    for _ in pairs(seeds) do distinct = distinct + 1 end
+    if #members > 1 and distinct == #members then
+      local finals, bytes, secs, at = {}, {}, {}, {}
+      for _, run in ipairs(members) do
+        finals[#finals + 1] = run.accuracy_mean
+        bytes[#bytes + 1], secs[#secs + 1] = run.bytes_per_round, run.seconds_per_round
+        for _, p in ipairs(run.curve) do
+          at[p[1]] = at[p[1]] or {}
+          table.insert(at[p[1]], p)
+        end
+      end
+      local g = { label = "seeds", title = string.format("%s (%d seeds)", title, #members), seed = "",
+                  honest = #finals, curve = {}, honest_nodes = members[1].honest_nodes, group = true }
+      g.accuracy_mean, g.accuracy_std = mean_std(finals)
+      g.bytes_per_round, g.seconds_per_round = mean_std(bytes), mean_std(secs)
+      local rounds = {}
+      for r, ps in pairs(at) do if #ps == #members then rounds[#rounds + 1] = r end end
+      table.sort(rounds)
+      for _, r in ipairs(rounds) do
+        local col = function(i)
+          local xs = {}
+          for _, p in ipairs(at[r]) do xs[#xs + 1] = p[i] end
+          return xs
+        end
+        local acc, loss = col(2), col(7)
+        local lo, hi = range(acc)
+        local loss_lo, loss_hi = range(loss)
+        g.curve[#g.curve + 1] = { r, (mean_std(acc)), (mean_std(col(3))), (mean_std(col(4))), lo, hi,
+                                  (mean_std(loss)), loss_lo, loss_hi }
+      end
+      groups[#groups + 1] = g
+    end
+  end
+  return groups
+end
+
 --- report.name(runs): each run's legend and table name (run.title): its config and overrides,
 -- with seed=N where runs of one config differ by seed, and the directory (as given) where even
 -- that is equal.
@@ -133,7 +187,8 @@ function M.table(runs)
   for _, run in ipairs(runs) do
     rows[#rows + 1] = {
       run.label, run.title,
-      run.accuracy_mean and string.format("%.4f +- %.4f (%d)", run.accuracy_mean, run.accuracy_std, run.honest) or "-",
+      run.accuracy_mean and string.format("%.4f +- %.4f (%d%s)", run.accuracy_mean, run.accuracy_std, run.honest,
+                                          run.group and " seeds" or "") or "-",
       fmt(run.bytes_per_round, "%.0f"), fmt(run.epsilon, "%.3f"), fmt(run.seconds_per_round, "%.3f"),
     }
   end
@@ -148,7 +203,9 @@ function M.table(runs)
     lines[#lines + 1] = table.concat(cells, "  "):gsub("%s+$", "")
   end
   for _, run in ipairs(runs) do   -- which nodes count, as the run's summary says it
-    lines[#lines + 1] = run.label .. ": " .. require("dpy.honest").describe(run.honest_nodes)
+    if not run.group then
+      lines[#lines + 1] = run.label .. ": " .. require("dpy.honest").describe(run.honest_nodes)
+    end
   end
   return table.concat(lines, "\n")
 end

@@ -47,6 +47,21 @@ describe("dpy-lua report", function()
     assert.are.equal(0, again_code, again_err)
   end)
 
+  it("puts the runs of one config over several seeds together: mean +- std across seeds, a band", function()
+    local dir = tmpdir()
+    for seed, a in ipairs { { 0.5, 0.7 }, { 0.7, 0.9 }, { 0.6, 1.0 } } do   -- honest means 0.6, 0.8, 0.8
+      fake_run(dir .. "/out/s" .. seed, { "run", "c.lua", "rounds=2" }, { { 0.1, 0.1 }, a }, seed)
+    end
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, code, err)
+    assert.matches("s2%s+c rounds=2 seed=2%s+0%.8000 %+%- 0%.1414 %(2%)", out)
+    -- mean of 0.6, 0.8, 0.8 and its sample std
+    assert.matches("seeds%s+c rounds=2 %(3 seeds%)%s+0%.7333 %+%- 0%.1155 %(3 seeds%)", out)
+    assert.matches("title 'c rounds=2 %(3 seeds%)'", read_file(dir .. "/report/report.gnuplot"))
+    assert.matches("\n2\t0%.733333\t2000\t1%.000000\t0%.600000\t0%.800000\t",
+                   read_file(dir .. "/report/report_4_seeds.dat"))
+  end)
+
   it("tells apart runs of one config by seed, and draws a single evaluation", function()
     local dir = tmpdir()
     local runs = { assert(report.load(fake_run(dir .. "/s1", { "run", "c.lua" }, { { 0.5, 0.7 } }, 1))),
