@@ -42,7 +42,9 @@ local function decentralized_text(cfg, dir, s)
     s.evaluated > 0 and string.format("  final test accuracy over %d evaluated honest node%s: mean %.4f, min %.4f, "
                                       .. "max %.4f", s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
       or "  no honest node was evaluated",
-    string.format("  %.2f MB exchanged per node ((sent + received) / 2; MB = 10^6 bytes)", s.mb_per_node),
+    s.server_mb and string.format("  %.2f MB exchanged per client, %.2f MB by the server ((sent + received) / 2; "
+                                  .. "MB = 10^6 bytes)", s.mb_per_node, s.server_mb)
+      or string.format("  %.2f MB exchanged per node ((sent + received) / 2; MB = 10^6 bytes)", s.mb_per_node),
   }
   local from = {}   -- round -> uids whose loss went NaN or Inf from it
   for _, d in ipairs(s.diverged or {}) do

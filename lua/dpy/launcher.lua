@@ -94,8 +94,10 @@ end
 -- diverged: { uid, round } of the nodes whose loss went NaN or Inf; trained: nodes with a loss).
 function M.summarize(cfg, dir, seconds)
   local honest = assert(require("dpy.honest").of_run(dir, cfg.nodes))
-  local accs, sent, recv, rounds = {}, 0, 0, 0
+  local accs, node_bytes, rounds = {}, 0, 0
   local diverged, trained = {}, 0
+  local server = layout.has_server(cfg) and 0 or nil   -- its traffic is counted apart from the clients'
+  local server_bytes = 0
   for u = 0, cfg.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, u))
     if m then
@@ -106,8 +108,10 @@ function M.summarize(cfg, dir, seconds)
       if honest.set[u] and s.test_accuracy and #s.test_accuracy > 0 then
         accs[#accs + 1] = s.test_accuracy[#s.test_accuracy][2]
       end
-      for _, e in ipairs(s.bytes_sent or {}) do sent = sent + e[2] end
-      for _, e in ipairs(s.bytes_received or {}) do recv = recv + e[2] end
+      local bytes = 0
+      for _, e in ipairs(s.bytes_sent or {}) do bytes = bytes + e[2] end
+      for _, e in ipairs(s.bytes_received or {}) do bytes = bytes + e[2] end
+      if u == server then server_bytes = bytes else node_bytes = node_bytes + bytes end
       rounds = math.max(rounds, s.wall_seconds and #s.wall_seconds or 0)
     end
   end
@@ -117,7 +121,9 @@ function M.summarize(cfg, dir, seconds)
   end
   return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
            diverged = diverged, trained = trained,
-           mb_per_node = (sent + recv) / 2 / cfg.nodes / 1e6, rounds = rounds,   -- MB: 10^6 bytes
+           -- MB: 10^6 bytes; (sent + received) / 2 per node, the server apart
+           mb_per_node = node_bytes / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
+           server_mb = server and server_bytes / 2 / 1e6, rounds = rounds,
            seconds_per_round = rounds > 0 and seconds / rounds or 0 / 0 }
 end
 

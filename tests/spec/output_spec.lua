@@ -42,6 +42,22 @@ describe("a run's output #e2e", function()
     assert.matches("diverged %(loss NaN or Inf%): node 1 from round 3", out)
   end)
 
+  it("counts a FedAvg client's traffic per client, and the server's apart", function()
+    local code, out, err, dir = run(TINY_RUN:gsub("nodes = 4", "nodes = 5") .. "algorithm = 'fedavg'\n")
+    assert.are.equal(0, code, err)
+    local total = {}
+    for uid = 0, 4 do
+      local m = node_metrics(dir, uid)
+      total[uid] = 0
+      for _, key in ipairs { "bytes_sent", "bytes_received" } do
+        for _, e in ipairs(m[key] or {}) do total[uid] = total[uid] + e[2] end
+      end
+    end
+    local clients = (total[1] + total[2] + total[3] + total[4]) / 2 / 4 / 1e6
+    assert.matches(string.format("%.2f MB exchanged per client, %.2f MB by the server", clients, total[0] / 2 / 1e6),
+                   out, 1, true)
+  end)
+
   it("exits 1 when every node diverged", function()
     local code, out, err = run(TINY_RUN .. "optimizer = { 'sgd', lr = 1e30 }\n")
     assert.are.equal(1, code, out .. err)
