@@ -151,10 +151,17 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
         fate d = dpy_faults_decide(&f->faults, len);
         dpy_traffic_sent(&f->inboxes[sender], channel, len);
         if (!dpy_fabric_local(f, receiver)) {
-            if (d.copies > 0 &&
-                dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d,
-                             failed ? why : err, failed ? sizeof why : errlen) != 0)
+            char *e = failed ? why : err;
+            size_t elen = failed ? sizeof why : errlen;
+            if (d.copies > 0 && dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d,
+                                             e, elen) != 0) {
                 failed++;
+                char said[256];   /* the true reason, when its failure notice came before the close */
+                if (dpy_fabric_gone_reason(f, receiver, said, sizeof said) && said[0])
+                    snprintf(e, elen, "peer %u failed: %s", receiver, said);
+                else if (dpy_fabric_gone_reason(f, receiver, said, sizeof said))
+                    snprintf(e, elen, "peer %u has finished", receiver);
+            }
             continue;
         }
         for (int c = 0; c < d.copies; c++) {

@@ -117,7 +117,9 @@ end
 function M.send(node, peer, r, t, channel)
   local ok, err = node.endpoint:send(peer, channel or M.MODEL, r, t, channel and 0 or node.chain.id)
   if not ok then
-    if node.cfg.on_peer_failure == "abort" then error(string.format("round %d: %s", r, err), 0) end
+    if node.cfg.on_peer_failure == "abort" then
+      error(string.format("round %d: %s; stopping (on_peer_failure = \"abort\")", r, err), 0)
+    end
     node.log:write("round %d: send failed (%s); continuing", r, err)
   end
 end
