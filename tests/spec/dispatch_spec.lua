@@ -150,7 +150,7 @@ return {
     local sub = job("again", dir .. "/again/killed")
     code, _, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch c.lua --remotes ../remotes.lua -q --out out")
     assert.are.equal(1, code, err)
-    assert.truthy(read_file(sub .. "/killed"), "the first attempt was killed")
+    assert.truthy(read_file(sub .. "/killed"), "the first attempt was killed: " .. err)
     assert.is_nil(read_file(sub .. "/out/0.model.pt"), "the first attempt did not finish")
     -- brought back: the checkpoint of the last round every node finished (2, or 1 when the failure
     -- notice reached a node still in round 2)
