@@ -329,12 +329,17 @@ function M.start_job(cfg, opts)
   return job
 end
 
--- Sends sig to the job's processes still running (only process `only`, when given).
+-- Sends sig to the job's processes still running (only process `only`, when given); SIGKILL is
+-- said, process by process.
 function Job:signal(sig, only)
   local pids = {}   -- remote index -> its pid files
   for p = 0, self.cfg.processes - 1 do
     if not self.codes[p + 1] and (only == nil or only == p) then
       local i = self.owner[p + 1]
+      if sig == 9 then
+        self.bar:line(string.format("SIGKILL to process %d on %s, still running %g s after SIGTERM", p,
+                                    self.opts.remotes[i].name, self.cfg.stop_grace))
+      end
       pids[i] = pids[i] or {}
       table.insert(pids[i], "pid-" .. p)
     end

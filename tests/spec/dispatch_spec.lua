@@ -150,7 +150,7 @@ return {
     local sub = job("again", dir .. "/again/killed")
     code, _, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch c.lua --remotes ../remotes.lua -q --out out")
     assert.are.equal(1, code, err)
-    assert.truthy(read_file(sub .. "/killed"), "the first attempt was killed")
+    assert.truthy(read_file(sub .. "/killed"), "the first attempt was killed: " .. err)
     assert.is_nil(read_file(sub .. "/out/0.model.pt"), "the first attempt did not finish")
     -- brought back: the checkpoint of the last round every node finished (2, or 1 when the failure
     -- notice reached a node still in round 2)
@@ -298,6 +298,39 @@ return {
     end)
   end
 
+  it("sends SIGKILL stop_grace seconds after SIGTERM to a remote process that does not stop #e2e", function()
+    remotes()
+    -- node 3 never ends its round 2 (its process still answers): SIGTERM cannot stop it
+    write_file(dir .. "/stuck.lua", "include 'tiny.lua'\npeer_timeout = 60\nstop_grace = 2\n"
+               .. action_config("stuck", "pre_train", "if node.uid == 3 and r == 2 then host.sleep(300) end"))
+    local stuck = dir .. "/stuck"
+    write_file(stuck .. ".sh", string.format("cd %s && %s dispatch stuck.lua --remotes remotes.lua -q --out %s "
+               .. ">%s.out 2>&1 &\necho $! >%s.pid\nwait $!\necho $? >%s.code\n", dir, BIN, stuck, stuck, stuck, stuck))
+    os.execute("sh " .. stuck .. ".sh >/dev/null 2>&1 &")
+    for _ = 1, 300 do   -- until node 3 is stuck in round 2
+      local m = node_metrics(stuck, 3)
+      if m and m.test_accuracy and #m.test_accuracy >= 1 then break end
+      os.execute("sleep 0.1")
+    end
+    os.execute("sleep 1")
+    local host = require "dpy.host.core"
+    local t0 = host.clock()
+    host.kill(tonumber(read_file(stuck .. ".pid")), 2)
+    for _ = 1, 600 do
+      if read_file(stuck .. ".code") then break end
+      os.execute("sleep 0.1")
+    end
+    local seconds = host.clock() - t0
+    local run_id = read_file(stuck .. "/manifest.json"):match('"run_id":(%d+)')
+    local left = sh("pgrep -f '[-]-run-id " .. run_id .. "'")
+    sh("pkill -9 -f '[-]-run-id " .. run_id .. "'")
+    assert.are.equal("130\n", read_file(stuck .. ".code"), read_file(stuck .. ".out"))
+    assert.is_true(seconds < 45, string.format("took %.1f s", seconds))   -- not the 300 s of node 3's sleep
+    assert.matches("SIGKILL to process 2 on localhost %(localhost%), still running 2 s after SIGTERM",
+                   read_file(stuck .. ".out"))
+    assert.are_not.equal(0, left, "no process of the run is left")
+  end)
+
   it("stops a remote process that stopped answering: SIGTERM, then SIGKILL after stop_grace #e2e", function()
     remotes()
     write_file(dir .. "/hang.lua", "include 'tiny.lua'\npeer_timeout = 60\nstop_grace = 2\n"
@@ -311,6 +344,7 @@ return {
     assert.are.equal(1, code, err)
     assert.is_true(seconds < 40, string.format("took %.1f s", seconds))
     assert.matches("process 2 on localhost %(localhost%) has not answered for %d+ s: stopping it", err)
+    assert.matches("SIGKILL to process 2 on localhost %(localhost%), still running 2 s after SIGTERM", err)
     assert.matches("process 2 on localhost %(localhost%) exited with 137", err)
     for uid = 0, 1 do assert.is_true(#node_metrics(dir .. "/hang", uid).test_accuracy >= 1, "node " .. uid) end
   end)
