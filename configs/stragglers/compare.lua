@@ -1,7 +1,9 @@
 -- Stragglers on a simulated clock: synchronous D-PSGD against deadline rounds, with a seeded 10 %
 -- of the nodes 4 times slower (configs/stragglers.lua's network: a local step 0.05 simulated
 -- seconds, 5 to 20 ms per link), on the baseline's 4-regular graph and IID Fashion-MNIST. Prints a
--- Markdown table of the simulated seconds until the nodes' mean test accuracy reaches TARGET.
+-- Markdown table of the simulated seconds until the nodes' mean test accuracy reaches TARGET: the
+-- mean, at a simulated time, of each node's latest evaluation by then (with deadlines the nodes are
+-- at different rounds at one time: the fast ones do not wait for the stragglers).
 --   scripts/dpy configs/stragglers/compare.lua [NODES [ROUNDS [LOCAL_STEPS [TARGET [TIMEOUT]]]]]
 -- (defaults 16 30 5 0.8 0.3; TIMEOUT: the deadline rounds' round_timeout, in simulated seconds)
 local host = require "dpy.host.core"
@@ -25,20 +27,25 @@ local variants = {
     lines = string.format("round_timeout = %.17g\n", timeout) },
 }
 
--- (round, mean test accuracy, the slowest node's simulated seconds) at each evaluation round
+-- { simulated time, mean over the nodes of their latest test accuracy by then } at every
+-- evaluation once each node has one, in time order; and the late models
 local function read_run(dir)
-  local acc, count, sim, late = {}, {}, {}, 0
+  local events, late = {}, 0
   for uid = 0, nodes - 1 do
     local m = assert(metrics.read(string.format("%s/%d.metrics.json", dir, uid))).metrics
-    for _, e in ipairs(m.test_accuracy or {}) do
-      acc[e[1]], count[e[1]] = (acc[e[1]] or 0) + e[2], (count[e[1]] or 0) + 1
-    end
-    for _, e in ipairs(m.sim_seconds) do sim[e[1]] = math.max(sim[e[1]] or 0, e[2]) end
+    local sim = {}
+    for _, e in ipairs(m.sim_seconds) do sim[e[1]] = e[2] end
+    for _, e in ipairs(m.test_accuracy or {}) do events[#events + 1] = { sim[e[1]], uid, e[2] } end
     for _, e in ipairs(m.late_messages or {}) do late = late + e[2] end
   end
-  local curve = {}
-  for r, a in pairs(acc) do curve[#curve + 1] = { r, a / count[r], sim[r] } end
-  table.sort(curve, function(a, b) return a[1] < b[1] end)
+  table.sort(events, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  local latest, have, sum, curve = {}, 0, 0, {}
+  for _, e in ipairs(events) do
+    if not latest[e[2]] then have = have + 1 end
+    sum = sum - (latest[e[2]] or 0) + e[3]
+    latest[e[2]] = e[3]
+    if have == nodes then curve[#curve + 1] = { e[1], sum / nodes } end
+  end
   return curve, late
 end
 
@@ -56,20 +63,20 @@ for _, v in ipairs(variants) do
     error(string.format("%s: the run failed (see %s.out)", v.label, dir), 0)
   end
   local curve, late = read_run(dir)
-  local reached = string.format(">%.1f (round >%d)", curve[#curve][3], rounds)
+  local reached = string.format(">%.1f", curve[#curve][1])
   for _, e in ipairs(curve) do
     if e[2] >= target then
-      reached = string.format("%.1f (round %d)", e[3], e[1])
+      reached = string.format("%.1f", e[1])
       break
     end
   end
   lines[#lines + 1] = string.format("| %s | %s | %.4f | %.1f | %d |", v.label, reached, curve[#curve][2],
-                                    curve[#curve][3], late)
+                                    curve[#curve][1], late)
   io.stderr:write(lines[#lines], "\n")
 end
 print(string.format("%d nodes, 10 %% of them 4x slower, %d local steps a round, up to %d rounds (%.0f s)", nodes,
                     local_steps, rounds, host.clock() - t_all))
 print(string.format("| rounds | simulated seconds to %.0f %% mean test accuracy | final accuracy | simulated "
-                    .. "seconds at the end | late models |", target * 100))
+                    .. "seconds at the last node's end | late models |", target * 100))
 print("| --- | --- | --- | --- | --- |")
 for _, l in ipairs(lines) do print(l) end

@@ -107,6 +107,9 @@ M.spec = registry.register {
   kind = "algorithm", name = "async", graph = true,
   doc = "asynchronous gossip (push-sum / SGP): push half the mass to a random neighbour, absorb what came",
   check = function(_, cfg)
+    if cfg.round_timeout then   -- and a round's end would drop the pushes of a link's earlier sequence numbers
+      return "async: round_timeout does not apply (there are no global rounds to end)"
+    end
     if cfg.checkpoint_every then
       return "async: checkpoint_every is not supported (a node's push-sum weight and its pushes in flight "
              .. "are not in a checkpoint)"
