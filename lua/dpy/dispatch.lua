@@ -337,7 +337,7 @@ function Job:signal(sig, only)
     if not self.codes[p + 1] and (only == nil or only == p) then
       local i = self.owner[p + 1]
       if sig == 9 then
-        self.bar:line(string.format("SIGKILL to process %d on %s, still running %g s after SIGTERM", p,
+        self.bar:warn(string.format("SIGKILL to process %d on %s, still running %g s after SIGTERM", p,
                                     self.opts.remotes[i].name, self.cfg.stop_grace))
       end
       pids[i] = pids[i] or {}
