@@ -45,6 +45,10 @@ describe("asynchronous gossip #e2e", function()
     code, _, err = run(TINY .. "algorithm = 'async'\nsim_clock = { step_seconds = 0.1 }\n")
     assert.are.equal(1, code)
     assert.matches("sim_clock: simulates dpsgd and epidemic .-, not async", err)
+    -- push-sum pushes the model itself: a sparsifying rule's payload would lose mass
+    code, _, err = run(TINY .. "algorithm = 'async'\nsharing = { 'topk', alpha = 0.1 }\n")
+    assert.are.equal(1, code)
+    assert.matches("async: pushes the whole model %(push%-sum%); sharing 'topk' does not apply", err)
   end)
 
   it("trains: the loss falls and every node evaluates", function()

@@ -110,6 +110,10 @@ M.spec = registry.register {
     if cfg.round_timeout then   -- and a round's end would drop the pushes of a link's earlier sequence numbers
       return "async: round_timeout does not apply (there are no global rounds to end)"
     end
+    local sharing = registry.spec("sharing", cfg.sharing).name
+    if sharing ~= "average" then
+      return string.format("async: pushes the whole model (push-sum); sharing '%s' does not apply", sharing)
+    end
     if cfg.checkpoint_every then
       return "async: checkpoint_every is not supported (a node's push-sum weight and its pushes in flight "
              .. "are not in a checkpoint)"
