@@ -53,6 +53,8 @@ dpy_tensor *dpy_testtensor(lua_State *L, int arg);
 dpy_tensor_box *dpy_newtensor(lua_State *L);
 /* Accounts a filled box (GC nudge, peak bytes); call right after the shim succeeded. */
 void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b);
+/* Pushes a new 1-d cpu tensor of n elements of dtype (uninitialized) and returns its data. */
+void *dpy_push_empty(lua_State *L, size_t n, dpy_dtype dtype);
 /* Frees the tensor of a temporary box (one a C function made for its own use, never accounted)
 ** as soon as it is done with it: left to the GC, it would keep its memory, and whatever storage
 ** it views, alive until a collection. */

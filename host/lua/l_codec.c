@@ -28,16 +28,6 @@ static int done(dpy_tensor_box *in, int nres) {
     return nres;
 }
 
-/* Pushes a new 1-d cpu tensor of n elements and returns its data. */
-static void *push_empty(lua_State *L, size_t n, dpy_dtype dtype) {
-    dpy_tensor_box *b = dpy_newtensor(L);
-    int64_t shape[1] = {(int64_t)n};
-    if (dpy_tensor_empty(&b->h, shape, 1, dtype, NULL) != DPY_OK)
-        dpy_torch_error(L);
-    dpy_tensor_filled(L, b);
-    return (void *)dpy_tensor_data(b->h);
-}
-
 /* Pushes len bytes of buf (malloc'd) as a uint8 tensor that owns them. */
 static void push_owned(lua_State *L, uint8_t *buf, size_t len) {
     dpy_tensor_box *b = dpy_newtensor(L);
@@ -78,7 +68,7 @@ static int c_quantize(lua_State *L) {
     const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len, &input);
     size_t n = len / sizeof(float);
     char err[256];
-    uint8_t *out = push_empty(L, dpy_quant_size(n, bits, (size_t)chunk), DPY_UINT8);
+    uint8_t *out = dpy_push_empty(L, dpy_quant_size(n, bits, (size_t)chunk), DPY_UINT8);
     if (dpy_quant_encode(out, x, n, bits, (size_t)chunk, err, sizeof err) != 0)
         return luaL_error(L, "%s", err);
     return done(input, 1);
@@ -92,7 +82,7 @@ static int c_dequantize(lua_State *L) {
     char err[256];
     if (dpy_quant_count(in, len, max, &n, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
-    float *out = push_empty(L, n, DPY_FLOAT32);
+    float *out = dpy_push_empty(L, n, DPY_FLOAT32);
     if (dpy_quant_decode(out, n, in, len, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     return done(input, 1);
@@ -135,7 +125,7 @@ static int c_unzstd(lua_State *L) {
                  dpy_dtype_name(dtype));
         return done(input, decode_fail(L, err));
     }
-    void *out = push_empty(L, size / (size_t)es, dtype);
+    void *out = dpy_push_empty(L, size / (size_t)es, dtype);
     if (dpy_zstd_decode(out, size, in, len, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     return done(input, 1);
@@ -169,7 +159,7 @@ static int c_unfpzip(lua_State *L) {
     char err[256];
     if (dpy_fpzip_count(in, len, max, &n, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
-    float *out = push_empty(L, n, DPY_FLOAT32);
+    float *out = dpy_push_empty(L, n, DPY_FLOAT32);
     if (dpy_fpzip_decode(out, n, in, len, err, sizeof err) != 0)
         return done(input, decode_fail(L, err));
     return done(input, 1);

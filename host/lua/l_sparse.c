@@ -37,15 +37,6 @@ static float *writable(lua_State *L, int arg, size_t *n) {
     return p;
 }
 
-static void *push_empty(lua_State *L, size_t n, dpy_dtype dtype) {
-    dpy_tensor_box *b = dpy_newtensor(L);
-    int64_t shape[1] = {(int64_t)n};
-    if (dpy_tensor_empty(&b->h, shape, 1, dtype, NULL) != DPY_OK)
-        dpy_torch_error(L);
-    dpy_tensor_filled(L, b);
-    return (void *)dpy_tensor_data(b->h);
-}
-
 static const char *const VTYPES[] = {"float32", "float16", "bfloat16", NULL};
 
 static lua_Integer check_size(lua_State *L, int arg) {
@@ -86,7 +77,7 @@ static int s_encode(lua_State *L) {
         free(buf);
         return luaL_error(L, "%s", buf ? err : "sparse.encode: out of memory");
     }
-    uint8_t *out = push_empty(L, (size_t)len, DPY_UINT8);
+    uint8_t *out = dpy_push_empty(L, (size_t)len, DPY_UINT8);
     memcpy(out, buf, (size_t)len);
     free(buf);
     lua_pushinteger(L, (lua_Integer)sz.header);
@@ -114,10 +105,10 @@ static int s_decode(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)info.n);
     int64_t *idx = NULL;
     if (info.coding == DPY_SPARSE_DELTAS)
-        idx = push_empty(L, k, DPY_INT64);
+        idx = dpy_push_empty(L, k, DPY_INT64);
     else
         lua_pushnil(L);
-    float *val = push_empty(L, k, DPY_FLOAT32);
+    float *val = dpy_push_empty(L, k, DPY_FLOAT32);
     int rc = dpy_sparse_decode(p, len, max_n, idx, val, k, err, sizeof err);
     dpy_tensor_drop(in);
     if (rc != 0) {
@@ -148,7 +139,7 @@ static int s_topk(lua_State *L) {
         dpy_tensor_drop(in);
         return luaL_argerror(L, 2, lua_pushfstring(L, "must be 0..%d (the tensor's size)", (int)n));
     }
-    int64_t *idx = push_empty(L, (size_t)k, DPY_INT64);
+    int64_t *idx = dpy_push_empty(L, (size_t)k, DPY_INT64);
     int rc = dpy_sparse_topk(idx, x, n, (size_t)k);
     dpy_tensor_drop(in);
     if (rc != 0)
@@ -161,7 +152,7 @@ static int s_sample(lua_State *L) {
     uint64_t seed = (uint64_t)luaL_checkinteger(L, 1);
     lua_Integer n = check_size(L, 2), k = luaL_checkinteger(L, 3);
     luaL_argcheck(L, k >= 0 && k <= n, 3, "must be 0..n");
-    int64_t *idx = push_empty(L, (size_t)k, DPY_INT64);
+    int64_t *idx = dpy_push_empty(L, (size_t)k, DPY_INT64);
     dpy_sparse_sample(idx, seed, (size_t)n, (size_t)k);
     return 1;
 }
@@ -232,7 +223,7 @@ static int s_wavelet(lua_State *L) {
     size_t n;
     dpy_tensor_box *in;
     const float *x = view(L, 1, DPY_FLOAT32, &n, &in);
-    float *coef = push_empty(L, dpy_wavelet_size(n), DPY_FLOAT32);
+    float *coef = dpy_push_empty(L, dpy_wavelet_size(n), DPY_FLOAT32);
     char err[256];
     int rc = dpy_wavelet_forward(coef, x, n, family, member, err, sizeof err);
     dpy_tensor_drop(in);
@@ -255,7 +246,7 @@ static int s_unwavelet(lua_State *L) {
         return luaL_error(L, "unwavelet: %I coefficients, but %I values take %I",
                           (lua_Integer)m, (lua_Integer)n, (lua_Integer)dpy_wavelet_size(n));
     }
-    float *x = push_empty(L, n, DPY_FLOAT32);
+    float *x = dpy_push_empty(L, n, DPY_FLOAT32);
     char err[256];
     int rc = dpy_wavelet_inverse(x, n, coef, family, member, err, sizeof err);
     dpy_tensor_drop(in);

@@ -21,6 +21,15 @@ dpy_tensor_box *dpy_newtensor(lua_State *L) {
     return b;
 }
 
+void *dpy_push_empty(lua_State *L, size_t n, dpy_dtype dtype) {
+    dpy_tensor_box *b = dpy_newtensor(L);
+    int64_t shape[1] = {(int64_t)n};
+    if (dpy_tensor_empty(&b->h, shape, 1, dtype, NULL) != DPY_OK)
+        dpy_torch_error(L);
+    dpy_tensor_filled(L, b);
+    return (void *)dpy_tensor_data(b->h);
+}
+
 /*
 ** Lua's GC cannot see tensor memory: count the bytes of every tensor handed to Lua, and collect
 ** once 64 MiB more are live than after the last collection, so loops that forget :free() stay
