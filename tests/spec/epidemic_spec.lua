@@ -132,6 +132,29 @@ describe("epidemic learning #e2e", function()
       end)
   end
 
+  it("sparsifies with topk (fewer bytes, bit-identical layouts); refuses choco, whose copies need a fixed graph",
+    function()
+      local cfg = TINY .. "rounds = 3\nalgorithm = { 'epidemic', variant = 'local', s = 2 }\n"
+                  .. "sharing = { 'topk', alpha = 0.05 }\n"
+      local outs = {}
+      for _, p in ipairs { 1, 2 } do
+        local code, _, err, out = run(cfg, "processes=" .. p)
+        assert.are.equal(0, code, err)
+        outs[p] = out
+      end
+      for uid = 0, 3 do
+        local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+        assert.are.same(a.train_loss, b.train_loss)
+        assert.are.same(a.test_accuracy, b.test_accuracy)
+        for _, e in ipairs(a.bytes_sent) do
+          assert.is_true(e[2] < 2 * 215370 * 4 * 0.2, "a 5 % top-k is far smaller than the model")
+        end
+      end
+      local code, _, err = run(TINY .. "algorithm = { 'epidemic', s = 2 }\nsharing = 'choco'\n")
+      assert.are.equal(1, code)
+      assert.matches("choco keeps a public copy per neighbour: it needs a static graph", err)
+    end)
+
   it("refuses s >= nodes and a sharing rule with messages of its own", function()
     local code, _, err = run(TINY .. "algorithm = { 'epidemic', s = 4 }\n")
     assert.are.equal(1, code)

@@ -22,7 +22,7 @@ local function fake_node(uid, x, seed)
     for i, g in ipairs(got) do y:add_(g, weights[i]) end
     self.x:copy_(y)
   end
-  return { uid = uid, model = model, cfg = { seed = seed or 1 }, simclock = {} }   -- real time
+  return { uid = uid, model = model, cfg = { seed = seed or 1 }, simclock = {}, graph = {} }   -- static graph
 end
 
 local function same_bits(a, b) return a:bytes() == b:bytes() end

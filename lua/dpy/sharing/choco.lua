@@ -67,7 +67,9 @@ return registry.register {
     end
   end,
   new = function(o, node)
-    if node.graph and node.graph.dynamic then
+    -- a neighbour's copy stays in step only if this node gets every message it sends: not under a
+    -- graph drawn anew each round, nor Epidemic Learning's (node.graph is then absent)
+    if not node.graph or node.graph.dynamic then
       error("choco keeps a public copy per neighbour: it needs a static graph", 0)
     end
     local initial = node.model:get_flat()
