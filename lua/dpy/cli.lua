@@ -379,6 +379,12 @@ function M.report(args)
     return 1
   end
   print("plots: " .. table.concat(made, ", "))
+  local page, herr = report.html(runs, made, out)
+  if not page then
+    io.stderr:write("dpy-lua report: ", herr, "\n")
+    return 1
+  end
+  print("page: " .. page)
   return 0
 end
 

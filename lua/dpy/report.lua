@@ -320,4 +320,36 @@ function M.plot(runs, out_dir, format)
   return outputs
 end
 
+local function escape(text)
+  return (tostring(text):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
+end
+
+--- report.html(runs, plots, out_dir) -> the path of report.html | nil, err: the table and the plots
+-- (the paths report.plot gave, side by side) in one page that opens in any browser.
+function M.html(runs, plots, out_dir)
+  local rows = {}
+  for line in M.table(runs):gmatch("[^\n]+") do rows[#rows + 1] = escape(line) end
+  local figures = {}
+  for _, path in ipairs(plots) do
+    local name = path:match("([^/]+)$")
+    figures[#figures + 1] = string.format('<figure><img src="%s" alt="%s"><figcaption>%s</figcaption></figure>',
+                                          escape(name), escape(name), escape(name))
+  end
+  local page = table.concat({
+    "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+    "<title>dpy-lua report</title>",
+    "<style>body{font-family:sans-serif;margin:1.5em}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
+    .. "main{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0;width:calc(50% - 0.5em);min-width:420px}"
+    .. "img{width:100%;height:auto}figcaption{font-size:small;color:#555}</style>",
+    "</head><body>", "<h1>dpy-lua report</h1>",
+    "<pre>" .. table.concat(rows, "\n") .. "</pre>",
+    "<main>" .. table.concat(figures, "\n") .. "</main>", "</body></html>", "" }, "\n")
+  local path = paths.absolute(out_dir) .. "/report.html"
+  local f, err = io.open(path, "w")
+  if not f then return nil, err end
+  f:write(page)
+  f:close()
+  return path
+end
+
 return M

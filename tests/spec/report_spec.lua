@@ -42,6 +42,20 @@ describe("dpy-lua report", function()
     end
     assert.matches("\n3\t0%.700000\t3000\t1%.500000\t0%.600000\t0%.800000\t0%.300000\t0%.200000\t0%.400000\n",
                    read_file(dir .. "/report/report_1_a.dat"))
+    -- the page: the table and the four plots, drawn by a real browser (headless chromium)
+    local page = read_file(dir .. "/report/report.html")
+    assert.matches("<pre>run%s+config.-c sharing=average.-</pre>", page)
+    local _, imgs = page:gsub('<img src="report_[%w_]+%.svg"', "")
+    assert.are.equal(4, imgs)
+    local shot = dir .. "/shot.png"
+    code, _, err = sh("timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                      .. "--window-size=1200,1400 --screenshot=" .. shot .. " file://" .. dir .. "/report/report.html")
+    assert.are.equal(0, code, err)
+    require "dpy.tensor"   -- the tensor methods
+    local pixels = assert(require("dpy.data.core").read_images({ shot }, 1, 1400, 1200))
+    -- below the table (rows 300-1000): the plots' frames, curves and labels, not a blank or broken image
+    local dark = pixels:narrow(2, 300, 700):lt(200):sum():item()
+    assert.is_true(dark > 5000, "dark pixels where the plots are: " .. dark)   -- images that failed: 0
     -- the output is not among the runs: the same glob again works
     local again_code, _, again_err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
     assert.are.equal(0, again_code, again_err)
