@@ -143,8 +143,10 @@ local function evaluate(ctx, r, train_loss)
   t:add("test_loss", r, loss)
   t:add("test_accuracy", r, acc)
   t:add("step", r, ctx.tr.steps)
-  t:add("train_seconds", r, ctx.train_seconds)
-  t:add("wall_seconds", r, now - ctx.start)
+  -- seconds of this evaluation interval (its round), as a decentralized node records its rounds'
+  t:add("train_seconds", r, ctx.train_seconds - (ctx.train_before or 0))
+  t:add("wall_seconds", r, now - (ctx.wall_before or ctx.start))
+  ctx.train_before, ctx.wall_before = ctx.train_seconds, now
   local ok, err = t:save()
   if not ok then error("cannot write metrics: " .. err, 0) end
   ctx.log:write("round %d step %d: train loss %.4f, test loss %.4f, test accuracy %.4f", r,

@@ -5,7 +5,9 @@
 -- started it), with its seed when runs of one config differ only there. Plots, drawn by gnuplot:
 -- the honest nodes' mean test accuracy (a band from their min to their max) against round, against
 -- bytes sent per node and against time (the slowest node's: simulated seconds where the run has
--- sim_clock, else its cumulative wall seconds), and their mean test loss against round.
+-- sim_clock, else its cumulative wall seconds) and against local steps per node (a single node's
+-- own count: a centralized run compares with a decentralized one step for step), and their mean
+-- test loss against round.
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
 
@@ -45,7 +47,7 @@ function M.load(dir)
   if not honest then return nil, err end
   run.honest_nodes = honest
   local finals, sent, walls, eps = {}, {}, {}, nil
-  local per_round_acc, per_round_bytes, per_round_loss, time_at = {}, {}, {}, {}
+  local per_round_acc, per_round_bytes, per_round_loss, time_at, steps_at = {}, {}, {}, {}, {}
   run.simulated = false
   for uid = 0, run.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
@@ -63,6 +65,7 @@ function M.load(dir)
         elapsed = elapsed + e[2]
         if not m.sim_seconds then time_at[e[1]] = math.max(time_at[e[1]] or 0, elapsed) end
       end
+      for _, e in ipairs(m.step or {}) do steps_at[e[1]] = e[2] end   -- a single node: its steps so far
       for _, e in ipairs(m.sim_seconds or {}) do
         run.simulated = true
         time_at[e[1]] = math.max(time_at[e[1]] or 0, e[2])
@@ -98,13 +101,17 @@ function M.load(dir)
   local rs = {}
   for r in pairs(per_round_acc) do rs[#rs + 1] = r end
   table.sort(rs)
-  for _, r in ipairs(rs) do   -- round, accuracy (mean), bytes, seconds, accuracy min, max, loss mean, min, max
+  -- local steps per node by a round: a single node's own count, else rounds x local_steps
+  local per_round_steps = math.tointeger(cfg.local_steps)
+  for _, r in ipairs(rs) do   -- round, accuracy (mean), bytes, seconds, accuracy min, max, loss mean, min, max,
+                              -- local steps
     local acc = mean_std(per_round_acc[r])
     local lo, hi = range(per_round_acc[r])
     local losses = per_round_loss[r] or {}
     local loss_lo, loss_hi = range(losses)
     run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r])), time_at[r] or 0, lo, hi,
-                                  (mean_std(losses)), loss_lo, loss_hi }
+                                  (mean_std(losses)), loss_lo, loss_hi,
+                                  steps_at[r] or (per_round_steps and r * per_round_steps) }
   end
   return run
 end
@@ -155,7 +162,7 @@ function M.seeds(runs)
         local lo, hi = range(acc)
         local loss_lo, loss_hi = range(loss)
         g.curve[#g.curve + 1] = { r, (mean_std(acc)), (mean_std(col(3))), (mean_std(col(4))), lo, hi,
-                                  (mean_std(loss)), loss_lo, loss_hi }
+                                  (mean_std(loss)), loss_lo, loss_hi, at[r][1][10] }
       end
       groups[#groups + 1] = g
     end
@@ -248,11 +255,12 @@ function M.plot(runs, out_dir, format)
     local path = string.format("%s/report_%d_%s.dat", out_dir, i, run.label:gsub("[^%w_.-]", "_"))
     local f, err = io.open(path, "w")
     if not f then return nil, err end
-    f:write("# round\taccuracy\tbytes_sent_per_node\tseconds\taccuracy_min\taccuracy_max\tloss\tloss_min\tloss_max\n")
+    f:write("# round\taccuracy\tbytes_sent_per_node\tseconds\taccuracy_min\taccuracy_max\tloss\tloss_min\tloss_max"
+            .. "\tlocal_steps\n")
     for _, p in ipairs(run.curve) do
       local function num(v) return v and string.format("%.6f", v) or "NaN" end
-      f:write(string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4], num(p[5]), num(p[6]),
-                            num(p[7]), num(p[8]), num(p[9])))
+      f:write(string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4], num(p[5]),
+                            num(p[6]), num(p[7]), num(p[8]), num(p[9]), p[10] and string.format("%d", p[10]) or "NaN"))
     end
     f:close()
     data[i] = path
@@ -271,6 +279,8 @@ function M.plot(runs, out_dir, format)
     { name = "accuracy_time", x = 4, y = 2, band = { 5, 6 },
       xlabel = wall == 0 and "simulated seconds" or simulated == 0 and "wall seconds"
                or "seconds (simulated for the runs with sim_clock, else wall)", ylabel = "test accuracy" },
+    { name = "accuracy_steps", x = 10, y = 2, band = { 5, 6 }, xlabel = "local steps per node",
+      ylabel = "test accuracy" },
     { name = "loss_round", x = 1, y = 7, band = { 8, 9 }, xlabel = "round", ylabel = "test loss" },
   }
   local script, outputs = { "set terminal " .. terminal, "set termoption noenhanced", "set key bottom right",
@@ -279,7 +289,7 @@ function M.plot(runs, out_dir, format)
     local series = {}
     for i, run in ipairs(runs) do
       local has = false   -- a run without this figure (no test loss, say) is left out of its plot
-      for _, point in ipairs(run.curve) do has = has or point[p.y] ~= nil end
+      for _, point in ipairs(run.curve) do has = has or (point[p.y] ~= nil and point[p.x] ~= nil) end
       if has then
         series[#series + 1] = string.format("%s using %d:%d:%d with filledcurves fs transparent solid 0.15 "
                                             .. "lc %d notitle", quote(data[i]), p.x, p.band[1], p.band[2], i)

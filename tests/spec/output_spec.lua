@@ -58,6 +58,19 @@ describe("a run's output #e2e", function()
                    out, 1, true)
   end)
 
+  it("records a centralized run's seconds per evaluation interval, as a node records its rounds'", function()
+    local code, out, err, dir = run("seed = 3\nbatch_size = 16\nmax_steps = 40\neval_every = 10\n"
+                                    .. "train_samples = 2000\ntest_samples = 200\n")
+    assert.are.equal(0, code, err)
+    local m = node_metrics(dir, 0)
+    local sum = 0
+    for _, e in ipairs(m.train_seconds) do sum = sum + e[2] end
+    -- the summary's total training time is the sum of the intervals (cumulative values would sum to 2.5x)
+    local total = tonumber(out:match("%d+ steps %(%d+ samples%) in ([%d.]+) s"))
+    assert.are.equal(4, #m.train_seconds)
+    assert.is_true(math.abs(sum - total) < 0.06, string.format("%g vs %g", sum, total))
+  end)
+
   it("exits 1 when every node diverged", function()
     local code, out, err = run(TINY_RUN .. "optimizer = { 'sgd', lr = 1e30 }\n")
     assert.are.equal(1, code, out .. err)

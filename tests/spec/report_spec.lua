@@ -7,7 +7,7 @@ local BIN = shell_quote(DPY_BIN)
 -- a run directory of two nodes evaluated in rounds 1..#acc (acc[r] = { node 0, node 1 })
 local function fake_run(dir, argv, acc, seed)
   assert(require("dpy.host.core").mkdir_p(dir))
-  write_file(dir .. "/config.json", metrics.json.encode { name = "c", nodes = 2, seed = seed or 1 })
+  write_file(dir .. "/config.json", metrics.json.encode { name = "c", nodes = 2, seed = seed or 1, local_steps = 5 })
   write_file(dir .. "/manifest.json", metrics.json.encode { command = { argv = argv } })
   for uid = 0, 1 do
     local m = { test_accuracy = {}, test_loss = {}, bytes_sent = {}, wall_seconds = {} }
@@ -37,16 +37,17 @@ describe("dpy-lua report", function()
     assert.matches("filledcurves", gp)
     assert.matches("'" .. dir:gsub("%p", "%%%0") .. "/report/report_1_a%.dat' using 1:5:6", gp)   -- absolute
     assert.matches("title 'c sharing=average'", gp)
-    for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time", "loss_round" } do
+    for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time", "accuracy_steps", "loss_round" } do
       assert.matches("<svg", read_file(dir .. "/report/report_" .. name .. ".svg"), name)
     end
-    assert.matches("\n3\t0%.700000\t3000\t1%.500000\t0%.600000\t0%.800000\t0%.300000\t0%.200000\t0%.400000\n",
+    assert.matches("set xlabel 'local steps per node'", gp)
+    assert.matches("\n3\t0%.700000\t3000\t1%.500000\t0%.600000\t0%.800000\t0%.300000\t0%.200000\t0%.400000\t15\n",
                    read_file(dir .. "/report/report_1_a.dat"))
     -- the page: the table and the four plots, drawn by a real browser (headless chromium)
     local page = read_file(dir .. "/report/report.html")
     assert.matches("<pre>run%s+config.-c sharing=average.-</pre>", page)
     local _, imgs = page:gsub('<img src="report_[%w_]+%.svg"', "")
-    assert.are.equal(4, imgs)
+    assert.are.equal(5, imgs)
     local shot = dir .. "/shot.png"
     code, _, err = sh("timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
                       .. "--window-size=1200,1400 --screenshot=" .. shot .. " file://" .. dir .. "/report/report.html")
