@@ -1,6 +1,7 @@
 -- The README's examples are executed, so the documentation cannot drift from the code.
 --
--- Every fenced block of README.md is one of these, and each kind is checked as follows:
+-- Every fenced block of README.md and of the docs/ pages it links is one of these, and each kind
+-- is checked as follows:
 -- - ```lua whose first line is "-- file: PATH": a file of an example experiment; all such files are
 --   written under a fresh directory at their paths and study/experiment.lua is run.
 -- - any other ```lua: a snippet of the Lua API, run as written (a script under dpy-lua; a snippet
@@ -42,7 +43,25 @@
 local config = require "dpy.config"
 
 local BIN = shell_quote(DPY_BIN)
-local README = assert(read_file(REPO .. "/README.md"))
+-- The README and the pages it links in docs/, read as one text; place(n) names a line of it as
+-- file:line.
+local PAGES = { "README.md", "docs/wire.md", "docs/performance.md", "docs/architecture.md" }
+local README, place
+do
+  local texts, starts, line = {}, {}, 1
+  for i, page in ipairs(PAGES) do
+    local text = assert(read_file(REPO .. "/" .. page))
+    if not text:match("\n$") then text = text .. "\n" end
+    texts[i], starts[i] = text, { page = page, first = line }
+    line = line + select(2, text:gsub("\n", ""))
+  end
+  README = table.concat(texts)
+  function place(n)
+    for i = #starts, 1, -1 do
+      if n >= starts[i].first then return starts[i].page .. ":" .. (n - starts[i].first + 1) end
+    end
+  end
+end
 
 -- {==== reading the README ====}
 
@@ -225,9 +244,9 @@ describe("the README's examples", function()
 
   it("are each of a kind this spec checks", function()
     for _, b in ipairs(all) do
-      local known = b.lang == "lua" or b.lang == "sh" or b.lang == "json"
-                    or b.body:match("^> ") or b.body:match("honest nodes:") or b.heading == "Source layout"
-      assert.truthy(known, "README.md:" .. b.line .. ": a block this spec does not know how to check")
+      local known = b.lang == "lua" or b.lang == "sh" or b.lang == "json" or b.body:match("^> ")
+                    or b.body:match("honest nodes:") or (b.heading or ""):lower():find("source layout")
+      assert.truthy(known, place(b.line) .. ": a block this spec does not know how to check")
     end
   end)
 
@@ -271,7 +290,7 @@ print("checked")
         local path = string.format("%s/snippet_%d.lua", dir, b.line)
         write_file(path, b.body .. trailer)
         local code, out, err = sh(BIN .. " " .. path)
-        assert.are.equal(0, code, "README.md:" .. b.line .. ": " .. tostring(err))
+        assert.are.equal(0, code, place(b.line) .. ": " .. tostring(err))
         assert.matches("checked\n$", out)
       end
     end
@@ -293,7 +312,7 @@ print("checked")
         local code, out, err = sh(BIN .. " repl < " .. dir .. "/in")
         assert.are.equal(0, code, err)
         local function shape(s) return (s:gsub("%-?%d+%.%d+", "#"):gsub("%s+", "")) end
-        assert.are.equal(shape(table.concat(expected, "\n")), shape(out), "README.md:" .. b.line)
+        assert.are.equal(shape(table.concat(expected, "\n")), shape(out), place(b.line))
       end
     end
     assert.is_true(seen)
@@ -305,10 +324,10 @@ print("checked")
     local have = {}
     for p in out:gmatch("[^\n]+") do have[p:match("[^/]+$")] = true end
     for _, b in ipairs(all) do
-      if b.heading == "Source layout" then
+      if (b.heading or ""):lower():find("source layout") then
         for name in b.body:gmatch("[%w_]+%.[%a]+") do
           if name:match("%.[ch]$") or name:match("%.cpp$") or name:match("%.py$") then
-            assert.is_true(have[name] == true, "README.md:" .. b.line .. ": " .. name .. " exists")
+            assert.is_true(have[name] == true, place(b.line) .. ": " .. name .. " exists")
           end
         end
       end
@@ -320,7 +339,7 @@ print("checked")
     for _, b in ipairs(all) do
       if b.lang == "json" then
         local ok, t = pcall(cjson.decode, b.body)
-        assert.is_true(ok, "README.md:" .. b.line .. ": " .. tostring(t))
+        assert.is_true(ok, place(b.line) .. ": " .. tostring(t))
         assert.are.equal("number", type(t.uid))
         for name, series in pairs(t.metrics) do
           for _, point in ipairs(series) do
@@ -336,7 +355,7 @@ print("checked")
     for _, b in ipairs(all) do
       if b.lang == "sh" then
         for _, words in ipairs(sh_commands(b.body)) do
-          check_command(words, "README.md:" .. b.line)
+          check_command(words, place(b.line))
         end
       end
     end
@@ -427,7 +446,7 @@ describe("the README's runs #e2e", function()
     assert.are.equal(0, code, err)
     for line in quoted.body:gmatch("[^\n]+") do
       local pattern = line:gsub("^%s+", ""):gsub("%p", "%%%0"):gsub("…", "[%%d.]+")
-      assert.matches(pattern, out, nil, "README.md:" .. quoted.line)
+      assert.matches(pattern, out, nil, place(quoted.line))
     end
     local row = rows(section("Commands"), "command")
     local example
