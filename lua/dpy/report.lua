@@ -49,14 +49,18 @@ function M.load(dir)
   local finals, sent, walls, eps = {}, {}, {}, nil
   local per_round_acc, per_round_bytes, per_round_loss, time_at, steps_at = {}, {}, {}, {}, {}
   run.simulated = false
+  -- bytes are a participating node's: a server's (FedAvg, ps) are left out, as in the run's summary
+  local ok, server = pcall(function() return require("dpy.layout").has_server(cfg) and 0 or nil end)
+  server = ok and server or nil
   for uid = 0, run.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
     m = m and m.metrics
     if m then
-      local cumulative, bytes_at = 0, {}
-      for _, e in ipairs(m.bytes_sent or {}) do
+      local cumulative = 0
+      for _, e in ipairs(uid ~= server and m.bytes_sent or {}) do
         cumulative = cumulative + e[2]
-        bytes_at[e[1]] = cumulative
+        per_round_bytes[e[1]] = per_round_bytes[e[1]] or {}
+        table.insert(per_round_bytes[e[1]], cumulative)
         sent[#sent + 1] = e[2]
       end
       local elapsed = 0
@@ -77,8 +81,6 @@ function M.load(dir)
           local r = e[1]
           per_round_acc[r] = per_round_acc[r] or {}
           table.insert(per_round_acc[r], e[2])
-          per_round_bytes[r] = per_round_bytes[r] or {}
-          table.insert(per_round_bytes[r], bytes_at[r] or 0)
         end
         for _, e in ipairs(m.test_loss or {}) do
           if type(e[2]) == "number" then   -- a diverged loss is null
@@ -109,7 +111,7 @@ function M.load(dir)
     local lo, hi = range(per_round_acc[r])
     local losses = per_round_loss[r] or {}
     local loss_lo, loss_hi = range(losses)
-    run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r])), time_at[r] or 0, lo, hi,
+    run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r] or {})) or 0, time_at[r] or 0, lo, hi,
                                   (mean_std(losses)), loss_lo, loss_hi,
                                   steps_at[r] or (per_round_steps and r * per_round_steps) }
   end
@@ -190,13 +192,14 @@ local function fmt(v, pattern) return v and string.format(pattern, v) or "-" end
 
 --- report.table(runs) -> the text table
 function M.table(runs)
-  local rows = { { "run", "config", "accuracy (honest nodes)", "bytes/node/round", "epsilon", "s/round" } }
+  local rows = { { "run", "config", "accuracy (honest nodes)", "MB sent/node/round", "epsilon", "s/round" } }
   for _, run in ipairs(runs) do
     rows[#rows + 1] = {
       run.label, run.title,
       run.accuracy_mean and string.format("%.4f +- %.4f (%d%s)", run.accuracy_mean, run.accuracy_std, run.honest,
                                           run.group and " seeds" or "") or "-",
-      fmt(run.bytes_per_round, "%.0f"), fmt(run.epsilon, "%.3f"), fmt(run.seconds_per_round, "%.3f"),
+      fmt(run.bytes_per_round and run.bytes_per_round / 1e6, "%.4f"), fmt(run.epsilon, "%.3f"),
+      fmt(run.seconds_per_round, "%.3f"),
     }
   end
   local widths = {}

@@ -66,8 +66,8 @@ describe("mitigations in decentralized runs", function()
     assert.are.equal(0, rc, stderr)
     -- node 2 is poisoned: three honest nodes; epsilon only where DP ran
     -- two configs named c with one seed: told apart by their directories
-    assert.matches("out%s+c seed=2 %([^)]+/out%)%s+%d%.%d+ %+%- %d%.%d+ %(3%)%s+%d+%s+%d+%.%d+%s+%d+%.%d+", stdout)
-    assert.matches("out%s+c seed=2 %([^)]+/out%)%s+%d%.%d+ %+%- %d%.%d+ %(4%)%s+%d+%s+%-%s+%d+%.%d+", stdout)
+    assert.matches("out%s+c seed=2 %([^)]+/out%)%s+%d%.%d+ %+%- %d%.%d+ %(3%)%s+%d+%.%d+%s+%d+%.%d+%s+%d+%.%d+", stdout)
+    assert.matches("out%s+c seed=2 %([^)]+/out%)%s+%d%.%d+ %+%- %d%.%d+ %(4%)%s+%d+%.%d+%s+%-%s+%d+%.%d+", stdout)
     for _, name in ipairs { "accuracy_round", "accuracy_bytes", "accuracy_time", "loss_round" } do
       assert.matches("<svg", read_file(plots .. "/report_" .. name .. ".svg"))
     end

@@ -77,6 +77,21 @@ describe("dpy-lua report", function()
                    read_file(dir .. "/report/report_4_seeds.dat"))
   end)
 
+  it("counts a participating node's bytes: a FedAvg server's are left out", function()
+    local dir = tmpdir()
+    fake_run(dir .. "/fl", { "run", "c.lua" }, { { 0.5, 0.5 } })
+    local cfg = metrics.read(dir .. "/fl/config.json")
+    cfg.algorithm = "fedavg"
+    write_file(dir .. "/fl/config.json", metrics.json.encode(cfg))
+    local m = metrics.read(dir .. "/fl/0.metrics.json")   -- the server sends 10x what a client sends
+    m.metrics.bytes_sent = { { 1, 10000 } }
+    write_file(dir .. "/fl/0.metrics.json", metrics.json.encode(m))
+    local run = assert(report.load(dir .. "/fl"))
+    assert.are.equal(1000, run.bytes_per_round)
+    assert.are.equal(1000, run.curve[1][3])
+    assert.matches("0%.0010", report.table { run })
+  end)
+
   it("tells apart runs of one config by seed, and draws a single evaluation", function()
     local dir = tmpdir()
     local runs = { assert(report.load(fake_run(dir .. "/s1", { "run", "c.lua" }, { { 0.5, 0.7 } }, 1))),
