@@ -56,6 +56,11 @@ function M.load(dir)
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
     m = m and m.metrics
     if m then
+      if uid == server then
+        local total = 0
+        for _, e in ipairs(m.bytes_sent or {}) do total = total + e[2] end
+        run.server_bytes_per_round = #(m.bytes_sent or {}) > 0 and total / #m.bytes_sent or nil
+      end
       local cumulative = 0
       for _, e in ipairs(uid ~= server and m.bytes_sent or {}) do
         cumulative = cumulative + e[2]
@@ -215,6 +220,8 @@ function M.table(runs)
   for _, run in ipairs(runs) do   -- which nodes count, as the run's summary says it
     if not run.group then
       lines[#lines + 1] = run.label .. ": " .. require("dpy.honest").describe(run.honest_nodes)
+                          .. (run.server_bytes_per_round and string.format("; the server sent %.4f MB/round",
+                                                                           run.server_bytes_per_round / 1e6) or "")
     end
   end
   return table.concat(lines, "\n")

@@ -90,6 +90,7 @@ describe("dpy-lua report", function()
     assert.are.equal(1000, run.bytes_per_round)
     assert.are.equal(1000, run.curve[1][3])
     assert.matches("0%.0010", report.table { run })
+    assert.matches("fl: honest nodes: [^\n]*; the server sent 0%.0100 MB/round", report.table { run })
   end)
 
   it("tells apart runs of one config by seed, and draws a single evaluation", function()
