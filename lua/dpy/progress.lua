@@ -46,21 +46,18 @@ function Progress:update(text, force)
   self.stream:flush()
 end
 
---- p:line(text): a permanent line (clears the live one first)
-function Progress:line(text)
-  if self.quiet then return end
+--- p:warn(text): a permanent line that -q does not silence (a process stopped, a file lost);
+-- it clears the live line first
+function Progress:warn(text)
   if self.shown then self.stream:write("\r\27[K") end
   self.stream:write(text, "\n")
   self.stream:flush()
   self.shown = false
 end
 
---- p:warn(text): a permanent line that -q does not silence (a process stopped, a file lost)
-function Progress:warn(text)
-  local quiet = self.quiet
-  self.quiet = false
-  self:line(text)
-  self.quiet = quiet
+--- p:line(text): a permanent line (nothing when quiet)
+function Progress:line(text)
+  if not self.quiet then self:warn(text) end
 end
 
 --- p:done(): ends the live line (elsewhere: writes the last text not yet written)
