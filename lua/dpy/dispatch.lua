@@ -105,6 +105,13 @@ end
 local exists = require("dpy.paths").exists
 
 -- Process p (0-based) -> the index of the remote hosting it, and its "address:port".
+--- dispatch.processes(remotes) -> how many processes the remotes host in all
+function M.processes(remotes)
+  local n = 0
+  for _, r in ipairs(remotes) do n = n + r.processes end
+  return n
+end
+
 local function mapping(remotes, base)
   local owner, addresses = {}, {}
   for i, r in ipairs(remotes) do
@@ -298,7 +305,8 @@ function M.start_job(cfg, opts)
                              codes = {}, beats = {}, silent = {}, last = {}, polled = 0,
                              term_at = math.huge, kill_at = math.huge,
                              total = { round = 0, sent = 0, accuracy = 0 / 0 } }, Job)
-  job.owner, job.addresses = mapping(opts.remotes, cfg.port or (30000 + opts.run_id % 25000))
+  local base = layout.base_port({ port = cfg.port, processes = M.processes(opts.remotes) }, opts.run_id)
+  job.owner, job.addresses = mapping(opts.remotes, base)
   cfg.processes = #job.owner
   job.left = cfg.processes
   if cfg.nodes < cfg.processes then

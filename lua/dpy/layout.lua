@@ -33,8 +33,16 @@ function M.node_process(nodes, processes)
 end
 
 --- "host:port" per process.
+--- layout.base_port(cfg, run_id) -> the port of process 0 (process p listens on it + p): the
+-- config's `port`, else one drawn from the run id in 10000-31999, below the range Linux hands
+-- out to outgoing connections (32768 and up), where a connection of this or another program
+-- could hold it (runs started together collided there).
+function M.base_port(cfg, run_id)
+  return cfg.port or (10000 + run_id % (22000 - (cfg.processes or 1)))
+end
+
 function M.addresses(cfg, run_id)
-  local base = cfg.port or (30000 + run_id % 25000)
+  local base = M.base_port(cfg, run_id)
   local list = {}
   for p = 0, cfg.processes - 1 do list[p + 1] = string.format("%s:%d", cfg.host, base + p) end
   return list

@@ -98,7 +98,7 @@ function M.join(cfg, dir, rank, size, run_id, prepare, timeout)
     require("dpy.launcher").make_key(dir)   -- before "ready": the others read it after
     assert(host.write_atomic(rdv .. "/ready", tostring(run_id)))
   end
-  local port = (cfg.port or (30000 + run_id % 25000)) + rank
+  local port = require("dpy.layout").base_port(cfg, run_id) + rank
   timeout = timeout or tonumber(os.getenv("DPY_RENDEZVOUS_TIMEOUT")) or 120
   local deadline = host.clock() + timeout
   local written = false

@@ -68,3 +68,17 @@ describe("the run key #e2e", function()
     assert.matches("run key .*run.key has mode 644: only its owner may read it %(0600%)", err)
   end)
 end)
+
+describe("the processes' ports", function()
+  it("are drawn below the system's range for outgoing connections, where no connection can hold them", function()
+    local layout = require "dpy.layout"
+    local low = tonumber((read_file("/proc/sys/net/ipv4/ip_local_port_range") or "32768"):match("%d+"))
+    for _, id in ipairs { 1, 7919, 696613084981, 1 << 40 } do
+      for _, processes in ipairs { 2, 16, 64 } do
+        local base = layout.base_port({ processes = processes }, id)
+        assert.is_true(base >= 1024 and base + processes - 1 < low, string.format("%d..%d", base, base + processes - 1))
+      end
+    end
+    assert.are.equal(40000, layout.base_port({ port = 40000, processes = 4 }, 1))   -- the config's, as it is
+  end)
+end)
