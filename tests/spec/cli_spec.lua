@@ -190,12 +190,12 @@ describe("dpy-lua repl", function()
   end)
 
   it("shows a node's neighbours as integers, and leaves no directory behind #e2e", function()
-    local before = select(2, sh("ls -d /tmp/dpy-repl-* 2>/dev/null | wc -l"))
-    local code, out, err = sh("printf 'node:neighbours()\\n' | " .. BIN .. " repl " .. REPO
-                              .. "/configs/0_baseline.lua --uid 1")
+    local code, out, err = sh("printf 'node:neighbours()\\nrequire(\"dpy.host.core\").pid()\\n' | " .. BIN
+                              .. " repl " .. REPO .. "/configs/0_baseline.lua --uid 1")
     assert.are.equal(0, code, err)
     assert.matches("\n{ %d+, %d+, %d+, %d+ }\n", out)
-    assert.are.equal(before, select(2, sh("ls -d /tmp/dpy-repl-* 2>/dev/null | wc -l")))
+    local pid = assert(out:match("\n(%d+)\n$"), out)   -- the prompt's process: its scratch directory is gone
+    assert.is_nil(io.open("/tmp/dpy-repl-" .. pid), "/tmp/dpy-repl-" .. pid .. " is left")
   end)
 
   it("interrupts a long computation on Ctrl-C and keeps the prompt", function()
