@@ -174,8 +174,8 @@ local function check_out_degree(n, s, what)
 end
 
 --- graph.regular_directed(n, s, seed) -> a random directed graph in which every node sends to s
--- others and receives from s (EL-Oracle's round graph): s in-stubs per node dealt at random to
--- the out-stubs, then each self-loop or double arc repaired by swapping its target with a random
+-- others and receives from s (EL-Oracle's round graph): s incoming half-edges per node dealt at random
+-- to the outgoing ones, then each self-loop or double arc repaired by swapping its target with a random
 -- other arc's where both arcs come out new.
 function M.regular_directed(n, s, seed)
   check_n(n, "regular_directed")

@@ -68,6 +68,18 @@ function run_config(config_text, extra)
   return code, out, err, dir .. "/out"
 end
 
+--- Runs config_text in one process and in two (run_config); both must succeed. Returns their run
+-- directories, { [1] = one process's, [2] = two processes' }, for comparing layouts.
+function run_layouts(config_text)
+  local outs = {}
+  for _, p in ipairs { 1, 2 } do
+    local code, _, err, out = run_config(config_text, "processes=" .. p)
+    if code ~= 0 then error(string.format("processes=%d exited with %s:\n%s", p, tostring(code), err), 2) end
+    outs[p] = out
+  end
+  return outs
+end
+
 --- Writes an action file that runs body (statements; node, r and host in scope) on event, after
 -- prelude (statements at the file's top); returns the config line that loads it.
 function action_config(name, event, body, prelude)

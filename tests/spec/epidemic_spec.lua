@@ -101,12 +101,7 @@ describe("epidemic learning #e2e", function()
   for _, variant in ipairs { "oracle", "local" } do
     it("EL-" .. variant .. ": bit-identical in every process layout, s models sent, weights summing to 1",
       function()
-        local outs = {}
-        for _, p in ipairs { 1, 2 } do
-          local code, _, err, out = run(el(variant), "processes=" .. p)
-          assert.are.equal(0, code, err)
-          outs[p] = out
-        end
+        local outs = run_layouts(el(variant))
         local counts = {}
         for uid = 0, 3 do
           local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
@@ -136,12 +131,7 @@ describe("epidemic learning #e2e", function()
     function()
       local cfg = TINY .. "rounds = 3\nalgorithm = { 'epidemic', variant = 'local', s = 2 }\n"
                   .. "sharing = { 'topk', alpha = 0.05 }\n"
-      local outs = {}
-      for _, p in ipairs { 1, 2 } do
-        local code, _, err, out = run(cfg, "processes=" .. p)
-        assert.are.equal(0, code, err)
-        outs[p] = out
-      end
+      local outs = run_layouts(cfg)
       for uid = 0, 3 do
         local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
         assert.are.same(a.train_loss, b.train_loss)

@@ -80,12 +80,7 @@ describe("simulated time #e2e", function()
 
   it("is the emulated network's time, bit-identical in every process layout", function()
     local want = ring_times(4, 4, 3, 0.01, 0.005, { [0] = 1, 1, 1, 4 })
-    local outs = {}
-    for _, p in ipairs { 1, 2 } do
-      local code, _, err, out = run(TINY .. SIM, "processes=" .. p)
-      assert.are.equal(0, code, err)
-      outs[p] = out
-    end
+    local outs = run_layouts(TINY .. SIM)
     for uid = 0, 3 do
       local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
       assert.are.same(a.sim_seconds, b.sim_seconds)
@@ -100,12 +95,7 @@ describe("simulated time #e2e", function()
     function()
       local cfg = TINY .. SIM .. "round_timeout = 0.05\n"
       local want = ring_times(4, 4, 3, 0.01, 0.005, { [0] = 1, 1, 1, 4 }, 0.05)
-      local outs = {}
-      for _, p in ipairs { 1, 2 } do
-        local code, _, err, out = run(cfg, "processes=" .. p)
-        assert.are.equal(0, code, err)
-        outs[p] = out
-      end
+      local outs = run_layouts(cfg)
       for uid = 0, 3 do
         local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
         assert.are.same(a.train_loss, b.train_loss)

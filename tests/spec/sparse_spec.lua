@@ -296,13 +296,7 @@ describe("sparse sharing runs", function()
     for _, sharing in ipairs { "{ 'topk', alpha = 0.05, values = 'bfloat16' }", "{ 'choco', alpha = 0.01 }",
                                "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }",
                                "{ 'fft', alpha = 0.1 }" } do
-      local results = {}
-      for _, p in ipairs { 1, 2 } do
-        local code, _, err, out = run(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n",
-                                      "processes=" .. p)
-        assert.are.equal(0, code, err)
-        results[p] = out
-      end
+      local results = run_layouts(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n")
       for uid = 0, 3 do
         local a, b = node_metrics(results[1], uid), node_metrics(results[2], uid)
         assert.are.same(a.train_loss, b.train_loss, sharing)
