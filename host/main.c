@@ -37,6 +37,8 @@ static const char USAGE[] =
     "  repl [CONFIG.lua --uid U [KEY=VALUE...]]\n"
     "                           interactive prompt with the dpy modules loaded; with a config,\n"
     "                           node U built and bound to the global 'node'\n"
+    "  attach RUN_DIR [--uid U]  a prompt on node U of a running experiment: look inside, change\n"
+    "                           it, pause and step the run\n"
     "  dispatch CONFIG.lua [--remotes remotes.lua] [--jobs N] [--out DIR] [--force] [--seed N]\n"
     "           [--accept-new-host-keys] [-q] [KEY=VALUE...]\n"
     "                           run an experiment's processes on remote machines over SSH\n"
@@ -66,7 +68,7 @@ static const char USAGE[] =
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
 
-static const char *const COMMANDS[] = {"run", "node", "repl", "dispatch", "report", "help", NULL};
+static const char *const COMMANDS[] = {"run", "node", "repl", "attach", "dispatch", "report", "help", NULL};
 
 static int is_command(const char *s) {
     for (int i = 0; COMMANDS[i]; i++)
@@ -395,7 +397,7 @@ int main(int argc, char **argv) {
         create_arg_table(L, argv, argc, 1);   /* arg[1..] = what follows "repl" */
         code = dpy_repl(L);
     } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0 ||
-               strcmp(cmd, "report") == 0 || strcmp(cmd, "dispatch") == 0) {
+               strcmp(cmd, "report") == 0 || strcmp(cmd, "dispatch") == 0 || strcmp(cmd, "attach") == 0) {
         code = run_cli(L, argv, argc, 1);
     } else if (cmd[0] && cmd[0] != '-' && !strchr(cmd, '.') && !strchr(cmd, '/') &&
                access(cmd, F_OK) != 0) {   /* neither a command nor a script */

@@ -90,6 +90,7 @@ int luaopen_dpy_sparse_core(lua_State *L);
 int luaopen_dpy_aggregate_core(lua_State *L);
 int luaopen_dpy_ssh_core(lua_State *L);
 int luaopen_dpy_crypto_core(lua_State *L);
+int luaopen_dpy_attach_core(lua_State *L);
 
 /* {==== the allocator (heap.c) ====} */
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attach.h"
 #include "auth.h"
 #include "fabric.h"
 #include "dpy_lua.h"
@@ -59,6 +60,8 @@ struct group {
     size_t running;
     int joined;
     int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
+    dpy_attach *attach;             /* the process's control socket (dpy-lua attach), or NULL */
+    char *attach_error;             /* why it could not listen (malloc'd), or NULL */
 };
 
 typedef struct { group *g; node_ctx *node; } endpoint_box;
@@ -158,6 +161,7 @@ static void slot_release(node_ctx *n) {
 
 static void finish(node_ctx *n, const char *err) {
     group *g = n->g;
+    dpy_attach_done(g->attach, (size_t)(n - g->nodes));
     dpy_fabric_node_gone(g->fabric, n->uid, err);
     slot_release(n);
     pthread_mutex_lock(&g->mu);
@@ -237,6 +241,8 @@ static void *node_main(void *arg) {
 static void group_free(group *g) {
     if (!g)
         return;
+    dpy_attach_close(g->attach);   /* the clients are told the process is done */
+    free(g->attach_error);
     dpy_fabric_close(g->fabric);
     for (size_t i = 0; i < g->count; i++) {
         free(g->nodes[i].err);
@@ -354,6 +360,9 @@ static int n_start(lua_State *L) {
     for (size_t i = 0; i < count; i++)
         if (uids[i] < 0 || (uint32_t)uids[i] >= o.nodes || o.node_process[uids[i]] != o.process)
             return luaL_error(L, "nodes.start: uid %d is not mapped to process %d", (int)uids[i], o.process);
+    lua_getfield(L, 1, "attach_socket");
+    const char *attach_socket = luaL_optstring(L, -1, NULL);
+    lua_pop(L, 1);   /* the table keeps the string */
     lua_getfield(L, 1, "attach");   /* a node driven from this state instead of a thread */
     int attach = !lua_isnil(L, -1);
     lua_pop(L, 1);
@@ -427,6 +436,15 @@ static int n_start(lua_State *L) {
         return 2;
     }
     g->count = count;
+    if (attach_socket) {   /* the run goes on without it; g:progress() says why */
+        uint32_t *u = lua_newuserdatauv(L, (count ? count : 1) * sizeof *u, 0);
+        for (size_t i = 0; i < count; i++)
+            u[i] = (uint32_t)uids[i];
+        char aerr[512] = "";
+        if (dpy_attach_open(&g->attach, attach_socket, u, count, aerr, sizeof aerr) != 0)
+            g->attach_error = dupstr(aerr);
+        lua_pop(L, 1);
+    }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, NODE_STACK);
@@ -555,6 +573,12 @@ static int g_progress(lua_State *L) {
         lua_setfield(L, -2, dpy_reject_names[k]);
     }
     lua_setfield(L, -2, "rejected_by");
+    lua_pushboolean(L, dpy_attach_paused(g->attach));
+    lua_setfield(L, -2, "paused");
+    if (g->attach_error) {
+        lua_pushstring(L, g->attach_error);
+        lua_setfield(L, -2, "attach_error");
+    }
     return 1;
 }
 
@@ -570,6 +594,7 @@ static int g_interrupt(lua_State *L) {
             dpy_state_interrupt(g->nodes[i].L);
     pthread_mutex_unlock(&g->mu);
     dpy_fabric_interrupt(g->fabric);
+    dpy_attach_stop(g->attach);   /* a node paused at a boundary stops too */
     return 0;
 }
 
@@ -803,6 +828,95 @@ static int e_report(lua_State *L) {
     return 0;
 }
 
+/* {==== the control socket's side of a node (dpy.attach.node) ====} */
+
+static size_t node_index(endpoint_box *e) {
+    return (size_t)(e->node - e->g->nodes);
+}
+
+/* conn, id, code of a request taken, or nothing */
+static int push_request(lua_State *L, dpy_attach_request *r) {
+    lua_pushinteger(L, r->conn);
+    lua_pushinteger(L, r->id);
+    lua_pushlstring(L, r->code, r->len);   /* raises only when Lua is out of memory (code leaks then) */
+    dpy_attach_request_free(r);
+    return 3;
+}
+
+/* ep:attach_wait(next_round) -> conn, id, code | nothing (start the round); blocks while the run
+** is paused, with no compute slot held; raises "interrupted!" when the process stops */
+static int e_attach_wait(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    int round = (int)luaL_checkinteger(L, 2);
+    if (!e->g->attach)
+        return 0;
+    dpy_attach_request r;
+    int got = dpy_attach_boundary(e->g->attach, node_index(e), round, &r);
+    if (got < 0)
+        return luaL_error(L, "interrupted!");
+    return got ? push_request(L, &r) : 0;
+}
+
+/* ep:attach_poll() -> conn, id, code | nothing: a request queued for this node, between events */
+static int e_attach_poll(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    dpy_attach_request r;
+    return dpy_attach_poll(e->g->attach, node_index(e), &r) ? push_request(L, &r) : 0;
+}
+
+/* ep:attach_send(conn, type, id, text) -> whether the client is still there */
+static int e_attach_send(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    lua_Integer conn = luaL_checkinteger(L, 2);
+    const char *type = luaL_checkstring(L, 3);
+    lua_Integer id = luaL_checkinteger(L, 4);
+    size_t len;
+    const char *text = luaL_optlstring(L, 5, "", &len);
+    lua_pushboolean(L, dpy_attach_send(e->g->attach, (uint32_t)conn, type[0], e->node->uid, (uint32_t)id, text,
+                                       len) == 0);
+    return 1;
+}
+
+/* ep:attach_hold(conn): a breakpoint holds this process's nodes until conn's client sets a limit */
+static int e_attach_hold(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    dpy_attach_hold(e->g->attach, (uint32_t)luaL_checkinteger(L, 2));
+    return 0;
+}
+
+static _Thread_local struct { dpy_attach *a; size_t i; } t_eval;   /* the evaluation in hand */
+
+static void cancel_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    if (dpy_attach_cancelled(t_eval.a, t_eval.i)) {
+        lua_sethook(L, NULL, 0, 0);
+        luaL_error(L, "interrupted");
+    }
+}
+
+/* ep:attach_eval(conn, id, fn, ...) -> true, results... | false, error: fn called as pcall does,
+** stopped by the client's interrupt of request id */
+static int e_attach_eval(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    uint32_t conn = (uint32_t)luaL_checkinteger(L, 2), id = (uint32_t)luaL_checkinteger(L, 3);
+    luaL_checktype(L, 4, LUA_TFUNCTION);
+    group *g = e->g;
+    dpy_attach_evaluating(g->attach, node_index(e), conn, id);
+    t_eval.a = g->attach, t_eval.i = node_index(e);
+    lua_sethook(L, cancel_hook, LUA_MASKCOUNT, 1000);
+    int n = lua_gettop(L) - 4;
+    int status = lua_pcall(L, n, LUA_MULTRET, 0);
+    pthread_mutex_lock(&g->mu);
+    lua_sethook(L, NULL, 0, 0);
+    if (g->interrupted)   /* the run's own interrupt, come meanwhile, still stops the node */
+        dpy_state_interrupt(L);
+    pthread_mutex_unlock(&g->mu);
+    dpy_attach_evaluating(g->attach, node_index(e), conn, 0);
+    lua_pushboolean(L, status == LUA_OK);
+    lua_replace(L, 3);   /* stack: ep, conn, ok, results... */
+    return lua_gettop(L) - 2;
+}
+
 static int e_tostring(lua_State *L) {
     lua_pushfstring(L, "dpy.Endpoint(node %d)", (int)checkep(L, 1)->node->uid);
     return 1;
@@ -811,7 +925,9 @@ static int e_tostring(lua_State *L) {
 static const luaL_Reg ep_methods[] = {
     {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
     {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
-    {"report", e_report}, {NULL, NULL}};
+    {"report", e_report}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
+    {"attach_send", e_attach_send}, {"attach_hold", e_attach_hold}, {"attach_eval", e_attach_eval},
+    {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
     {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},
     {"close", g_close},

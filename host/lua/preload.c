@@ -14,6 +14,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.aggregate.core", luaopen_dpy_aggregate_core},
     {"dpy.ssh.core", luaopen_dpy_ssh_core},
     {"dpy.crypto.core", luaopen_dpy_crypto_core},
+    {"dpy.attach.core", luaopen_dpy_attach_core},
     {NULL, NULL}};
 
 void dpy_preload_bindings(lua_State *L) {

@@ -190,6 +190,10 @@ end
 --- Prints a decentralized run's summary and its failed nodes; returns the exit code.
 function M.decentralized_result(cfg, dir, summary)
   print(decentralized_text(cfg, dir, summary))
+  if summary.attached then   -- an experiment changed by hand says so
+    io.stderr:write(string.format("dpy-lua: %d chunk(s) of code were run on nodes by dpy-lua attach (manifest.json: "
+                                  .. "attached)\n", summary.attached))
+  end
   local stop = summary.interrupted
   if stop then   -- the nodes' "interrupted!" is no failure of theirs
     io.stderr:write(string.format("dpy-lua: interrupted by %s after round %d; the results so far are in %s\n",
@@ -553,6 +557,20 @@ end
 
 --- main(command, args...) -> exit code
 --- cli.globals() -> the set of the global names now (before a script runs; see config_hint).
+--- dpy-lua attach RUN_DIR [--uid U]: a prompt on node U of a running experiment (dpy.attach.client).
+function M.attach(args)
+  local p = argparse("dpy-lua attach", "A prompt on one node of a running experiment: look inside, change it, "
+                     .. "pause and step the run.")
+  p:argument("dir", "The run directory (of a run going on, on this machine).")
+  p:option("--uid", "The node (without it: a list of the nodes, to choose from)."):convert(math.tointeger)
+  local ok, a = p:pparse(args)
+  if not ok then
+    io.stderr:write(p:get_usage(), "\ndpy-lua attach: ", a, "\n")
+    return 2
+  end
+  return require("dpy.attach.client").main(a)
+end
+
 function M.globals()
   local set = {}
   for k in pairs(_G) do set[k] = true end

@@ -21,6 +21,7 @@ local random = require "dpy.random"
 local transforms = require "dpy.transforms"
 local options = require "dpy.options"
 local simclock = require "dpy.simclock"
+local attach = require "dpy.attach.node"
 
 local M = {}
 
@@ -134,6 +135,7 @@ end
 --- node:fire(event, ...) runs the actions' handlers of event.
 function Node:fire(event, ...)
   for _, h in ipairs(self.handlers[event] or {}) do h(self, ...) end
+  attach.event(self, event)   -- what an attached client queued, and its breakpoints
 end
 
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
@@ -238,6 +240,21 @@ function M.build(ep, args)
   c.algorithm = registry.build("algorithm", cfg.algorithm, node)
   c.handlers, c.modifiers, c.checkpointers = build_actions(node, cfg.actions)
   return node
+end
+
+--- container.add_action(node, spec) -> the action's name: an action added to a running node
+-- (dpy-lua attach). Its handlers run from the next event on and its outgoing modifier from the
+-- next send; its init handler does not run (the container is locked), nor is it checkpointed.
+function M.add_action(node, spec)
+  local handlers, modifiers, savers = build_actions(node, { spec })
+  if #savers > 0 then error("add_action: an action that keeps checkpoint state is given in the config", 2) end
+  for event, list in pairs(handlers) do
+    local into = node.handlers[event] or {}
+    node.handlers[event] = into
+    for _, h in ipairs(list) do into[#into + 1] = h end
+  end
+  for _, m in ipairs(modifiers) do node.modifiers[#node.modifiers + 1] = m end
+  return registry.spec("action", spec, 2).name
 end
 
 --- Builds node and runs its init event, then locks its container and the registry.

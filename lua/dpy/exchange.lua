@@ -81,6 +81,7 @@ function M.receive(node, peer, r, deadline, missable)
   local x, why, said = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), node.chain.wire_dtype)
   if x then
     local v = decode(node, peer, r, x, why)
+    if v and node.received then node.received[peer] = v:clone() end   -- a client attached (dpy.attach.node)
     if v and node.simclock.simulated then return M.arrived(node, peer, r, v, deadline) end
     return v
   end

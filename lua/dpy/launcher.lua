@@ -23,6 +23,11 @@ function M.make_key(dir)
 end
 M.SIGNALS = { [2] = "SIGINT", [15] = "SIGTERM", [1] = "SIGHUP" }
 
+--- The control socket of process p of run dir (dpy-lua attach).
+function M.attach_socket(dir, p)
+  return string.format("%s/attach/p%d.sock", dir, p)
+end
+
 --- Hosts process p's nodes until they finish; calls tick(group) twice a second. A signal caught
 -- by host.catch_interrupt stops every node at once.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
@@ -43,11 +48,14 @@ function M.host_process(cfg, p, opts, tick)
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     latency = f.latency, latency_max = f.latency_max,
+    attach_socket = M.attach_socket(opts.dir, p),
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
              overrides = table.concat(opts.overrides or {}, "\n"),
              resume = opts.resume and tostring(opts.resume) or nil },
   }
   if not group then error("process " .. p .. ": " .. err, 0) end
+  local why = group:progress().attach_error
+  if why then io.stderr:write(string.format("dpy-lua: process %d: %s (dpy-lua attach cannot reach it)\n", p, why)) end
   -- a first sign of life as soon as the process is connected: from here on, a process silent for
   -- stop_grace seconds is stopped (before, it may wait for slower peers as long as it takes)
   if tick then tick(group) end
@@ -129,6 +137,9 @@ end
 
 function M.progress_line(cfg, p, start)
   local done = math.max(p.round, 0)
+  if p.paused then   -- by dpy-lua attach
+    return string.format("round %d/%d  paused (dpy-lua attach)", done, cfg.rounds)
+  end
   local elapsed = host.clock() - start
   local eta = done > 0 and (cfg.rounds - done) * elapsed / done or 0 / 0
   return string.format("round %d/%d  mean test accuracy %s  %.2f MB sent per node  ETA %s", done,
@@ -175,6 +186,7 @@ local function read_progress(cfg, dir)
     if not t then return { round = 0, accuracy = 0 / 0, sent = 0, beats = total.beats, finished = total.finished } end
     total.round = math.min(total.round, t.round)
     total.sent = total.sent + t.sent
+    total.paused = total.paused or t.paused
     if t.accuracy then
       acc_sum, acc_n = acc_sum + t.accuracy * t.count, acc_n + t.count
     end
@@ -253,6 +265,19 @@ local function mark_interrupted(dir, what)
 end
 M.mark_interrupted = mark_interrupted   -- the centralized run and dispatch record it the same way
 
+--- Records in the manifest, under `attached`, the code that clients of dpy-lua attach ran on the
+-- nodes ({ uid, round, at, code }, in time order); returns how many chunks (nil: none).
+function M.record_attached(cfg, dir)
+  local list = require("dpy.attach.node").changes(dir, cfg.nodes)
+  if #list == 0 then return nil end
+  local path = dir .. "/manifest.json"
+  local manifest = metrics.read(path) or {}
+  manifest.attached = list
+  local ok, err = host.write_atomic(path, metrics.json.encode(manifest))
+  if not ok then error(err, 0) end
+  return #list
+end
+
 --- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet, resume = round }.
 -- Returns the summary (summary.interrupted = { signal, number, round } when a signal stopped it);
 -- raises naming the failed nodes.
@@ -309,6 +334,7 @@ function M.run(cfg, opts)
     summary.interrupted = { signal = M.SIGNALS[sig] or ("signal " .. sig), number = sig, round = round }
     mark_interrupted(opts.dir, summary.interrupted)
   end
+  summary.attached = M.record_attached(cfg, opts.dir)
   return summary
 end
 
@@ -324,6 +350,7 @@ function M.mpi_summary(cfg, dir, seconds)
   end
   local summary = M.summarize(cfg, dir, seconds)
   summary.failed, summary.seconds = {}, seconds
+  summary.attached = M.record_attached(cfg, dir)
   summary.unfinished = cfg.processes - pr.finished
   return summary
 end
@@ -339,7 +366,8 @@ function M.node_main(cfg, opts)
     local pr = last
     local acc = pr.accuracy == pr.accuracy and pr.accuracy or nil
     host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, 0), accuracy = acc, done = done,
-                                                  count = acc and 1 or 0, sent = pr.sent, beat = host.clock() })
+                                                  count = acc and 1 or 0, sent = pr.sent, beat = host.clock(),
+                                                  paused = pr.paused or nil })
   end
   local results = M.host_process(cfg, p, opts, function(group)
     last = group:progress()

@@ -11,6 +11,7 @@ local host = require "dpy.host.core"
 local container = require "dpy.container"
 local checkpoint = require "dpy.checkpoint"
 local simclock = require "dpy.simclock"
+local attach = require "dpy.attach.node"
 
 local M = {}
 
@@ -87,6 +88,7 @@ local function run(node, resume)
   node:fire("startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
   for r = (resume or 0) + 1, cfg.rounds do
+    attach.boundary(node, r)   -- a client's code runs here; a paused run waits here
     node.round = r
     local t0 = host.clock()
     local loss, secs = algorithm(node, r)
@@ -94,6 +96,7 @@ local function run(node, resume)
     local acc
     if node.evaluates and (r % eval_every == 0 or r == cfg.rounds) then acc = evaluate(node, r) end
     node.endpoint:report(r, acc)
+    if node.attach_watches then attach.after_round(node, r) end
     save_checkpoint(node, r)
     if acc or host.clock() - last_save > 5 then
       node.endpoint:release()   -- no compute slot held over a file write
@@ -103,6 +106,7 @@ local function run(node, resume)
     end
   end
   node:fire("shutdown")
+  attach.boundary(node, cfg.rounds + 1)   -- the last round done: a paused run lets a client look at the end
   node.endpoint:release()
   local ok, err = node.metrics:save()
   if not ok then error("cannot write metrics: " .. err, 0) end

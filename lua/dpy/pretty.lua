@@ -44,11 +44,16 @@ function M.format(v, depth)
   return "{ " .. table.concat(parts, ", ") .. " }"
 end
 
---- pretty.print(...): each value formatted, tab-separated
-function M.print(...)
+--- pretty.line(...) -> each value formatted, tab-separated
+function M.line(...)
   local out = {}
   for i = 1, select("#", ...) do out[i] = M.format((select(i, ...))) end
-  io.stdout:write(table.concat(out, "\t"), "\n")
+  return table.concat(out, "\t")
+end
+
+--- pretty.print(...): pretty.line(...) on stdout
+function M.print(...)
+  io.stdout:write(M.line(...), "\n")
 end
 
 return M

@@ -1,0 +1,173 @@
+--- dpy.attach.node: a node's side of `dpy-lua attach`. The process's control socket (host/core/
+-- attach.c) queues Lua code for a node; the node runs it in its own state at a round boundary
+-- (dpy.node) or between two events (node:fire), never while it trains or exchanges. Each client
+-- connection is a session with its own globals over the node's: node, model, optimizer, loader,
+-- trainer, graph, metrics, config, received (the vectors received this round, by sender), round,
+-- log, and watch / unwatch / break_on / clear_breaks / add_action. Every chunk run is written to
+-- the node's log and to attach/<uid>.jsonl, which the run's manifest gathers at its end
+-- (`attached`): an experiment changed by hand says so.
+local pretty = require "dpy.pretty"
+local metrics = require "dpy.metrics"
+
+local M = {}
+
+-- What a session's globals read from the node at each access.
+local LIVE = {
+  node = function(n) return n end, model = function(n) return n.model end,
+  optimizer = function(n) return n.optimizer end, loader = function(n) return n.loader end,
+  trainer = function(n) return n.trainer end, graph = function(n) return n.graph end,
+  metrics = function(n) return n.metrics end, config = function(n) return n.cfg end,
+  received = function(n) return n.received or {} end, round = function(n) return n.round or 0 end,
+  log = function(n) return n.log end,
+}
+
+local function drop_session(node, conn)
+  node.attach_sessions[conn] = nil
+  for _, list in pairs(node.attach_breaks or {}) do
+    for i = #list, 1, -1 do if list[i].conn == conn then table.remove(list, i) end end
+  end
+  local w = node.attach_watches or {}
+  for i = #w, 1, -1 do if w[i].conn == conn then table.remove(w, i) end end
+end
+
+local function send(node, conn, kind, id, text)
+  if not node.endpoint:attach_send(conn, kind, id, text) then drop_session(node, conn) end
+end
+
+-- The session of client connection conn: its globals (a table of its own over the node's).
+local function session(node, conn)
+  node.attach_sessions = node.attach_sessions or {}
+  local s = node.attach_sessions[conn]
+  if s then return s end
+  s = { out = {} }
+  local own = {
+    print = function(...) s.out[#s.out + 1] = pretty.line(...) .. "\n" end,
+    --- watch(key): each round's value of metric key, sent as it is recorded
+    watch = function(key)
+      assert(type(key) == "string", "watch: a metric name expected, as watch('test_accuracy')")
+      node.attach_watches = node.attach_watches or {}
+      table.insert(node.attach_watches, { conn = conn, key = key })
+      return "watching " .. key
+    end,
+    unwatch = function(key)
+      local w = node.attach_watches or {}
+      for i = #w, 1, -1 do if w[i].conn == conn and (key == nil or w[i].key == key) then table.remove(w, i) end end
+    end,
+    --- break_on(event, fn): after each `event`, fn(node) -> true pauses the run
+    break_on = function(event, fn)
+      assert(require("dpy.container").EVENTS[event], "break_on: an event expected (pre_train, post_train, "
+             .. "pre_exchange, post_exchange, ...), got " .. tostring(event))
+      assert(type(fn) == "function", "break_on: a function(node) expected")
+      node.attach_breaks = node.attach_breaks or {}
+      node.attach_breaks[event] = node.attach_breaks[event] or {}
+      table.insert(node.attach_breaks[event], { conn = conn, fn = fn })
+      return "break on " .. event
+    end,
+    clear_breaks = function()
+      for _, list in pairs(node.attach_breaks or {}) do
+        for i = #list, 1, -1 do if list[i].conn == conn then table.remove(list, i) end end
+      end
+    end,
+    --- add_action(spec): an action built now, its handlers run from the next event on
+    add_action = function(spec)
+      return require("dpy.container").add_action(node, spec)
+    end,
+  }
+  s.env = setmetatable(own, { __index = function(_, k)
+    local live = LIVE[k]
+    if live then return live(node) end
+    return _G[k]
+  end })
+  node.attach_sessions[conn] = s
+  return s
+end
+
+-- Writes the chunk in the node's log and in attach/<uid>.jsonl.
+local function record(node, code)
+  node.log:write("attach: round %d: %s", node.round or 0, (code:gsub("\n", "\\n")))
+  local f = io.open(string.format("%s/attach/%d.jsonl", node.dir, node.uid), "a")
+  if f then
+    node.attach_seq = (node.attach_seq or 0) + 1
+    f:write(metrics.json.encode { uid = node.uid, round = node.round or 0, code = code, seq = node.attach_seq,
+                                  at = os.date("!%Y-%m-%dT%H:%M:%SZ") }, "\n")
+    f:close()
+  end
+end
+
+--- Runs a client's chunk of code on node and sends the client what it printed and returned.
+function M.serve(node, conn, id, code)
+  local s = session(node, conn)
+  local fn, err = load("return " .. code, "=attach", "t", s.env)
+  if not fn then fn, err = load(code, "=attach", "t", s.env) end
+  if not fn then return send(node, conn, "X", id, err) end
+  record(node, code)
+  s.out = {}
+  local res = table.pack(node.endpoint:attach_eval(conn, id, fn))
+  local text = table.concat(s.out)
+  if res[1] then
+    if res.n > 1 then text = text .. pretty.line(table.unpack(res, 2, res.n)) end
+    send(node, conn, "R", id, text)
+  else
+    send(node, conn, "X", id, text .. tostring(res[2]))
+  end
+end
+
+--- Before round r: serves what is queued, waits while the run is paused.
+function M.boundary(node, r)
+  local ep = node.endpoint
+  while true do
+    local conn, id, code = ep:attach_wait(r)
+    if not conn then break end
+    M.serve(node, conn, id, code)
+  end
+  -- with a client attached, the round's received vectors are kept (a copy) for `received`
+  node.received = node.attach_sessions and next(node.attach_sessions) and {} or nil
+end
+
+--- After event: what is queued, then the breakpoints on event.
+function M.event(node, event)
+  local conn, id, code = node.endpoint:attach_poll()
+  while conn do
+    M.serve(node, conn, id, code)
+    conn, id, code = node.endpoint:attach_poll()
+  end
+  local list = node.attach_breaks and node.attach_breaks[event]
+  for _, b in ipairs(list or {}) do
+    local ok, hit = pcall(b.fn, node)
+    if not ok or hit then
+      node.endpoint:attach_hold(b.conn)   -- this process stops at its next boundary; the client pauses the rest
+      send(node, b.conn, "B", 0, string.format("node %d, round %d, %s: %s", node.uid, node.round or 0, event,
+                                               ok and "break" or "break_on failed: " .. tostring(hit)))
+    end
+  end
+end
+
+--- After round r is recorded: the watched metrics' values of round r.
+function M.after_round(node, r)
+  for _, w in ipairs(node.attach_watches or {}) do
+    local at, v = node.metrics:last(w.key)
+    if at == r then send(node, w.conn, "W", 0, string.format("node %d round %d %s %s", node.uid, r, w.key,
+                                                              pretty.format(v))) end
+  end
+end
+
+--- The chunks run on the nodes 0 .. nodes - 1 of run dir by attached clients, in time order.
+function M.changes(dir, nodes)
+  local list = {}
+  for uid = 0, nodes - 1 do
+    local f = io.open(string.format("%s/attach/%d.jsonl", dir, uid))
+    for line in f and f:lines() or function() end do
+      local ok, e = pcall(metrics.json.decode, line)
+      if ok and type(e) == "table" then list[#list + 1] = e end
+    end
+    if f then f:close() end
+  end
+  table.sort(list, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    if a.uid ~= b.uid then return a.uid < b.uid end
+    return (a.seq or 0) < (b.seq or 0)
+  end)
+  return list
+end
+
+return M
