@@ -659,6 +659,13 @@ void dpy_attach_stop(dpy_attach *a) {
     pthread_mutex_unlock(&a->mu);
 }
 
+void dpy_attach_limit(dpy_attach *a, int limit) {
+    pthread_mutex_lock(&a->mu);
+    a->limit = limit;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
 int dpy_attach_paused(dpy_attach *a) {
     if (!a)
         return 0;

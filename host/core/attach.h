@@ -64,6 +64,8 @@ void dpy_attach_hold(dpy_attach *a, uint32_t conn);
 void dpy_attach_done(dpy_attach *a, size_t i);
 /* The process stops: every wait at a boundary returns -1 from now on. */
 void dpy_attach_stop(dpy_attach *a);
+/* No node starts a round past limit (-1: none), as a client's 'L' does. */
+void dpy_attach_limit(dpy_attach *a, int limit);
 /* Whether the process is paused (held, or a limit reached by a node). */
 int dpy_attach_paused(dpy_attach *a);
 

@@ -201,10 +201,13 @@ static int c_close(lua_State *L) {
 
 /* {==== the line editor ====} */
 
+#define QUEUE 64
+
 static struct {
     int open, tty;
     char history[4096];
-    char *line;          /* a line typed, not yet taken */
+    char *lines[QUEUE];  /* lines typed, not yet taken (a ring) */
+    size_t head, count;
     int eof;
     char pending[LINE_MAX_BYTES];   /* pipe mode: bytes read, not yet a line */
     size_t have;
@@ -216,6 +219,10 @@ static void on_sigint(int sig) {
     g_sigint = 1;
 }
 
+/*
+** The handler stays installed for the whole session (the terminal stays in readline's mode, so
+** that nothing typed ahead is lost); the prompt is blank from Enter until the answer has come.
+*/
 static void on_line(char *line) {
     if (!line) {
         ed.eof = 1;
@@ -224,8 +231,20 @@ static void on_line(char *line) {
     }
     if (*line)
         add_history(line);
-    free(ed.line);
-    ed.line = line;
+    rl_set_prompt("");
+    if (ed.count == QUEUE) {
+        free(line);   /* 64 lines typed ahead: the rest is dropped */
+        return;
+    }
+    ed.lines[(ed.head + ed.count++) % QUEUE] = line;
+}
+
+static char *queued_line(void) {
+    if (!ed.count)
+        return NULL;
+    char *line = ed.lines[ed.head];
+    ed.head = (ed.head + 1) % QUEUE, ed.count--;
+    return line;
 }
 
 /* A whole line in the pipe buffer, taken out; NULL if none. */
@@ -258,14 +277,17 @@ static int a_editor_open(lua_State *L) {
         rl_catch_signals = 0;
         if (history && snprintf(ed.history, sizeof ed.history, "%s", history) < (int)sizeof ed.history)
             read_history(ed.history);
+        rl_callback_handler_install("", on_line);
     }
     return 0;
 }
 
 static int a_editor_prompt(lua_State *L) {
     const char *prompt = luaL_checkstring(L, 1);
-    if (ed.tty && !ed.eof)
-        rl_callback_handler_install(prompt, on_line);
+    if (ed.tty && !ed.eof) {
+        rl_set_prompt(prompt);
+        rl_forced_update_display();
+    }
     return 0;
 }
 
@@ -273,12 +295,9 @@ static int a_editor_prompt(lua_State *L) {
 static int a_editor_line(lua_State *L) {
     char *line = NULL;
     if (ed.tty) {
-        if (!ed.line && !ed.eof)
+        if (!ed.count && !ed.eof)
             rl_callback_read_char();
-        line = ed.line;
-        ed.line = NULL;
-        if (line)
-            rl_callback_handler_remove();   /* the next prompt is installed when it is wanted */
+        line = queued_line();
     } else {
         line = pipe_line();
         if (!line && !ed.eof && ed.have < sizeof ed.pending) {
@@ -295,7 +314,7 @@ static int a_editor_line(lua_State *L) {
         free(line);
         return 1;
     }
-    if (ed.eof)
+    if (ed.eof && !ed.count)
         lua_pushboolean(L, 0);
     else
         lua_pushnil(L);
@@ -305,7 +324,7 @@ static int a_editor_line(lua_State *L) {
 static int a_editor_print(lua_State *L) {
     size_t len;
     const char *text = luaL_checklstring(L, 1, &len);
-    int shown = ed.tty && rl_prompt && RL_ISSTATE(RL_STATE_CALLBACK);
+    int shown = ed.tty && !ed.eof;
     if (shown) {   /* above the line being typed, which comes back as it was */
         rl_clear_visible_line();
     }
@@ -321,11 +340,11 @@ static int a_editor_print(lua_State *L) {
 /* Ctrl-C at the prompt: the line typed is dropped, a fresh prompt follows */
 static int a_editor_cancel(lua_State *L) {
     (void)L;
-    if (ed.tty && RL_ISSTATE(RL_STATE_CALLBACK)) {
+    if (ed.tty && !ed.eof) {
         rl_replace_line("", 0);
-        rl_callback_handler_remove();
-        fputc('\n', stdout);
-        fflush(stdout);
+        rl_crlf();
+        rl_on_new_line();
+        rl_redisplay();
     }
     return 0;
 }
@@ -335,11 +354,13 @@ static int a_editor_close(lua_State *L) {
     if (!ed.open)
         return 0;
     if (ed.tty) {
-        rl_callback_handler_remove();
+        if (!ed.eof)
+            rl_callback_handler_remove();
         if (ed.history[0])
             write_history(ed.history);
     }
-    free(ed.line);
+    for (char *line; (line = queued_line());)
+        free(line);
     ed.open = 0;
     signal(SIGINT, SIG_DFL);
     return 0;
@@ -375,7 +396,7 @@ static int a_wait(lua_State *L) {
         fds[i] = (struct pollfd){.fd = cs[i] && cs[i]->fd >= 0 ? cs[i]->fd : -1, .events = POLLIN};
     }
     int with_input = input && ed.open && !ed.eof;
-    if (input && ed.open && !ed.tty && (memchr(ed.pending, '\n', ed.have) || ed.eof)) {
+    if (input && ed.open && (ed.tty ? ed.count > 0 : memchr(ed.pending, '\n', ed.have) || ed.eof)) {
         lua_pushinteger(L, 0);   /* a line already buffered */
         lua_rawseti(L, -2, ++ready);
         with_input = 0;

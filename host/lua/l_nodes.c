@@ -363,6 +363,7 @@ static int n_start(lua_State *L) {
     lua_getfield(L, 1, "attach_socket");
     const char *attach_socket = luaL_optstring(L, -1, NULL);
     lua_pop(L, 1);   /* the table keeps the string */
+    int paused = int_field(L, 1, "paused", -1);
     lua_getfield(L, 1, "attach");   /* a node driven from this state instead of a thread */
     int attach = !lua_isnil(L, -1);
     lua_pop(L, 1);
@@ -443,6 +444,8 @@ static int n_start(lua_State *L) {
         char aerr[512] = "";
         if (dpy_attach_open(&g->attach, attach_socket, u, count, aerr, sizeof aerr) != 0)
             g->attach_error = dupstr(aerr);
+        else if (paused >= 0)   /* dpy-lua run --paused: no node starts a round past it */
+            dpy_attach_limit(g->attach, paused);
         lua_pop(L, 1);
     }
     pthread_attr_t attr;

@@ -15,6 +15,7 @@ local function run_parser()
   p:option("--out", "Run directory (default: out/<UTC timestamp>).")
   p:flag("--force", "Replace the run that --out holds.")
   p:flag("--resume", "Continue the run directory CONFIG from the last round every node checkpointed.")
+  p:flag("--paused", "Start paused before the first round: dpy-lua attach steps or resumes it.")
   p:flag("-q --quiet", "Print only the summary.")
   return p
 end
@@ -138,6 +139,7 @@ function M.run(args)
       return code
     end
     if not a.quiet then print(string.format("resuming %s from round %d", opts.dir, opts.resume)) end
+    opts.paused = a.paused
     local ran, summary = pcall(experiment.resume, cfg, opts)
     if not ran then
       io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n")
@@ -164,7 +166,7 @@ function M.run(args)
   end
   local opts = { dir = dir, source = source, included = included, argv = { "run", table.unpack(args) },
                  quiet = a.quiet, config = config_path, overrides = overrides, force = a.force,
-                 rerun_of = rerun and rerun.dir }
+                 rerun_of = rerun and rerun.dir, paused = a.paused }
   local checked, err = pcall(experiment.check, cfg, opts)
   if not checked then   -- the graph, the files the config names, an --out that holds a run
     io.stderr:write("dpy-lua: ", tostring(err), "\n")
@@ -225,6 +227,7 @@ function M.node(args)
   p:option("--resume", "Resume from this round's checkpoints, or 'auto': the last round every node "
            .. "checkpointed in --dir.")
   p:flag("--force", "Started by mpirun or srun: replace the run that --dir holds.")
+  p:flag("--paused", "Start paused before the first round (dpy-lua attach).")
   local started = require("dpy.host.core").clock()
   local ok, a = p:pparse(args)
   if ok and a.uid then a.process = a.uid end
@@ -247,7 +250,8 @@ function M.node(args)
   if a.uid then cfg.processes = cfg.nodes end   -- one node per process
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
-                 overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir) }
+                 overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir),
+                 paused = a.paused }
   if a.resume then   -- before any process of the run can write a checkpoint
     local why
     opts.resume = math.tointeger(tonumber(a.resume))

@@ -48,7 +48,7 @@ function M.host_process(cfg, p, opts, tick)
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     latency = f.latency, latency_max = f.latency_max,
-    attach_socket = M.attach_socket(opts.dir, p),
+    attach_socket = M.attach_socket(opts.dir, p), paused = opts.paused and (opts.resume or 0) or nil,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
              overrides = table.concat(opts.overrides or {}, "\n"),
              resume = opts.resume and tostring(opts.resume) or nil },
@@ -157,6 +157,7 @@ local function spawn_children(cfg, opts)
       argv[#argv + 1] = "--resume"
       argv[#argv + 1] = tostring(opts.resume)
     end
+    if opts.paused then argv[#argv + 1] = "--paused" end
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
     local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p))
     if not pid then

@@ -24,6 +24,7 @@ Here, for the whole run:
   pause()     every node stops at the next round boundary
   step(k)     k more rounds (default 1), then pause again
   resume()    run on
+  wait()      until the run pauses (a breakpoint) or ends: for a session typed ahead, from a pipe
   nodes()     every node's round and state;   use(uid)   another node
   detach()    leave (Ctrl-D too); the run stays as it is, paused or running
 Changes take effect from the node's next round; every chunk run is in the node's log and, at the
@@ -202,6 +203,19 @@ function Client:step(k)
   return self:wait_stopped(base + k) or "(still stepping; nodes() shows where each node is)"
 end
 
+function Client:wait()
+  while not self.over do
+    if self.want_pause then
+      self.want_pause = false
+      return self:pause()
+    end
+    core.wait(self.conns, 0.25)
+    if core.interrupted() then return nil end
+    for p = 1, #self.conns do self:drain(p) end
+  end
+  return "the run has ended"
+end
+
 function Client:resume()
   self:set_limit(nil)
   self.paused_at = nil
@@ -247,6 +261,7 @@ function Client:controls()
     pause = function() return self:pause() end,
     step = function(k) return self:step(k) end,
     resume = function() return self:resume() end,
+    wait = function() return self:wait() end,
     nodes = function() return self:nodes_text() end,
     use = function(uid)
       uid = math.tointeger(uid)

@@ -8,6 +8,7 @@
 -- (`attached`): an experiment changed by hand says so.
 local pretty = require "dpy.pretty"
 local metrics = require "dpy.metrics"
+local host = require "dpy.host.core"
 
 local M = {}
 
@@ -88,8 +89,9 @@ local function record(node, code)
   local f = io.open(string.format("%s/attach/%d.jsonl", node.dir, node.uid), "a")
   if f then
     node.attach_seq = (node.attach_seq or 0) + 1
+    -- t: the machine's monotonic clock, one for every process on it, orders the chunks of all nodes
     f:write(metrics.json.encode { uid = node.uid, round = node.round or 0, code = code, seq = node.attach_seq,
-                                  at = os.date("!%Y-%m-%dT%H:%M:%SZ") }, "\n")
+                                  at = os.date("!%Y-%m-%dT%H:%M:%SZ"), t = host.clock() }, "\n")
     f:close()
   end
 end
@@ -158,12 +160,15 @@ function M.changes(dir, nodes)
     local f = io.open(string.format("%s/attach/%d.jsonl", dir, uid))
     for line in f and f:lines() or function() end do
       local ok, e = pcall(metrics.json.decode, line)
-      if ok and type(e) == "table" then list[#list + 1] = e end
+      if ok and type(e) == "table" then
+        e.uid, e.round, e.seq = math.tointeger(e.uid), math.tointeger(e.round), math.tointeger(e.seq)
+        list[#list + 1] = e
+      end
     end
     if f then f:close() end
   end
   table.sort(list, function(a, b)
-    if a.at ~= b.at then return a.at < b.at end
+    if a.t ~= b.t then return (a.t or 0) < (b.t or 0) end
     if a.uid ~= b.uid then return a.uid < b.uid end
     return (a.seq or 0) < (b.seq or 0)
   end)

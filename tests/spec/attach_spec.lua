@@ -1,0 +1,226 @@
+-- dpy-lua attach: a prompt on a live node of a running experiment (dpy.attach.*, host/core/attach.c).
+-- The runs start with --paused, so that every step below happens at a known round.
+local host = require "dpy.host.core"
+local metrics = require "dpy.metrics"
+local tensor = require "dpy.tensor"
+
+local CONFIG = "seed = 3\nnodes = 8\ngraph = 'ring'\nrounds = 5\nlocal_steps = 2\nbatch_size = 16\n"
+               .. "train_samples = 2000\ntest_samples = 200\neval_every = 1\npeer_timeout = 30\n"
+
+-- Starts config_text with --paused in the background; -> the run directory, its pid, its output file.
+local function start_paused(config_text, extra, dir)
+  dir = dir or tmpdir()
+  write_file(dir .. "/c.lua", config_text)
+  local out = dir .. "/out"
+  local argv = { DPY_BIN, "run", dir .. "/c.lua", "--out", out, "--paused", "-q" }
+  for w in (extra or ""):gmatch("%S+") do argv[#argv + 1] = w end
+  local pid = assert(host.spawn(argv, dir .. "/run.out"))
+  local client
+  for _ = 1, 600 do   -- every process listening
+    client = require("dpy.attach.client").open(out)
+    if client then break end
+    host.sleep(0.1)
+  end
+  assert(client, "the run's processes never listened: " .. tostring(read_file(dir .. "/run.out")))
+  for _ = 1, 600 do   -- every node at its first boundary
+    local all = true
+    for _, list in pairs(client:status()) do
+      for _, n in ipairs(list) do all = all and n.state == "paused" end
+    end
+    if all then break end
+    host.sleep(0.1)
+  end
+  for _, c in ipairs(client.conns) do c:close() end
+  return out, pid, dir .. "/run.out"
+end
+
+-- Types lines into dpy-lua attach out --uid uid through a pipe; -> exit code, stdout, stderr.
+local function attach(out, uid, lines)
+  local input = os.tmpname()
+  write_file(input, table.concat(lines, "\n") .. "\n")
+  local code, o, e = sh(string.format("timeout 120 %s attach %s --uid %d < %s", shell_quote(DPY_BIN), out, uid, input))
+  os.remove(input)
+  return code, o, e
+end
+
+local function wait_exit(pid)
+  for _ = 1, 1200 do
+    local code = host.wait(pid, true)
+    if code then return code end
+    host.sleep(0.1)
+  end
+  host.kill(pid, 9)
+  error("the run did not finish")
+end
+
+local function rounds_recorded(out, uid)
+  local m = metrics.read(string.format("%s/%d.metrics.json", out, uid))
+  return m and m.metrics.train_loss and #m.metrics.train_loss or 0
+end
+
+describe("dpy-lua attach #e2e", function()
+  it("looks inside a node of a run in two processes, pauses, steps, changes one node and resumes", function()
+    local out, pid, log = start_paused(CONFIG, "processes=2")
+    -- the first session: where the nodes are, one round, then detach (the run stays paused)
+    local code, o, e = attach(out, 5, { "nodes()", "step(1)", "round", "metrics:last('test_accuracy')" })
+    assert.are.equal(0, code, e)
+    assert.matches("attached to node 5", o)
+    assert.matches("  5            0  paused      1", o, 1, true)   -- node 5 lives in process 1
+    assert.matches("paused: every node has finished round 1", o, 1, true)
+    local acc = o:match("\n1\t(0%.%d+)\n")
+    assert.truthy(acc, o)
+    assert.matches("detached; the run goes on (paused)", o, 1, true)
+    -- paused: no node's round counter moves
+    local before = {}
+    for u = 0, 7 do before[u] = rounds_recorded(out, u) end
+    host.sleep(1.5)
+    for u = 0, 7 do
+      assert.are.equal(1, before[u], "node " .. u)
+      assert.are.equal(1, rounds_recorded(out, u), "node " .. u .. " moved while paused")
+    end
+    -- the second session: node 5's learning rate, two rounds, then resume
+    code, o, e = attach(out, 5, { "optimizer:set_lr(0.05)", "optimizer", "use(4)", "optimizer", "use(5)",
+                                  "step(2)", "nodes()", "optimizer", "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches("the run is paused, after round 1", o, 1, true)
+    local lrs = {}
+    for lr in o:gmatch("lr=([%d.]+)") do lrs[#lrs + 1] = lr end
+    assert.are.same({ "0.05", "0.01", "0.05" }, lrs)   -- node 5, node 4, node 5 again after two rounds
+    assert.matches("paused: every node has finished round 3", o, 1, true)
+    for u = 0, 7 do assert.matches(string.format("\n%3d            3  paused ", u), o, 1, true) end
+    assert.matches("running", o)
+    assert.are.equal(0, wait_exit(pid), read_file(log))
+    assert.matches("chunk(s) of code were run on nodes by dpy-lua attach", read_file(log), 1, true)
+    -- the change is in node 5's log and in the manifest, and nowhere else
+    assert.matches("attach: round 1: optimizer:set_lr(0.05)", read_file(out .. "/5.log"), 1, true)
+    assert.is_nil(read_file(out .. "/4.log"):find("set_lr", 1, true))
+    local manifest = metrics.read(out .. "/manifest.json")
+    local changes = {}
+    for _, c in ipairs(manifest.attached) do changes[#changes + 1] = string.format("%d:%s", c.uid, c.code) end
+    assert.are.same({ "5:round", "5:metrics:last('test_accuracy')", "5:optimizer:set_lr(0.05)", "5:optimizer",
+                      "4:optimizer", "5:optimizer" }, changes)
+    assert.are.equal(5, rounds_recorded(out, 0))
+    -- the sockets are gone with the run
+    assert.is_nil(io.open(out .. "/attach/p0.sock"))
+    assert.is_nil(io.open(out .. "/attach/p1.sock"))
+  end)
+
+  it("costs nothing when it only looks: paused, stepped, watched and resumed, the results are bit-identical", function()
+    local code, _, err, plain = run_config(CONFIG)
+    assert.are.equal(0, code, err)
+    local out, pid, log = start_paused(CONFIG)
+    local o, e
+    code, o, e = attach(out, 2, { "watch('test_accuracy')",
+                                  "break_on('post_exchange', function(n) return n.round == 2 end)",
+                                  "resume()", "wait()", "clear_breaks()", "step(1)",
+                                  "received[1] ~= nil and received[3] ~= nil", "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches("node 2 round 1 test_accuracy 0%.%d+", o)
+    assert.matches("break: node 2, round 2, post_exchange: break", o, 1, true)
+    -- the break pauses the run at the next boundary every node can reach: round 2, or 3 for the
+    -- nodes that had started it
+    local at = tonumber(o:match("paused: every node has finished round (%d)"))
+    assert.truthy(at == 2 or at == 3, o)
+    assert.matches("paused: every node has finished round " .. at + 1, o, 1, true)   -- then one step
+    assert.matches("\ntrue\n", o, 1, true)   -- what node 2 received from its ring neighbours this round
+    assert.are.equal(0, wait_exit(pid), read_file(log))
+    for u = 0, 7 do
+      local _, a = tensor.unpickle(assert(read_file(string.format("%s/%d.model.pt", plain, u))))
+      local _, b = tensor.unpickle(assert(read_file(string.format("%s/%d.model.pt", out, u))))
+      for i = 1, #a do assert.is_true(a[i]:eq(b[i]):all():item(), "node " .. u .. " tensor " .. i) end
+      local ma, mb = node_metrics(plain, u), node_metrics(out, u)
+      assert.are.same(ma.test_accuracy, mb.test_accuracy)
+      assert.are.same(ma.train_loss, mb.train_loss)
+    end
+  end)
+
+  it("takes typing at a terminal: multi-line input, Ctrl-C of an endless loop, values printed as they come", function()
+    if sh("command -v tmux") ~= 0 then pending("tmux is not installed") return end
+    local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")))
+    local session = "dpy_attach_" .. host.pid()
+    local screen = tmpdir() .. "/screen"
+    local function keys(...)   -- each line typed, then Enter (-l: "end" is text, not the End key)
+      for i = 1, select("#", ...) do
+        local line = select(i, ...)
+        if line == "C-c" then
+          assert(sh("tmux send-keys -t " .. session .. " C-c") == 0)
+        else
+          assert(sh("tmux send-keys -t " .. session .. " -l " .. shell_quote(line)) == 0)
+          assert(sh("tmux send-keys -t " .. session .. " Enter") == 0)
+        end
+      end
+    end
+    local function wait_for(text)
+      local shown
+      for _ = 1, 300 do
+        sh(string.format("tmux capture-pane -p -S -200 -t %s > %s", session, screen))
+        shown = read_file(screen) or ""
+        if shown:find(text, 1, true) then return shown end
+        host.sleep(0.1)
+      end
+      error("the screen never showed " .. text .. ":\n" .. shown)
+    end
+    assert(sh(string.format("tmux new-session -d -s %s -x 160 -y 50 %s", session,
+                            shell_quote(string.format("HOME=%s %s attach %s --uid 1; sleep 60", tmpdir(),
+                                                      shell_quote(DPY_BIN), out)))) == 0)
+    local ok, why = pcall(function()
+      wait_for("attached to node 1")
+      keys("round * 10")
+      wait_for("\n0\n")
+      keys("for i = 1, 2 do", "print('line', i)", "end")
+      wait_for('"line"  2')   -- the tab, as the terminal shows it
+      keys("while true do end")
+      host.sleep(1)
+      keys("C-c")
+      wait_for("interrupted")
+      keys("watch('train_loss')")
+      wait_for("watching train_loss")
+      keys("resume()")
+      wait_for("node 1 round 5 train_loss")
+      wait_for("the run has ended")
+    end)
+    sh("tmux kill-session -t " .. session)
+    assert(ok, why)
+    assert.are.equal(0, wait_exit(pid), read_file(log))
+  end)
+
+  it("says what is wrong: no run, a run that has ended, no such node, no --uid from a pipe", function()
+    local dir = tmpdir()
+    local code, _, e = sh(shell_quote(DPY_BIN) .. " attach " .. dir)
+    assert.are.equal(1, code)
+    assert.matches("is not a run directory (no manifest.json)", e, 1, true)
+    local c, _, err, out = run_config(TINY_RUN)
+    assert.are.equal(0, c, err)
+    code, _, e = sh(shell_quote(DPY_BIN) .. " attach " .. out .. " --uid 0")
+    assert.are.equal(1, code)
+    assert.matches("process 0 of .* does not answer", e)
+    local live, pid = start_paused(TINY_RUN)
+    code, _, e = attach(live, 9, {})
+    assert.are.equal(2, code)
+    assert.matches("--uid 9: no such node", e, 1, true)
+    code, _, e = sh(string.format("%s attach %s < /dev/null", shell_quote(DPY_BIN), live))
+    assert.are.equal(2, code)
+    assert.matches("--uid U: which node", e, 1, true)
+    -- the socket is the user's alone; a paused run stops at Ctrl-C like any other, its socket removed
+    local mode = io.popen("stat -c %a " .. live .. "/attach/p0.sock"):read("l")
+    assert.are.equal("600", mode)
+    assert.are.equal("700", io.popen("stat -c %a " .. live .. "/attach"):read("l"))
+    host.kill(pid, 2)
+    assert.are.equal(130, wait_exit(pid))
+    assert.is_nil(io.open(live .. "/attach/p0.sock"))
+  end)
+
+  it("reaches a run whose directory is too long for a socket address, through a link", function()
+    local deep = tmpdir() .. "/" .. string.rep("d", 60) .. "/" .. string.rep("e", 60)
+    assert(host.mkdir_p(deep))
+    local out, pid = start_paused(TINY_RUN, nil, deep)
+    assert.is_true(#(out .. "/attach/p0.sock") > 108)
+    local target = io.popen("readlink " .. out .. "/attach/p0.sock"):read("l")
+    assert.matches("^/tmp/dpy%-attach%-%d+/", target)
+    local code, o, e = attach(out, 0, { "nodes()", "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches("  0            0  paused      0", o, 1, true)
+    assert.are.equal(0, wait_exit(pid))
+    assert.is_nil(io.open(target))
+  end)
+end)
