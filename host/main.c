@@ -29,7 +29,7 @@ static const char USAGE[] =
     "       dpy-lua COMMAND [args...]\n"
     "\n"
     "commands:\n"
-    "  run CONFIG.lua|RUN_DIR [--seed N] [--out DIR] [--force] [-q] [KEY=VALUE...]\n"
+    "  run CONFIG.lua|RUN_DIR [--seed N] [--out DIR] [--force] [--paused] [-q] [KEY=VALUE...]\n"
     "                           run an experiment (or rerun a run directory)\n"
     "  run --resume RUN_DIR       continue a run from its checkpoints (checkpoint_every)\n"
     "  node CONFIG.lua --process P --dir DIR [--run-id N] [--seed N] [KEY=VALUE...]\n"

@@ -10,6 +10,11 @@
 -- - ``` (no language) starting with "> ": a REPL transcript; its input lines are piped into
 --   `dpy-lua repl` and the output must equal what the README shows, every decimal number (random
 --   values) standing for any number.
+-- - ``` starting with "$ dpy-lua run … --paused &" and then "$ dpy-lua attach …": a session of
+--   dpy-lua attach; the run is started paused (tiny overrides: rounds=4 local_steps=1
+--   test_samples=200 eval_every=1), the lines typed ("node U> …") are piped into the attach
+--   command, and the other lines must appear in its output in order, every decimal number
+--   standing for any number; the run then finishes with exit 0.
 -- - ``` showing a run's summary ("honest nodes: …"): the run it quotes is made (tiny overrides) and
 --   each line must appear in its output, "…" standing for any number.
 -- - ``` of the source layout: every file name in it (*.c, *.h, *.cpp, *.py) exists in the repository.
@@ -154,7 +159,7 @@ local function help_words(cmd)
   return help_cache[cmd or ""]
 end
 
-local SUBCOMMANDS = { run = true, node = true, dispatch = true, report = true, repl = true }
+local SUBCOMMANDS = { run = true, node = true, dispatch = true, report = true, repl = true, attach = true }
 -- build/dpy-lua is the binary that scripts/setup builds (DPY_BIN here): no repository file.
 local PROGRAMS = { ["dpy-lua"] = true, ["build/dpy-lua"] = true, ["scripts/dpy"] = true }
 
@@ -245,6 +250,7 @@ describe("the README's examples", function()
   it("are each of a kind this spec checks", function()
     for _, b in ipairs(all) do
       local known = b.lang == "lua" or b.lang == "sh" or b.lang == "json" or b.body:match("^> ")
+                    or b.body:match("^%$ dpy%-lua run ")
                     or b.body:match("honest nodes:") or (b.heading or ""):lower():find("source layout")
       assert.truthy(known, place(b.line) .. ": a block this spec does not know how to check")
     end
@@ -313,6 +319,60 @@ print("checked")
         assert.are.equal(0, code, err)
         local function shape(s) return (s:gsub("%-?%d+%.%d+", "#"):gsub("%s+", "")) end
         assert.are.equal(shape(table.concat(expected, "\n")), shape(out), place(b.line))
+      end
+    end
+    assert.is_true(seen)
+  end)
+
+  it("of dpy-lua attach show what a session on a paused run prints #e2e", function()
+    local seen = false
+    for _, b in ipairs(all) do
+      if b.lang == "" and b.body:match("^%$ dpy%-lua run ") then
+        seen = true
+        local run = b.body:match("^%$ (dpy%-lua run [^\n]-) &\n")
+        local attach = b.body:match("\n%$ (dpy%-lua attach [^\n]+)")
+        assert.truthy(run and attach, place(b.line) .. ": a run started with & and an attach command")
+        check_command(shell_words(run), place(b.line))
+        check_command(shell_words(attach), place(b.line))
+        local out_dir = run:match("%-%-out (%S+)")
+        local dir = tmpdir()
+        local input, expected = {}, {}
+        for line in b.body:gmatch("[^\n]+") do
+          local typed = line:match("^node %d+> (.*)")
+          if typed then input[#input + 1] = typed
+          elseif not line:match("^%$ ") then expected[#expected + 1] = line end
+        end
+        write_file(dir .. "/in", table.concat(input, "\n") .. "\n")
+        local function words(cmd) return (cmd:gsub("^dpy%-lua", BIN):gsub(out_dir, dir .. "/out", 1)) end
+        local host = require "dpy.host.core"
+        local pid = assert(host.spawn({ "/bin/sh", "-c", "cd " .. shell_quote(REPO) .. " && exec " .. words(run)
+                                          .. " -q rounds=4 local_steps=1 test_samples=200 eval_every=1" },
+                                      dir .. "/run.out"))
+        local client
+        for _ = 1, 600 do
+          client = require("dpy.attach.client").open(dir .. "/out")
+          if client then break end
+          host.sleep(0.1)
+        end
+        assert(client, place(b.line) .. ": the run never listened: " .. tostring(read_file(dir .. "/run.out")))
+        for _, c in ipairs(client.conns) do c:close() end
+        local code, out, err = sh(words(attach) .. " < " .. dir .. "/in")
+        assert.are.equal(0, code, err)
+        local function shape(s) return (s:gsub("%-?%d+%.%d+", "#")) end
+        local at = 1
+        out = shape(out:gsub(dir .. "/out", out_dir))
+        for _, line in ipairs(expected) do
+          local found = out:find(shape(line), at, true)
+          assert.truthy(found, place(b.line) .. ": the session prints '" .. line .. "' (in order), got:\n" .. out)
+          at = found + 1
+        end
+        local status
+        for _ = 1, 1200 do
+          status = host.wait(pid, true)
+          if status then break end
+          host.sleep(0.1)
+        end
+        assert.are.equal(0, status, read_file(dir .. "/run.out"))
       end
     end
     assert.is_true(seen)
