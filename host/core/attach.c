@@ -418,9 +418,9 @@ static void remove_stale(const char *p) {
         unlink(p);
 }
 
-static int listen_on(dpy_attach *a, char *err, size_t errlen) {
-    char folder[sizeof a->path];
-    snprintf(folder, sizeof folder, "%s", a->path);
+int dpy_attach_listen(const char *path, char *real, size_t reallen, char *err, size_t errlen) {
+    char folder[4096];
+    snprintf(folder, sizeof folder, "%s", path);
     char *slash = strrchr(folder, '/');
     if (slash) {
         *slash = '\0';
@@ -429,9 +429,9 @@ static int listen_on(dpy_attach *a, char *err, size_t errlen) {
             return -1;
         }
     }
-    remove_stale(a->path);
-    if (strlen(a->path) < sizeof a->real) {
-        snprintf(a->real, sizeof a->real, "%s", a->path);
+    remove_stale(path);
+    if (strlen(path) < reallen) {
+        snprintf(real, reallen, "%s", path);
     } else {   /* past a socket address's 108 bytes: a short private folder, linked from the run */
         char dir[64];
         snprintf(dir, sizeof dir, "/tmp/dpy-attach-%u", (unsigned)geteuid());
@@ -442,16 +442,24 @@ static int listen_on(dpy_attach *a, char *err, size_t errlen) {
             return -1;
         }
         static atomic_uint serial;
-        snprintf(a->real, sizeof a->real, "%s/%d-%u.sock", dir, (int)getpid(), atomic_fetch_add(&serial, 1));
-        remove_stale(a->real);
+        snprintf(real, reallen, "%s/%d-%u.sock", dir, (int)getpid(), atomic_fetch_add(&serial, 1));
+        remove_stale(real);
     }
-    a->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (a->listen_fd < 0 || bind_at(a->listen_fd, a->real) != 0 || chmod(a->real, 0600) != 0 ||
-        listen(a->listen_fd, 16) != 0 || (strcmp(a->real, a->path) != 0 && symlink(a->real, a->path) != 0)) {
-        snprintf(err, errlen, "attach: cannot listen on %s: %s", a->path, strerror(errno));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind_at(fd, real) != 0 || chmod(real, 0600) != 0 || listen(fd, 16) != 0 ||
+        (strcmp(real, path) != 0 && symlink(real, path) != 0)) {
+        snprintf(err, errlen, "attach: cannot listen on %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
-    return 0;
+    return fd;
+}
+
+void dpy_attach_unlisten(const char *path, const char *real) {
+    unlink(real);
+    if (strcmp(real, path) != 0)
+        unlink(path);
 }
 
 static int by_uid(const void *x, const void *y, void *states) {
@@ -486,7 +494,8 @@ int dpy_attach_open(dpy_attach **out, const char *path, const uint32_t *uids, si
     }
     qsort_r(a->order, n, sizeof *a->order, by_uid, a->nodes);
     snprintf(a->path, sizeof a->path, "%s", path);
-    if (listen_on(a, err, errlen) != 0 || pipe2(a->wake, O_CLOEXEC) != 0 ||
+    if ((a->listen_fd = dpy_attach_listen(a->path, a->real, sizeof a->real, err, errlen)) < 0 ||
+        pipe2(a->wake, O_CLOEXEC) != 0 ||
         pthread_create(&a->thread, NULL, server, a) != 0) {
         if (!err[0])
             snprintf(err, errlen, "attach: %s", strerror(errno));
@@ -542,9 +551,7 @@ void dpy_attach_close(dpy_attach *a) {
     close(a->listen_fd);
     close(a->wake[0]);
     close(a->wake[1]);
-    unlink(a->real);
-    if (strcmp(a->real, a->path) != 0)
-        unlink(a->path);
+    dpy_attach_unlisten(a->path, a->real);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
     free(a->nodes);
@@ -645,8 +652,20 @@ void dpy_attach_done(dpy_attach *a, size_t i) {
     if (!a)
         return;
     pthread_mutex_lock(&a->mu);
-    a->nodes[i].state = DONE;
+    node_state *s = &a->nodes[i];
+    s->state = DONE;
+    request *left = s->head;   /* asked too late: each client is told */
+    s->head = s->tail = NULL;
+    atomic_store(&s->pending, 0);
     pthread_mutex_unlock(&a->mu);
+    char msg[64];
+    int len = snprintf(msg, sizeof msg, "node %u has finished", s->uid);
+    for (request *q = left, *next; q; q = next) {
+        next = q->next;
+        dpy_attach_send(a, q->r.conn, 'X', s->uid, q->r.id, msg, (size_t)len);
+        dpy_attach_request_free(&q->r);
+        free(q);
+    }
 }
 
 void dpy_attach_stop(dpy_attach *a) {

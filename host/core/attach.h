@@ -36,8 +36,14 @@ typedef struct {
     size_t len;
 } dpy_attach_request;
 
-/* Listens on path for the nodes uids[0..n) of this process; 0, or -1 with err. A path too long for
-** a socket address gets its socket in a short private folder and a symbolic link at path. */
+/* A listening Unix socket at path, mode 0600, its folder made 0700: the fd, or -1 with err. A path
+** too long for a socket address gets its socket in a short private folder and a symbolic link at
+** path; real (of sizeof(sun_path) bytes) says where it is bound. */
+int dpy_attach_listen(const char *path, char *real, size_t reallen, char *err, size_t errlen);
+/* Removes what dpy_attach_listen made. */
+void dpy_attach_unlisten(const char *path, const char *real);
+
+/* Listens on path for the nodes uids[0..n) of this process; 0, or -1 with err. */
 int dpy_attach_open(dpy_attach **out, const char *path, const uint32_t *uids, size_t n, char *err,
                     size_t errlen);
 /* Tells every client the process is done ('Z'), closes, removes the socket. NULL: nothing. */

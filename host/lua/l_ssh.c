@@ -9,6 +9,9 @@
 **   ch:poll() -> nil while it runs, else its exit code (-1: the connection dropped); output is
 **     drained and its last 64 KiB kept: ch:output()
 **   s:put(local, remote) / s:get(remote, local) -> true | nil, message   (SFTP)
+**   s:forward_unix(local_path, remote_path) -> dpy.SSHForward | nil, message: a Unix socket here
+**     whose clients are each joined to the Unix socket remote_path on the remote, through this
+**     session (no port opened); fw:pump() moves what waits, both ways; fw:close()
 **   s:close(), ch:close()
 ** One Lua state drives its sessions; libssh sessions are not shared between threads.
 */
@@ -19,6 +22,8 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <libssh/libssh.h>
+
+#include "attach.h"
 #include <libssh/sftp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +37,8 @@
 
 #define SESSION_MT "dpy.SSHSession"
 #define CHANNEL_MT "dpy.SSHChannel"
+#define FORWARD_MT "dpy.SSHForward"
+#define FORWARD_LINKS 16
 #define TAIL 65536
 
 typedef struct { ssh_session s; sftp_session sftp; int fd; char name[300]; } session_box;   /* fd: ours, -1 */
@@ -509,9 +516,130 @@ static int s_name(lua_State *L) {
     return 1;
 }
 
+/* {==== forwarding a Unix socket (dpy-lua attach to a dispatched run) ====} */
+
+typedef struct {
+    int listen_fd;
+    char path[4096], real[108], remote[4096];
+    struct { int fd; ssh_channel ch; } links[FORWARD_LINKS];
+} forward_box;
+
+static void unlink_one(forward_box *f, int k) {
+    if (f->links[k].ch) {
+        ssh_channel_close(f->links[k].ch);
+        ssh_channel_free(f->links[k].ch);
+    }
+    if (f->links[k].fd >= 0)
+        close(f->links[k].fd);
+    f->links[k].fd = -1;
+    f->links[k].ch = NULL;
+}
+
+static int s_forward_unix(lua_State *L) {
+    checksession(L, 1);
+    const char *local = luaL_checkstring(L, 2), *remote = luaL_checkstring(L, 3);
+    forward_box *f = lua_newuserdatauv(L, sizeof *f, 1);
+    memset(f, 0, sizeof *f);
+    f->listen_fd = -1;
+    for (int k = 0; k < FORWARD_LINKS; k++)
+        f->links[k].fd = -1;
+    luaL_setmetatable(L, FORWARD_MT);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);   /* the session outlives its forwards */
+    snprintf(f->path, sizeof f->path, "%s", local);
+    snprintf(f->remote, sizeof f->remote, "%s", remote);
+    char err[512];
+    f->listen_fd = dpy_attach_listen(f->path, f->real, sizeof f->real, err, sizeof err);
+    if (f->listen_fd < 0)
+        return fail(L, "%s", err);
+    fcntl(f->listen_fd, F_SETFL, O_NONBLOCK);
+    return 1;
+}
+
+static forward_box *checkforward(lua_State *L, session_box **b) {
+    forward_box *f = luaL_checkudata(L, 1, FORWARD_MT);
+    lua_getiuservalue(L, 1, 1);
+    *b = luaL_testudata(L, -1, SESSION_MT);
+    lua_pop(L, 1);
+    return f;
+}
+
+/* fw:pump() -> how many clients are joined: accepts, and moves what is waiting either way */
+static int fw_pump(lua_State *L) {
+    session_box *b;
+    forward_box *f = checkforward(L, &b);
+    if (f->listen_fd < 0 || !b || !b->s)
+        return 0;
+    int fd;
+    while ((fd = accept(f->listen_fd, NULL, NULL)) >= 0) {
+        int k = 0;
+        while (k < FORWARD_LINKS && f->links[k].fd >= 0)
+            k++;
+        ssh_channel ch = k < FORWARD_LINKS ? ssh_channel_new(b->s) : NULL;
+        if (!ch || ssh_channel_open_forward_unix(ch, f->remote, "127.0.0.1", 0) != SSH_OK) {
+            if (ch)
+                ssh_channel_free(ch);
+            close(fd);   /* the client reads its end: the process does not answer */
+            continue;
+        }
+        f->links[k].fd = fd, f->links[k].ch = ch;
+    }
+    char buf[65536];
+    int joined = 0;
+    for (int k = 0; k < FORWARD_LINKS; k++) {
+        if (f->links[k].fd < 0)
+            continue;
+        int gone = 0;
+        for (int moved = 1; moved && !gone;) {
+            moved = 0;
+            ssize_t n = recv(f->links[k].fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (n > 0) {
+                gone = ssh_channel_write(f->links[k].ch, buf, (uint32_t)n) != n;
+                moved = 1;
+            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                gone = 1;
+            }
+            int r = gone ? 0 : ssh_channel_read_nonblocking(f->links[k].ch, buf, sizeof buf, 0);
+            if (r > 0) {
+                for (ssize_t done = 0, w; done < r; done += w)
+                    if ((w = send(f->links[k].fd, buf + done, (size_t)(r - done), MSG_NOSIGNAL)) <= 0) {
+                        gone = 1;
+                        break;
+                    }
+                moved = 1;
+            } else if (r == SSH_ERROR || ssh_channel_is_eof(f->links[k].ch) || ssh_channel_is_closed(f->links[k].ch)) {
+                gone = 1;
+            }
+        }
+        if (gone)
+            unlink_one(f, k);
+        else
+            joined++;
+    }
+    lua_pushinteger(L, joined);
+    return 1;
+}
+
+static int fw_close(lua_State *L) {
+    session_box *b;
+    forward_box *f = checkforward(L, &b);
+    for (int k = 0; k < FORWARD_LINKS; k++) {
+        if (!b || !b->s)
+            f->links[k].ch = NULL;   /* freed with its session */
+        unlink_one(f, k);
+    }
+    if (f->listen_fd >= 0) {
+        close(f->listen_fd);
+        dpy_attach_unlisten(f->path, f->real);
+        f->listen_fd = -1;
+    }
+    return 0;
+}
+
 static const luaL_Reg session_methods[] = {
     {"exec", s_exec}, {"start", s_start}, {"put", s_put}, {"get", s_get},
-    {"close", s_close}, {"name", s_name}, {NULL, NULL}};
+    {"forward_unix", s_forward_unix}, {"close", s_close}, {"name", s_name}, {NULL, NULL}};
+static const luaL_Reg forward_methods[] = {{"pump", fw_pump}, {"close", fw_close}, {NULL, NULL}};
 static const luaL_Reg channel_methods[] = {
     {"poll", c_poll}, {"output", c_output}, {"close", c_close}, {NULL, NULL}};
 static const luaL_Reg functions[] = {{"connect", s_connect}, {NULL, NULL}};
@@ -531,6 +659,7 @@ static void new_type(lua_State *L, const char *name, const luaL_Reg *methods, lu
 int luaopen_dpy_ssh_core(lua_State *L) {
     new_type(L, SESSION_MT, session_methods, s_close);
     new_type(L, CHANNEL_MT, channel_methods, c_close);
+    new_type(L, FORWARD_MT, forward_methods, fw_close);
     luaL_newlib(L, functions);
     return 1;
 }

@@ -508,6 +508,7 @@ function M.dispatch(args)
   p:flag("--force", "Replace the run that --out holds.")
   p:flag("--resume", "Continue the run directory CONFIG from the last round every node checkpointed.")
   p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")
+  p:flag("--paused", "Start paused before the first round: dpy-lua attach steps or resumes it.")
   p:flag("-q --quiet", "Print only the summaries.")
   local ok, a = p:pparse(args)
   if ok and a.processes and a.processes < 1 then ok, a = false, "--processes: an integer >= 1 expected" end
@@ -554,13 +555,11 @@ function M.dispatch(args)
     jobs[j] = { cfg = job, processes = a.processes or all,
                 opts = { dir = job_dir(j), config = a.config, source = source, included = included,
                          overrides = a.overrides, run_id = run_id(j), argv = { "dispatch", table.unpack(args) },
-                         force = a.force } }
+                         force = a.force, paused = a.paused } }
   end
   return dispatch_jobs(jobs, remotes, a, out)
 end
 
---- main(command, args...) -> exit code
---- cli.globals() -> the set of the global names now (before a script runs; see config_hint).
 --- dpy-lua attach RUN_DIR [--uid U]: a prompt on node U of a running experiment (dpy.attach.client).
 function M.attach(args)
   local p = argparse("dpy-lua attach", "A prompt on one node of a running experiment: look inside, change it, "
@@ -575,6 +574,8 @@ function M.attach(args)
   return require("dpy.attach.client").main(a)
 end
 
+--- main(command, args...) -> exit code
+--- cli.globals() -> the set of the global names now (before a script runs; see config_hint).
 function M.globals()
   local set = {}
   for k in pairs(_G) do set[k] = true end

@@ -187,6 +187,7 @@ local function start_process(cfg, opts, p, remote, session, rdir)
   local args = { M.quote(remote.dpy_lua), "node", rundir.EFFECTIVE, "--process", p, "--dir", ".", "--run-id",
                  opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
   if opts.resume then args[#args + 1] = "--resume " .. opts.resume end
+  if opts.paused then args[#args + 1] = "--paused" end
   return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }",
                                      M.quote(rdir), table.concat(args, " "), p, p))
 end
@@ -213,8 +214,10 @@ local function collect(cfg, opts, owner, rdirs, bar)
     end
     for _, uid in ipairs(uids_on(cfg, owner, i)) do
       mine[uid .. ".log"], mine[uid .. ".metrics.json"], mine[uid .. ".model.pt"] = true, true, true
+      mine["attach/" .. uid .. ".jsonl"] = true   -- what dpy-lua attach ran on the node
     end
-    local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls")
+    if next(mine) then host.mkdir_p(opts.dir .. "/attach") end
+    local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls && ls -d attach/* 2>/dev/null; true")
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
       if mine[name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
@@ -329,10 +332,15 @@ function M.start_job(cfg, opts)
     job.bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
   launcher.make_key(opts.dir)
-  job.rdirs, job.channels = upload(opts, used, extra), {}
+  job.rdirs, job.channels, job.forwards = upload(opts, used, extra), {}, {}
   for p = 0, cfg.processes - 1 do
     local i = job.owner[p + 1]
     job.channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], job.rdirs[i])
+    -- dpy-lua attach here reaches the remote process's control socket through this session
+    local fw, why = opts.sessions[i]:forward_unix(launcher.attach_socket(opts.dir, p),
+                                                  launcher.attach_socket(job.rdirs[i], p))
+    if not fw then job.bar:warn(string.format("process %d: %s (dpy-lua attach cannot reach it)", p, why)) end
+    job.forwards[p + 1] = fw
   end
   return job
 end
@@ -433,6 +441,9 @@ function Job:poll()
     self.polled = now
     self:read_progress(now)
   end
+  local joined = 0
+  for _, fw in pairs(self.forwards) do joined = joined + fw:pump() end
+  self.attached = joined > 0
   return false
 end
 
@@ -443,6 +454,7 @@ function Job:finish()
   local launcher = require "dpy.launcher"
   local cfg, opts = self.cfg, self.opts
   local ended = host.clock()
+  for _, fw in pairs(self.forwards) do fw:close() end
   self:read_progress(ended)
   collect(cfg, opts, self.owner, self.rdirs, self.bar)
   if cfg.checkpoint_every then
@@ -458,6 +470,7 @@ function Job:finish()
   summary.seconds = seconds
   summary.first_round_seconds = self.first_round   -- from the command (seen at 0.5 s polls)
   summary.collect_seconds = host.clock() - ended   -- from the last process's end
+  summary.attached = launcher.record_attached(cfg, opts.dir)
   if self.interrupted then
     local sig = self.interrupted
     summary.interrupted = { signal = launcher.SIGNALS[sig] or ("signal " .. sig), number = sig,
@@ -530,7 +543,9 @@ function M.run_jobs(jobs, remotes, sessions, done, quiet)
     end
     if next(running) then
       bar:update(progress_text(running))
-      host.sleep(0.1)
+      local attached = false   -- a client of dpy-lua attach waits on the forwarding: a shorter nap
+      for _, r in pairs(running) do attached = attached or r.job.attached end
+      host.sleep(attached and 0.005 or 0.1)
     end
   end
   bar:done()

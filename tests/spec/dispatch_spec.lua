@@ -52,6 +52,43 @@ return {
     assert.matches('%["127.0.0.1:%d+","127.0.0.1:%d+","127.0.0.1:%d+"%]', read_file(dir .. "/d1/addresses.json"))
   end)
 
+  it("lets dpy-lua attach here pause, step and change a node of the remotes, through the SSH sessions #e2e", function()
+    remotes()
+    local host = require "dpy.host.core"
+    local out = dir .. "/d-attach"
+    local pid = assert(host.spawn({ "/bin/sh", "-c", "cd " .. dir .. " && exec " .. BIN
+                                    .. " dispatch c.lua --remotes remotes.lua -q --paused --out " .. out },
+                                  dir .. "/d-attach.out"))
+    local client
+    for _ = 1, 600 do   -- the forwarded sockets answer once the remote processes listen
+      client = require("dpy.attach.client").open(out)
+      if client and next(client.where) and #client.conns == 3 then break end
+      if client then for _, c in ipairs(client.conns) do c:close() end end
+      client = nil
+      host.sleep(0.1)
+    end
+    assert(client, "dispatch never listened: " .. tostring(read_file(dir .. "/d-attach.out")))
+    for _, c in ipairs(client.conns) do c:close() end
+    local input = dir .. "/attach.in"
+    write_file(input, "step(1)\nround\noptimizer:set_lr(0.02)\noptimizer\nresume()\n")
+    local code, o, e = sh(string.format("timeout 120 %s attach %s --uid 3 < %s", BIN, out, input))
+    assert.are.equal(0, code, e)
+    assert.matches("paused: every node has finished round 1", o, 1, true)
+    assert.matches("\n1\n", o, 1, true)
+    assert.matches("lr=0.02", o, 1, true)
+    local status
+    for _ = 1, 1200 do
+      status = host.wait(pid, true)
+      if status then break end
+      host.sleep(0.1)
+    end
+    assert.are.equal(0, status, read_file(dir .. "/d-attach.out"))
+    assert.matches("attach: round 1: optimizer:set_lr(0.02)", read_file(out .. "/3.log"), 1, true)
+    assert.matches("optimizer:set_lr(0.02)", read_file(out .. "/attach/3.jsonl"), 1, true)
+    assert.matches('"attached":%[', read_file(out .. "/manifest.json"))
+    assert.is_nil(io.open(out .. "/attach/p0.sock"), "the forwarded sockets go with the run")
+  end)
+
   it("runs each time in a fresh remote directory, and brings back only this run's files", function()
     remotes()
     local host = require "dpy.host.core"
