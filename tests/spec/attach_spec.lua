@@ -136,7 +136,7 @@ describe("dpy-lua attach #e2e", function()
 
   it("takes typing at a terminal: multi-line input, Ctrl-C of an endless loop, values printed as they come", function()
     if sh("command -v tmux") ~= 0 then pending("tmux is not installed") return end
-    local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")))
+    local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")), "processes=2")
     local session = "dpy_attach_" .. host.pid()
     local screen = tmpdir() .. "/screen"
     local function keys(...)   -- each line typed, then Enter (-l: "end" is text, not the End key)
@@ -195,6 +195,15 @@ describe("dpy-lua attach #e2e", function()
     assert.are.equal(1, code)
     assert.matches("process 0 of .* does not answer", e)
     local live, pid = start_paused(TINY_RUN)
+    -- two clients at once, each on its own node
+    local client = require "dpy.attach.client"
+    local a, b = assert(client.open(live)), assert(client.open(live))
+    a.uid, b.uid = 1, 2
+    assert.are.same({ true, "1" }, { a:eval("node.uid") })
+    assert.are.same({ true, "2" }, { b:eval("node.uid") })
+    assert.are.same({ false, "attach:1: boom" }, { b:eval("error('boom')") })
+    for _, c in ipairs(a.conns) do c:close() end
+    for _, c in ipairs(b.conns) do c:close() end
     code, _, e = attach(live, 9, {})
     assert.are.equal(2, code)
     assert.matches("--uid 9: no such node", e, 1, true)
