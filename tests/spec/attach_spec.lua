@@ -202,8 +202,8 @@ describe("dpy-lua attach #e2e", function()
     assert.are.same({ true, "1" }, { a:eval("node.uid") })
     assert.are.same({ true, "2" }, { b:eval("node.uid") })
     assert.are.same({ false, "attach:1: boom" }, { b:eval("error('boom')") })
-    for _, c in ipairs(a.conns) do c:close() end
-    for _, c in ipairs(b.conns) do c:close() end
+    for _, conn in ipairs(a.conns) do conn:close() end
+    for _, conn in ipairs(b.conns) do conn:close() end
     code, _, e = attach(live, 9, {})
     assert.are.equal(2, code)
     assert.matches("--uid 9: no such node", e, 1, true)
