@@ -259,10 +259,10 @@ static void handle(dpy_attach *a, uint32_t id, unsigned char type, uint32_t uid,
         if (!s)
             break;
         request **pp = &s->head, *last = NULL;
-        for (; *pp && (*pp)->r.id != req; pp = &(*pp)->next)
+        for (; *pp && !((*pp)->r.id == req && (*pp)->r.conn == id); pp = &(*pp)->next)
             last = *pp;
         request *q = *pp;
-        if (q && q->r.conn == id) {   /* not begun: it never runs */
+        if (q) {   /* not begun: it never runs */
             *pp = q->next;
             if (s->tail == q)
                 s->tail = last;
@@ -575,7 +575,7 @@ static int take(node_state *s, dpy_attach_request *req) {
     return 1;
 }
 
-int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_request *req) {
+int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_request *req, int block) {
     if (!a)
         return 0;
     node_state *s = &a->nodes[i];
@@ -596,6 +596,10 @@ int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_requ
             s->started = next_round > s->started ? next_round : s->started;
             s->state = RUNNING;
             rc = 0;
+            break;
+        }
+        if (!block) {
+            rc = 2;
             break;
         }
         s->state = PAUSED;

@@ -52,8 +52,9 @@ void dpy_attach_close(dpy_attach *a);
 /* {==== node threads (i: the node's index in uids) ====} */
 
 /* Before round next_round: 1 when a request is handed over in *req (serve it, then call again),
-** 0 when the node may start the round, -1 when the process is stopping. Blocks while paused. */
-int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_request *req);
+** 0 when the node may start the round, -1 when the process is stopping. Blocks while paused;
+** with block 0 it returns 2 instead. */
+int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_request *req, int block);
 /* Between two events: 1 and a request when one is queued for node i, else 0 (a load, no lock). */
 int dpy_attach_poll(dpy_attach *a, size_t i, dpy_attach_request *req);
 void dpy_attach_request_free(dpy_attach_request *req);

@@ -854,7 +854,11 @@ static int e_attach_wait(lua_State *L) {
     if (!e->g->attach)
         return 0;
     dpy_attach_request r;
-    int got = dpy_attach_boundary(e->g->attach, node_index(e), round, &r);
+    int got = dpy_attach_boundary(e->g->attach, node_index(e), round, &r, 0);
+    if (got == 2) {   /* paused: no compute slot held while the others finish their round */
+        slot_release(e->node);
+        got = dpy_attach_boundary(e->g->attach, node_index(e), round, &r, 1);
+    }
     if (got < 0)
         return luaL_error(L, "interrupted!");
     return got ? push_request(L, &r) : 0;
