@@ -134,7 +134,7 @@ describe("dpy-lua attach #e2e", function()
     end
   end)
 
-  it("takes typing at a terminal: multi-line input, Ctrl-C of an endless loop, values printed as they come", function()
+  it("takes typing at a terminal: a node chosen from a list, multi-line input, Ctrl-C of an endless loop, values printed as they come", function()
     if sh("command -v tmux") ~= 0 then pending("tmux is not installed") return end
     local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")), "processes=2")
     local session = "dpy_attach_" .. host.pid()
@@ -161,9 +161,12 @@ describe("dpy-lua attach #e2e", function()
       error("the screen never showed " .. text .. ":\n" .. shown)
     end
     assert(sh(string.format("tmux new-session -d -s %s -x 160 -y 50 %s", session,
-                            shell_quote(string.format("HOME=%s %s attach %s --uid 1; sleep 60", tmpdir(),
+                            shell_quote(string.format("HOME=%s %s attach %s; sleep 60", tmpdir(),
                                                       shell_quote(DPY_BIN), out)))) == 0)
     local ok, why = pcall(function()
+      wait_for("node?")   -- no --uid: the nodes, to choose from
+      wait_for("  1            0  paused      0")
+      keys("1")
       wait_for("attached to node 1")
       keys("round * 10")
       wait_for("\n0\n")
