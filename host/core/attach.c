@@ -643,6 +643,17 @@ int dpy_attach_cancelled(dpy_attach *a, size_t i) {
     return a && atomic_load_explicit(&a->nodes[i].cancel, memory_order_relaxed);
 }
 
+int dpy_attach_alive(dpy_attach *a, uint32_t id) {
+    if (!a)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    int alive = 0;
+    for (int k = 0; k < MAX_CONNS && !alive; k++)
+        alive = a->conns[k].fd >= 0 && a->conns[k].alive && a->conns[k].id == id;
+    pthread_mutex_unlock(&a->mu);
+    return alive;
+}
+
 void dpy_attach_hold(dpy_attach *a, uint32_t conn_id) {
     if (!a)
         return;

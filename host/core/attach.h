@@ -65,6 +65,8 @@ int dpy_attach_cancelled(dpy_attach *a, size_t i);
 /* Sends a frame to connection conn: 0, or -1 when it is gone. */
 int dpy_attach_send(dpy_attach *a, uint32_t conn, char type, uint32_t uid, uint32_t id, const void *payload,
                     size_t len);
+/* Whether connection conn is still open. */
+int dpy_attach_alive(dpy_attach *a, uint32_t conn);
 /* A breakpoint: every node of this process stops at its next boundary until conn sets a limit. */
 void dpy_attach_hold(dpy_attach *a, uint32_t conn);
 /* Node i has finished. */

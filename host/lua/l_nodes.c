@@ -884,6 +884,13 @@ static int e_attach_send(lua_State *L) {
     return 1;
 }
 
+/* ep:attach_alive(conn) -> whether that client is still connected */
+static int e_attach_alive(lua_State *L) {
+    endpoint_box *e = checkep(L, 1);
+    lua_pushboolean(L, dpy_attach_alive(e->g->attach, (uint32_t)luaL_checkinteger(L, 2)));
+    return 1;
+}
+
 /* ep:attach_hold(conn): a breakpoint holds this process's nodes until conn's client sets a limit */
 static int e_attach_hold(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -934,6 +941,7 @@ static const luaL_Reg ep_methods[] = {
     {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
     {"report", e_report}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
     {"attach_send", e_attach_send}, {"attach_hold", e_attach_hold}, {"attach_eval", e_attach_eval},
+    {"attach_alive", e_attach_alive},
     {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
     {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},

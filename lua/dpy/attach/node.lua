@@ -122,7 +122,11 @@ function M.boundary(node, r)
     if not conn then break end
     M.serve(node, conn, id, code)
   end
-  -- with a client attached, the round's received vectors are kept (a copy) for `received`
+  -- the sessions of clients gone go (with their watches and breakpoints); with a client attached,
+  -- the round's received vectors are kept (a copy) for `received`
+  for conn in pairs(node.attach_sessions or {}) do
+    if not ep:attach_alive(conn) then drop_session(node, conn) end
+  end
   node.received = node.attach_sessions and next(node.attach_sessions) and {} or nil
 end
 
