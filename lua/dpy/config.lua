@@ -57,12 +57,15 @@ M.SCHEMA = {
                           .. "(default: none, wait up to peer_timeout)" },
   stragglers = { type = "table",
                  doc = "per-node compute slowdowns: { factors = { ... } } in uid order, { fraction =, slowdown = } "
-                       .. "(a seeded fraction of the nodes), or { lognormal = sigma } (see dpy.simclock)",
+                       .. "(a seeded fraction of the nodes), { lognormal = sigma }, or { trace = file } (a row per "
+                       .. "round, a column per node; see dpy.trace)",
                  fields = {
                    factors = { type = "list", of = "number", doc = "each node's slowdown, in uid order" },
                    fraction = { type = "number", min = 0, max = 1, doc = "the share of nodes slowed down" },
                    slowdown = { type = "number", above = 0, doc = "how many times slower they compute" },
                    lognormal = { type = "number", min = 0, doc = "sigma of exp(sigma N(0, 1)) factors" },
+                   trace = { type = "path", exists = "file",
+                             doc = "a CSV (or *.json) file: a row of slowdowns per round, a column per node" },
                  } },
   sim_clock = { type = "table",
                 doc = "dpsgd, epidemic: a simulated clock (sim_seconds): training at step_seconds per step "
@@ -112,6 +115,25 @@ local SAFE = {
   print = print, os = { getenv = os.getenv, time = os.time, date = os.date }, require = require,
 }
 
+-- nil and a copy of a table-valued key's value with its path fields made absolute against base
+-- (and added to used: the run directory copies them), or a message naming a missing file.
+local function check_paths(key, value, fields, base, used)
+  local out = {}
+  for k, v in pairs(value) do
+    local rule = fields[k]
+    if type(rule) == "table" and rule.type == "path" then
+      v = paths.absolute(v, base)
+      local file = paths.is_file(v)
+      if rule.exists == "file" and not file then
+        return string.format("config key '%s': field '%s': no readable file %s", key, k, v)
+      end
+      if used and file then used[#used + 1] = v end
+    end
+    out[k] = v
+  end
+  return nil, out
+end
+
 --- nil and value (its component files and path options made absolute against base, the
 -- config's directory) when value is valid for key, else a message.
 function M.check(key, value, base, used)
@@ -141,6 +163,7 @@ function M.check(key, value, base, used)
   end
   local err = options.check_value(value, s)
   if err then return options.join(string.format("config key '%s'", key), err) end
+  if s.fields and type(value) == "table" then return check_paths(key, value, s.fields, base, used) end
   return nil, value
 end
 

@@ -214,11 +214,12 @@ function M.train(node, steps)
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
   local clock = node.simclock
+  local factor = clock:slowdown(node.round)
   if clock.simulated then
-    clock:trained(steps)
-  elseif clock.factor > 1 then
+    clock:trained(steps, node.round)
+  elseif factor > 1 then
     node.endpoint:release()
-    host.sleep((clock.factor - 1) * (host.clock() - t0))
+    host.sleep((factor - 1) * (host.clock() - t0))
     node.endpoint:acquire(node.round)
   end
   return loss, host.clock() - t0

@@ -3,6 +3,7 @@
 --   stragglers = { factors = { f0, f1, ... } }       each node's compute slowdown, in uid order
 --   stragglers = { fraction = 0.1, slowdown = 4 }     a seeded fraction of the nodes, `slowdown` times slower
 --   stragglers = { lognormal = 0.5 }                  each node's factor exp(0.5 N(0, 1)), seeded
+--   stragglers = { trace = "file.csv" }               per round and node, from a file (see dpy.trace)
 -- Without sim_clock a straggler is emulated in real time: after its training it waits (f - 1) times
 -- what the training took (without a compute slot). With
 --   sim_clock = { step_seconds = s, latency = l [, latency_max = m] }
@@ -15,20 +16,26 @@
 -- after the receiver's own send is late (dropped, counted in late_messages).
 local random = require "dpy.random"
 local tensor = require "dpy.tensor"
+local trace = require "dpy.trace"
 
 local M = {}
 
 M.CLOCK = 6   -- the fabric channel of the senders' simulated clocks
 
---- simclock.factors(cfg) -> { [uid] = compute slowdown } for every node (1 without stragglers).
--- Raises on a list of the wrong length or an ambiguous table.
-function M.factors(cfg)
+--- simclock.factors(cfg [, r]) -> { [uid] = compute slowdown } for every node in round r (default 1;
+-- only a trace changes with the round; 1 without stragglers). Raises on a list of the wrong
+-- length, an ambiguous table or a malformed trace file.
+function M.factors(cfg, r)
   local s, n, f = cfg.stragglers, cfg.nodes, {}
   for u = 0, n - 1 do f[u] = 1 end
   if not s then return f end
   local forms = (s.factors and 1 or 0) + ((s.fraction or s.slowdown) and 1 or 0) + (s.lognormal and 1 or 0)
-  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown) or lognormal", 0) end
-  if s.factors then
+                + (s.trace and 1 or 0)
+  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown), lognormal or trace", 0) end
+  if s.trace then
+    local row = trace.row(trace.load(s.trace, n), r or 1)
+    for u = 0, n - 1 do f[u] = row[u + 1] end
+  elseif s.factors then
     if #s.factors ~= n then
       error(string.format("stragglers: factors lists %d nodes, the config has %d", #s.factors, n), 0)
     end
@@ -58,16 +65,24 @@ end
 local Clock = {}
 Clock.__index = Clock
 
---- simclock.new(cfg, uid) -> the node's clock: { factor, simulated (whether sim_clock is on), now }
+--- simclock.new(cfg, uid) -> the node's clock: { factor (round 1's slowdown), simulated (whether
+-- sim_clock is on), now }
 function M.new(cfg, uid)
   local factor = M.factors(cfg)[uid]
   return setmetatable({ cfg = cfg, uid = uid, factor = factor, simulated = cfg.sim_clock ~= nil,
+                        traced = cfg.stragglers and cfg.stragglers.trace ~= nil,
                         now = 0, sent = 0, done = 0, late = 0 }, Clock)
 end
 
---- clock:trained(steps): the node trained steps this round; its models leave at now + their time
-function Clock:trained(steps)
-  self.sent = self.now + steps * self.cfg.sim_clock.step_seconds * self.factor
+--- clock:slowdown(r) -> the node's compute slowdown in round r
+function Clock:slowdown(r)
+  if not self.traced then return self.factor end
+  return M.factors(self.cfg, r)[self.uid]
+end
+
+--- clock:trained(steps, r): the node trained steps in round r; its models leave at now + their time
+function Clock:trained(steps, r)
+  self.sent = self.now + steps * self.cfg.sim_clock.step_seconds * self:slowdown(r)
   self.done = self.sent
 end
 

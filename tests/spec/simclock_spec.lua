@@ -32,9 +32,63 @@ describe("stragglers", function()
     assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 } }) end,
                          "stragglers: factors lists 2 nodes, the config has 10")
     assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 }, lognormal = 1 }) end,
-                         "stragglers: give one of factors, fraction %(with slowdown%) or lognormal")
+                         "stragglers: give one of factors, fraction %(with slowdown%), lognormal or trace")
     assert.error_matches(function() simclock.factors(cfg { fraction = 0.5 }) end,
                          "stragglers: fraction needs slowdown")
+  end)
+end)
+
+describe("a stragglers trace", function()
+  local dir
+  local function file(name, text)
+    dir = dir or tmpdir()
+    write_file(dir .. "/" .. name, text)
+    return dir .. "/" .. name
+  end
+  local function factors(path, r) return simclock.factors({ seed = 1, nodes = 3, stragglers = { trace = path } }, r) end
+
+  it("gives each round's slowdowns from a CSV row (repeating), or from JSON", function()
+    local csv = file("t.csv", "# node 0, 1, 2\n1, 2.5, 1\n\n  4,1 ,1\r\n")
+    assert.are.same({ [0] = 1, 2.5, 1 }, factors(csv, 1))
+    assert.are.same({ [0] = 4, 1, 1 }, factors(csv, 2))
+    assert.are.same({ [0] = 1, 2.5, 1 }, factors(csv, 3))   -- the trace repeats
+    assert.are.same({ [0] = 1, 2.5, 1 }, factors(csv))
+    local json = file("t.json", "[[1, 2, 3],\n [3, 2, 1]]")
+    assert.are.same({ [0] = 3, 2, 1 }, factors(json, 2))
+    assert.are.same({ [0] = 1, 1, 6 }, factors(file("one.json", "[1, 1, 6]"), 7))   -- one row: fixed
+    local clock = simclock.new({ seed = 1, nodes = 3, stragglers = { trace = csv } }, 0)
+    assert.are.equal(1, clock:slowdown(1))
+    assert.are.equal(4, clock:slowdown(2))
+  end)
+
+  it("refuses a malformed file, naming file:line", function()
+    local cases = {
+      { "a.csv", "1,1,1\n# ok\n1,x,1\n", ":3: stragglers trace: column 2: 'x' is not a number > 0" },
+      { "b.csv", "1,1,1\n1,1\n", ":2: stragglers trace: 2 value%(s%), the config has 3 nodes" },
+      { "c.csv", "1,0,1\n", ":1: stragglers trace: column 2: '0' is not a number > 0" },
+      { "d.csv", "1,,1\n", ":1: stragglers trace: column 2: '' is not a number > 0" },
+      { "e.csv", "# nothing\n", ":1: stragglers trace: no rows" },
+      { "f.json", "[[1, 1, 1],\n [1, 1]]", ":2: stragglers trace: 2 value%(s%), the config has 3 nodes" },
+      { "g.json", "[[1, 1, 1],\n [1, -1, 1]]", ":2: stragglers trace: row 2, column 2: %-1 is not a number > 0" },
+      { "h.json", "[[1, 1, 1],\n\n [1, 1, 1}", ":3: stragglers trace: not JSON" },
+      { "i.json", "{\"a\": 1}", ":1: stragglers trace: a JSON array of rows" },
+      { "j.json", "[[1, 1, 1], \"x\"]", ":1: stragglers trace: row 2 is not an array of numbers" },
+    }
+    for _, c in ipairs(cases) do
+      local path = file(c[1], c[2])
+      local ok, err = pcall(factors, path)
+      assert.is_false(ok)
+      assert.matches("^" .. path:gsub("%p", "%%%0") .. c[3], err)
+    end
+  end)
+
+  it("is a path of the config: made absolute, and a missing file refused", function()
+    local config = require "dpy.config"
+    local err, v = config.check("stragglers", { trace = "t.csv" }, dir)
+    assert.is_nil(err)
+    assert.are.equal(dir .. "/t.csv", v.trace)
+    assert.matches("config key 'stragglers': field 'trace': no readable file " .. dir:gsub("%p", "%%%0") .. "/nope",
+                   (config.check("stragglers", { trace = "nope" }, dir)))
   end)
 end)
 
@@ -53,13 +107,13 @@ end)
 
 -- The simulated time of a synchronous ring, computed here another way: a node's round ends when its
 -- own compute and its neighbours' models are done: E_i = max(C_i, C_j + latency), C_i = E_i(prev) +
--- steps * step * factor_i.
+-- steps * step * factor_i (factors: per node, or a function of the round giving them).
 local function ring_times(n, rounds, steps, step, lat, factors, timeout)
   local E, out = {}, {}
   for u = 0, n - 1 do E[u], out[u] = 0, {} end
   for r = 1, rounds do
-    local C = {}
-    for u = 0, n - 1 do C[u] = E[u] + steps * step * factors[u] end
+    local C, f = {}, type(factors) == "function" and factors(r) or factors
+    for u = 0, n - 1 do C[u] = E[u] + steps * step * f[u] end
     for u = 0, n - 1 do
       local e = C[u]
       for _, v in ipairs { (u + 1) % n, (u - 1) % n } do
@@ -107,6 +161,23 @@ describe("simulated time #e2e", function()
         end
       end
     end)
+
+  it("follows a trace file round by round, copied into the run directory", function()
+    local dir = tmpdir()
+    write_file(dir .. "/slow.csv", "# a straggler that moves\n1,1,1,4\n3,1,1,1\n")
+    local cfg = TINY .. SIM:gsub("stragglers = [^\n]*", "stragglers = { trace = '" .. dir .. "/slow.csv' }")
+    local rows = { { [0] = 1, 1, 1, 4 }, { [0] = 3, 1, 1, 1 } }
+    local want = ring_times(4, 4, 3, 0.01, 0.005, function(r) return rows[(r - 1) % 2 + 1] end)
+    local outs = run_layouts(cfg)
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.sim_seconds, b.sim_seconds)
+      for r = 1, 4 do assert.is_true(math.abs(a.sim_seconds[r][2] - want[uid][r]) < 1e-12, uid .. " " .. r) end
+    end
+    local copy = outs[1] .. "/_files" .. dir .. "/slow.csv"
+    assert.are.equal(read_file(dir .. "/slow.csv"), read_file(copy))
+    assert.matches("_files" .. dir:gsub("%p", "%%%0") .. "/slow.csv", read_file(outs[1] .. "/config.effective.lua"))
+  end)
 
   it("emulates link latency in real time, in a process and between processes (faults.latency)", function()
     -- by causality the third round ends two latencies after the first began, at the least: it needs a
