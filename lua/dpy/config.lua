@@ -10,6 +10,13 @@ local paths = require "dpy.paths"
 
 local M = {}
 
+-- sim_clock's and faults' rule: a range of bandwidths is below its top.
+local function bandwidths(t)
+  if t.bandwidth_min and not (t.bandwidth and t.bandwidth_min < t.bandwidth) then
+    return "bandwidth_min needs bandwidth, and must be below it"
+  end
+end
+
 --- The keys a config may set: a rule of dpy.options (type, bounds, one_of, default, doc), or a
 -- registry kind (`kind`: one component entry; `list_of`: a list of them).
 M.SCHEMA = {
@@ -76,7 +83,11 @@ M.SCHEMA = {
                   latency = { type = "number", min = 0, doc = "seconds a message takes on a link (0)" },
                   latency_max = { type = "number", min = 0,
                                   doc = "with it, a link's latency: a seeded draw in [latency, latency_max)" },
-                } },
+                  bandwidth = { type = "number", above = 0,
+                                doc = "bytes per second of a link: a model takes its bytes / bandwidth more (none)" },
+                  bandwidth_min = { type = "number", above = 0,
+                                    doc = "with it, a link's bandwidth: a seeded draw in [bandwidth_min, bandwidth)" },
+                }, check = bandwidths },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },
@@ -92,7 +103,8 @@ M.SCHEMA = {
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   encrypt = { type = "boolean", default = false,
               doc = "encrypt the payloads between processes (every packet is authenticated either way)" },
-  faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }",
+  faults = { type = "table",
+             doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }, emulated link latency and bandwidth",
              fields = {
                drop = { type = "number", min = 0, max = 1, doc = "probability a message is lost" },
                duplicate = { type = "number", min = 0, max = 1, doc = "probability a message arrives twice" },
@@ -102,7 +114,12 @@ M.SCHEMA = {
                latency = { type = "number", min = 0, doc = "every link's emulated latency, in seconds" },
                latency_max = { type = "number", min = 0,
                                doc = "with it, each directed link's latency: a seeded draw in [latency, latency_max)" },
-             } },
+               bandwidth = { type = "number", above = 0,
+                             doc = "every link's emulated bytes per second: a message waits bytes / bandwidth more" },
+               bandwidth_min = { type = "number", above = 0,
+                                 doc = "with it, each directed link's bandwidth: a seeded draw in "
+                                       .. "[bandwidth_min, bandwidth)" },
+             }, check = bandwidths },
   sharing = { kind = "sharing", default = "average",
               doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
   transforms = { list_of = "transform", default = {}, chain = true,

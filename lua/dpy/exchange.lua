@@ -14,6 +14,7 @@ local M = {}
 
 M.MODEL = 0   -- channel of model (and gradient) vectors
 M.COUNT = 1   -- fedavg: a client's sample count, beside its model
+M.HEADER = 40   -- the bytes of a message's header on the wire (host/core/wire.h), as bytes_sent counts them
 
 -- A payload rejected: a log line, and nil (the message is dropped; the peer stays).
 local function reject(node, peer, r, why)
@@ -104,10 +105,13 @@ end
 -- counted).
 function M.arrived(node, peer, r, v, deadline)
   local t = node.endpoint:recv(peer, simclock.CLOCK, r, M.timeout(node, deadline), "float64")
-  if t and node.simclock:accept(peer, t:item()) then return v end
+  if t then
+    local stamp = t:totable()
+    t:free()
+    if node.simclock:accept(peer, stamp[1], stamp[2]) then return v end
+  end
   node.log:write("round %d: peer %d's model %s", r, peer,
                  t and "came after the simulated deadline (round_timeout)" or "came without its clock")
-  if t then t:free() end
   v:free()
   return nil
 end
@@ -183,9 +187,10 @@ end
 function M.send_model(node, peer, r, flat)
   local payload = encode(node, flat, r)
   M.send(node, peer, r, payload)
+  local bytes = payload:nbytes() + M.HEADER
   if payload ~= flat then payload:free() end
-  if node.simclock.simulated then   -- the simulated time it left, for the receivers' clocks
-    local stamp = node.simclock:stamp()
+  if node.simclock.simulated then   -- when it left and its bytes, for the receivers' clocks
+    local stamp = node.simclock:stamp(bytes)
     M.send(node, peer, r, stamp, simclock.CLOCK)
     stamp:free()
   end

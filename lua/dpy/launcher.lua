@@ -42,7 +42,7 @@ function M.host_process(cfg, p, opts, tick)
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
-    latency = f.latency, latency_max = f.latency_max,
+    latency = f.latency, latency_max = f.latency_max, bandwidth = f.bandwidth, bandwidth_min = f.bandwidth_min,
     args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
              overrides = table.concat(opts.overrides or {}, "\n"),
              resume = opts.resume and tostring(opts.resume) or nil },

@@ -6,12 +6,14 @@
 --   stragglers = { trace = "file.csv" }               per round and node, from a file (see dpy.trace)
 -- Without sim_clock a straggler is emulated in real time: after its training it waits (f - 1) times
 -- what the training took (without a compute slot). With
---   sim_clock = { step_seconds = s, latency = l [, latency_max = m] }
+--   sim_clock = { step_seconds = s, latency = l [, latency_max = m] [, bandwidth = b [, bandwidth_min = c]] }
 -- every node keeps a simulated clock instead: a round's training takes local steps * s * factor, a
--- model sent at simulated time t reaches its receiver at t + the link's latency (l, or per link a
--- seeded uniform draw in [l, m)), and a round ends when the node's training and the models it
--- accepted are done. A sender's clock travels beside its model (a float64 on channel CLOCK, left
--- out of the byte metrics), so the times depend on nothing measured: bit-identical in every layout.
+-- model of B bytes sent at simulated time t reaches its receiver at t + the link's latency (l, or
+-- per link a seeded uniform draw in [l, m)) + B / the link's bandwidth (b bytes per second, or per
+-- link a seeded draw in [c, b); none: no transfer time), and a round ends when the node's training
+-- and the models it accepted are done. A sender's clock and its model's byte count travel beside
+-- the model (float64s on channel CLOCK, left out of the byte metrics), so the times depend on
+-- nothing measured: bit-identical in every layout.
 -- With round_timeout, the deadline is simulated too: a model arriving later than round_timeout
 -- after the receiver's own send is late (dropped, counted in late_messages).
 local random = require "dpy.random"
@@ -62,6 +64,14 @@ function M.latency(cfg, from, to)
   return (c.latency or 0) + u * (c.latency_max - (c.latency or 0))
 end
 
+--- simclock.bandwidth(cfg, from, to) -> the bytes per second of the link from -> to (nil: unlimited)
+function M.bandwidth(cfg, from, to)
+  local c = cfg.sim_clock
+  if not c.bandwidth_min then return c.bandwidth end
+  local u = random.new((cfg.seed * 1000033 + math.tointeger(from)) * 1000033 + math.tointeger(to)):uniform()
+  return c.bandwidth_min + u * (c.bandwidth - c.bandwidth_min)
+end
+
 local Clock = {}
 Clock.__index = Clock
 
@@ -86,13 +96,16 @@ function Clock:trained(steps, r)
   self.done = self.sent
 end
 
---- clock:stamp() -> a float64 tensor of the send's simulated time (what the receivers get)
-function Clock:stamp() return tensor.new({ self.sent }, "float64") end
+--- clock:stamp(bytes) -> a float64 tensor of the send's simulated time and the bytes sent (what the
+-- receivers get)
+function Clock:stamp(bytes) return tensor.new({ self.sent, bytes }, "float64") end
 
---- clock:accept(peer, t) -> whether a model peer sent at simulated time t arrives in time (by the
--- deadline of round_timeout after this node's send, when set); an accepted one extends the round.
-function Clock:accept(peer, t)
-  local arrive = t + M.latency(self.cfg, peer, self.uid)
+--- clock:accept(peer, t, bytes) -> whether a model of bytes that peer sent at simulated time t
+-- arrives in time (by the deadline of round_timeout after this node's send, when set); an accepted
+-- one extends the round.
+function Clock:accept(peer, t, bytes)
+  local bw = M.bandwidth(self.cfg, peer, self.uid)
+  local arrive = t + M.latency(self.cfg, peer, self.uid) + (bw and bytes / bw or 0)
   local timeout = self.cfg.round_timeout
   if timeout and arrive > self.sent + timeout then
     self.late = self.late + 1

@@ -103,6 +103,25 @@ describe("the simulated clock", function()
     assert.are.equal(0.01, simclock.latency({ seed = 2, nodes = 8, sim_clock = { step_seconds = 1, latency = 0.01 } },
                                             1, 2))
   end)
+
+  it("draws a link's bandwidth from its seed, or takes the one given", function()
+    local c = { seed = 2, nodes = 8, sim_clock = { step_seconds = 0.1, bandwidth = 2e6, bandwidth_min = 1e6 } }
+    local a = simclock.bandwidth(c, 1, 2)
+    assert.is_true(a >= 1e6 and a < 2e6)
+    assert.are.equal(a, simclock.bandwidth(c, 1.0, 2.0))
+    assert.are_not.equal(a, simclock.bandwidth(c, 2, 1))
+    assert.are.equal(5e5, simclock.bandwidth({ seed = 2, sim_clock = { step_seconds = 1, bandwidth = 5e5 } }, 1, 2))
+    assert.is_nil(simclock.bandwidth({ seed = 2, sim_clock = { step_seconds = 1 } }, 1, 2))
+    local config = require "dpy.config"
+    for _, key in ipairs { "sim_clock", "faults" } do
+      local t = { bandwidth_min = 5, step_seconds = key == "sim_clock" and 1 or nil }
+      assert.matches("bandwidth_min needs bandwidth, and must be below it", config.check(key, t))
+      t.bandwidth = 5
+      assert.matches("bandwidth_min needs bandwidth, and must be below it", config.check(key, t))
+      t.bandwidth = 6
+      assert.is_nil((config.check(key, t)))
+    end
+  end)
 end)
 
 -- The simulated time of a synchronous ring, computed here another way: a node's round ends when its
@@ -177,6 +196,34 @@ describe("simulated time #e2e", function()
     local copy = outs[1] .. "/_files" .. dir .. "/slow.csv"
     assert.are.equal(read_file(dir .. "/slow.csv"), read_file(copy))
     assert.matches("_files" .. dir:gsub("%p", "%%%0") .. "/slow.csv", read_file(outs[1] .. "/config.effective.lua"))
+  end)
+
+  it("adds a model's bytes / the link's bandwidth to its latency, the same in every layout", function()
+    local cfg = TINY .. SIM:gsub("latency = 0.005", "latency = 0.005, bandwidth = 1e7")
+    local bytes = 215370 * 4 + 40   -- the model and its header, as bytes_sent counts them
+    local want = ring_times(4, 4, 3, 0.01, 0.005 + bytes / 1e7, { [0] = 1, 1, 1, 4 })
+    -- by hand, round 1: node 0 waits for the straggler 3 (0.12 s of compute), node 1 for node 0 or
+    -- 2 (0.03 s), 0.005 + 0.086152 s on the link
+    assert.is_true(math.abs(want[0][1] - 0.211152) < 1e-12 and math.abs(want[1][1] - 0.121152) < 1e-12)
+    local outs = run_layouts(cfg)
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.sim_seconds, b.sim_seconds)
+      assert.are.same(a.train_loss, b.train_loss)
+      for r = 1, 4 do assert.is_true(math.abs(a.sim_seconds[r][2] - want[uid][r]) < 1e-12, uid .. " " .. r) end
+      assert.are.same({ 1, 2 * bytes }, a.bytes_sent[1])
+    end
+  end)
+
+  it("emulates link bandwidth in real time, in a process and between processes (faults.bandwidth)", function()
+    -- a model of 215370 floats and its header take 0.5 s on every link: as faults.latency = 0.5, below
+    local code, _, err, out = run(TINY .. "faults = { bandwidth = " .. (215370 * 4 + 40) * 2 .. " }\n", "processes=2")
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local total = 0
+      for _, e in ipairs(node_metrics(out, uid).wall_seconds) do total = total + e[2] end
+      assert.is_true(total >= 2 * 0.5, string.format("node %d: %.3f s for 3 rounds", uid, total))
+    end
   end)
 
   it("emulates link latency in real time, in a process and between processes (faults.latency)", function()
