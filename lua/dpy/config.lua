@@ -7,6 +7,7 @@
 local registry = require "dpy.registry"
 local options = require "dpy.options"
 local paths = require "dpy.paths"
+local churn = require "dpy.churn"
 
 local M = {}
 
@@ -88,6 +89,9 @@ M.SCHEMA = {
                   bandwidth_min = { type = "number", above = 0,
                                     doc = "with it, a link's bandwidth: a seeded draw in [bandwidth_min, bandwidth)" },
                 }, check = bandwidths },
+  churn = { type = "table", check = churn.check,
+            doc = "dpsgd, epidemic: nodes absent for some rounds, { { uid =, leave = (first absent round), "
+                  .. "rejoin = (first round back) }, ... } or seeded { fraction =, leave_rounds = } (see dpy.churn)" },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },

@@ -9,6 +9,7 @@ local options = require "dpy.options"
 local random = require "dpy.random"
 local host = require "dpy.host.core"
 local simclock = require "dpy.simclock"
+local churn = require "dpy.churn"
 
 local M = {}
 
@@ -196,18 +197,48 @@ function M.send_model(node, peer, r, flat)
   end
 end
 
---- exchange.neighbours(node, r) -> the round's graph, and its neighbours of node still alive
--- (a dynamic graph is derived anew each round, by every node alone).
+-- g without the nodes absent in round r (churn): its adjacency lists filtered as they are asked for.
+local function without_absent(cfg, g, r)
+  local adj = setmetatable({}, { __index = function(t, u)
+    local list = churn.present(cfg, g.adj[u], r)
+    t[u] = list
+    return list
+  end })
+  return setmetatable({ adj = adj }, { __index = g })
+end
+
+--- exchange.neighbours(node, r) -> the round's graph (without the nodes absent in round r, see
+-- dpy.churn), and its neighbours of node still alive (a dynamic graph is derived anew each round,
+-- by every node alone).
 function M.neighbours(node, r)
   local g = node.graph
   if g.dynamic then
     g = registry.build("graph", node.cfg.graph, { nodes = node.cfg.nodes, seed = node.cfg.seed, round = r })
   end
+  if node.cfg.churn then g = without_absent(node.cfg, g, r) end
   local live = {}
   for _, v in ipairs(g.adj[node.uid]) do
     if not (node.dropped and node.dropped[v]) then live[#live + 1] = v end
   end
   return g, live
+end
+
+--- exchange.absent(node, r) -> whether node is absent in round r (dpy.churn): then it does nothing
+-- this round (the algorithm returns at once) and holds no compute slot. With churn, every node's
+-- `absent` series says 1 or 0 each round.
+function M.absent(node, r)
+  if not node.cfg.churn then return false end
+  local out = churn.absent(node.cfg, node.uid, r)
+  node.metrics:add("absent", r, out and 1 or 0)
+  if out then
+    node.endpoint:release()
+    node.exchange_seconds = 0
+    if r == 1 or not churn.absent(node.cfg, node.uid, r - 1) then
+      local back = churn.rejoin(node.cfg, node.uid, r)
+      node.log:write("round %d: absent (churn) %s", r, back and "until round " .. back or "to the end")
+    end
+  end
+  return out
 end
 
 --- exchange.train(node, steps) -> mean loss, seconds: trains in a compute slot (acquired unless
