@@ -107,10 +107,11 @@ describe("churn #e2e", function()
   end
 
   it("dpsgd: an absent node neither trains nor sends, its neighbours go on without it, in every layout", function()
-    local outs = run_layouts(TINY .. probe())
+    local outs = run_layouts(TINY .. probe() .. "sim_clock = { step_seconds = 0.01, latency = 0.005 }\n")
     for uid = 0, 3 do
       local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
-      for _, k in ipairs { "train_loss", "test_accuracy", "test_loss", "absent", "weight_sum", "models_in" } do
+      for _, k in ipairs { "train_loss", "test_accuracy", "test_loss", "absent", "weight_sum", "models_in",
+                           "sim_seconds" } do
         assert.are.same(a[k], b[k], uid .. " " .. k)
       end
       local absent, loss, sent = series(a, "absent"), series(a, "train_loss"), series(a, "bytes_sent")
@@ -131,10 +132,17 @@ describe("churn #e2e", function()
           assert.are.equal(neighbour_of_absent and 1 or 2, got[r], uid .. " " .. r)
         end
       end
-      if uid == 3 then   -- it keeps its model while away, and rejoins with it
+      local sim = series(a, "sim_seconds")
+      if uid == 3 then   -- it keeps its model while away, and rejoins with it; its clock stands still
         local acc = series(a, "test_accuracy")
         assert.are.equal(acc[1], acc[2])
         assert.are.equal(acc[1], acc[3])
+        assert.are.same({ sim[1], sim[1] }, { sim[2], sim[3] })
+      end
+      -- by hand: 3 steps of 0.01 s a round, and a neighbour's model 0.005 s later; node 1 never
+      -- waits on the absent node, so every round of it takes 0.035 s
+      if uid == 1 then
+        for r = 1, 4 do assert.is_true(math.abs(sim[r] - 0.035 * r) < 1e-12, r) end
       end
     end
   end)
