@@ -189,7 +189,7 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
                 break;
             }
             atomic_fetch_add(&shared->refs, 1);
-            double wait = d.delay + dpy_faults_link_latency(&f->faults, sender, receiver);
+            double wait = d.delay + dpy_faults_link_wait(&f->faults, sender, receiver, len);
             m->deliver_at = wait > 0 ? dpy_fabric_now() + wait : 0;
             dpy_inbox_put(&f->inboxes[receiver], m);
         }
@@ -250,6 +250,10 @@ void dpy_fabric_release(void *data) {
 
 double dpy_fabric_link_latency(const dpy_fabric *f, uint32_t from, uint32_t to) {
     return dpy_faults_link_latency(&f->faults, from, to);
+}
+
+double dpy_fabric_link_bandwidth(const dpy_fabric *f, uint32_t from, uint32_t to) {
+    return dpy_faults_link_bandwidth(&f->faults, from, to);
 }
 
 uint64_t dpy_fabric_late(dpy_fabric *f, uint32_t node, uint32_t before) {

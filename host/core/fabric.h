@@ -39,6 +39,10 @@ typedef struct {
     ** this long after it came: latency, or with latency_max > latency a draw per directed link
     ** (dpy_fabric_link_latency) */
     double latency, latency_max;
+    /* emulated link bandwidth, bytes per second (0: unlimited): a message of b bytes (payload and
+    ** header) waits b / bandwidth more; with 0 < bandwidth_min < bandwidth a draw per directed link
+    ** in [bandwidth_min, bandwidth) (dpy_fabric_link_bandwidth). Each message on its own: no queueing. */
+    double bandwidth, bandwidth_min;
 } dpy_fabric_opts;
 
 typedef struct {
@@ -95,6 +99,8 @@ uint64_t dpy_fabric_late(dpy_fabric *f, uint32_t node, uint32_t before);
 /* The emulated latency of the link from -> to, in seconds: opts.latency, or a uniform draw in
 ** [latency, latency_max) from fault_seed and the link (the same in every process). */
 double dpy_fabric_link_latency(const dpy_fabric *f, uint32_t from, uint32_t to);
+/* The emulated bandwidth of the link from -> to, in bytes per second (0: unlimited). */
+double dpy_fabric_link_bandwidth(const dpy_fabric *f, uint32_t from, uint32_t to);
 
 /* Gives back a payload returned by dpy_fabric_recv or a dpy_fabric_buffer (NULL-safe). */
 void dpy_fabric_release(void *data);

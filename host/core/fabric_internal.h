@@ -90,6 +90,7 @@ dpy_recv_status dpy_inbox_take(inbox *in, uint32_t sender, uint16_t channel, uin
 typedef struct {
     double drop, duplicate, corrupt, delay;   /* probabilities per message; the longest delay */
     double latency, latency_max;              /* per link (dpy_faults_link_latency) */
+    double bandwidth, bandwidth_min;          /* per link (dpy_faults_link_bandwidth) */
     uint64_t seed;                            /* the links' draws */
     pthread_mutex_t mu;                       /* the generator */
     uint64_t rng;
@@ -103,6 +104,11 @@ void dpy_faults_destroy(faults *fl);
 fate dpy_faults_decide(faults *fl, size_t len);
 /* The emulated latency of the link from -> to (no lock: a pure function of the seed and the link). */
 double dpy_faults_link_latency(const faults *fl, uint32_t from, uint32_t to);
+/* The emulated bandwidth of the link from -> to, bytes per second (0: unlimited). */
+double dpy_faults_link_bandwidth(const faults *fl, uint32_t from, uint32_t to);
+/* The seconds a message of len payload bytes waits in the receiver's inbox: the link's latency
+** and its transfer time (the header's bytes included). */
+double dpy_faults_link_wait(const faults *fl, uint32_t from, uint32_t to, size_t len);
 /* Makes an encoded header's checksum wrong: the receiving process rejects the packet. */
 void dpy_faults_corrupt_header(uint8_t hdr[DPY_WIRE_HEADER]);
 

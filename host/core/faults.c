@@ -10,6 +10,8 @@ void dpy_faults_init(faults *fl, const dpy_fabric_opts *o) {
     fl->rng = o->fault_seed;
     fl->latency = o->latency;
     fl->latency_max = o->latency_max;
+    fl->bandwidth = o->bandwidth;
+    fl->bandwidth_min = o->bandwidth_min;
     fl->seed = o->fault_seed;
     pthread_mutex_init(&fl->mu, NULL);
 }
@@ -27,6 +29,18 @@ double dpy_faults_link_latency(const faults *fl, uint32_t from, uint32_t to) {
         return fl->latency;
     uint64_t link = ((uint64_t)from << 32 | to) * 0x9E3779B97F4A7C15ULL;
     return fl->latency + (fl->latency_max - fl->latency) * mix01(fl->seed ^ link ^ 0x6c696e6bULL);
+}
+
+double dpy_faults_link_bandwidth(const faults *fl, uint32_t from, uint32_t to) {
+    if (!(fl->bandwidth > 0) || !(fl->bandwidth_min > 0 && fl->bandwidth_min < fl->bandwidth))
+        return fl->bandwidth > 0 ? fl->bandwidth : 0;
+    uint64_t link = ((uint64_t)from << 32 | to) * 0x9E3779B97F4A7C15ULL;
+    return fl->bandwidth_min + (fl->bandwidth - fl->bandwidth_min) * mix01(fl->seed ^ link ^ 0x62616e64ULL);
+}
+
+double dpy_faults_link_wait(const faults *fl, uint32_t from, uint32_t to, size_t len) {
+    double bw = dpy_faults_link_bandwidth(fl, from, to);
+    return dpy_faults_link_latency(fl, from, to) + (bw > 0 ? (double)(len + DPY_WIRE_HEADER) / bw : 0);
 }
 
 /* splitmix64 draw in [0, 1); caller holds fl->mu */

@@ -441,9 +441,9 @@ static int on_packet(dpy_fabric *f, conn *c) {
         reject(f, c, DPY_REJECT_MEMORY, "out of memory for a message");
         return 0;
     }
-    double latency = dpy_faults_link_latency(&f->faults, h->sender, h->receiver);   /* emulated */
-    if (latency > 0)
-        m->deliver_at = dpy_fabric_now() + latency;
+    double wait = dpy_faults_link_wait(&f->faults, h->sender, h->receiver, h->length);   /* emulated */
+    if (wait > 0)
+        m->deliver_at = dpy_fabric_now() + wait;
     dpy_inbox_put(&f->inboxes[h->receiver], m);
     return 0;
 }

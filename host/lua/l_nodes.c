@@ -304,6 +304,7 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
+**   bandwidth, bandwidth_min,
 **   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
@@ -332,6 +333,8 @@ static int n_start(lua_State *L) {
     o.delay = num_field(L, 1, "delay", 0);
     o.latency = num_field(L, 1, "latency", 0);
     o.latency_max = num_field(L, 1, "latency_max", 0);
+    o.bandwidth = num_field(L, 1, "bandwidth", 0);
+    o.bandwidth_min = num_field(L, 1, "bandwidth_min", 0);
     o.fault_seed = (uint64_t)int_field(L, 1, "fault_seed", 1);
     int slots = int_field(L, 1, "slots", 1);
     int threads = int_field(L, 1, "threads", 1);

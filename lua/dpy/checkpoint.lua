@@ -10,7 +10,8 @@
 --   loader.rng       the loader's own generator, when it has one
 --   meta             uint8 bytes of Lua source (dpy.serialize): format, uid, round, the loader's
 --                    position and epoch count, the trainer's step and sample counts, the dropped
---                    peers, the metrics so far, and each action's checkpoint table
+--                    peers, the metrics so far, the simulated clock's time (sim_clock), and each
+--                    action's checkpoint table
 --   a<i>.<n>         the tensors of action i's checkpoint table
 -- A node keeps its older checkpoints until every node of the run has a later one (they are read
 -- from the run directory: where nodes do not share it, as with dispatch, a node keeps them all).
@@ -128,6 +129,8 @@ function M.save(node, r)
     if loader.gen ~= default then put("loader.rng", loader.gen:state(), true) end
   end
   if node.trainer then meta.trainer = { steps = node.trainer.steps, samples = node.trainer.samples } end
+  local clock = node.simclock
+  if clock and clock.simulated then meta.sim_clock = clock.now end   -- a resumed run's clock goes on from it
   if node.dropped then
     meta.dropped = {}
     for u in pairs(node.dropped) do meta.dropped[#meta.dropped + 1] = u end
@@ -255,6 +258,11 @@ function M.restore(node, path)
   end
   if node.trainer and meta.trainer then
     node.trainer.steps, node.trainer.samples = meta.trainer.steps, meta.trainer.samples
+  end
+  local clock = node.simclock
+  if clock and clock.simulated then
+    if not meta.sim_clock then error(path .. ": the run has a simulated clock, but the checkpoint has none", 0) end
+    clock.now, clock.sent, clock.done = meta.sim_clock, meta.sim_clock, meta.sim_clock
   end
   if meta.dropped then
     node.dropped = {}

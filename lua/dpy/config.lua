@@ -7,8 +7,16 @@
 local registry = require "dpy.registry"
 local options = require "dpy.options"
 local paths = require "dpy.paths"
+local churn = require "dpy.churn"
 
 local M = {}
+
+-- sim_clock's and faults' rule: a range of bandwidths is below its top.
+local function bandwidths(t)
+  if t.bandwidth_min and not (t.bandwidth and t.bandwidth_min < t.bandwidth) then
+    return "bandwidth_min needs bandwidth, and must be below it"
+  end
+end
 
 --- The keys a config may set: a rule of dpy.options (type, bounds, one_of, default, doc), or a
 -- registry kind (`kind`: one component entry; `list_of`: a list of them).
@@ -57,12 +65,15 @@ M.SCHEMA = {
                           .. "(default: none, wait up to peer_timeout)" },
   stragglers = { type = "table",
                  doc = "per-node compute slowdowns: { factors = { ... } } in uid order, { fraction =, slowdown = } "
-                       .. "(a seeded fraction of the nodes), or { lognormal = sigma } (see dpy.simclock)",
+                       .. "(a seeded fraction of the nodes), { lognormal = sigma }, or { trace = file } (a row per "
+                       .. "round, a column per node; see dpy.trace)",
                  fields = {
                    factors = { type = "list", of = "number", doc = "each node's slowdown, in uid order" },
                    fraction = { type = "number", min = 0, max = 1, doc = "the share of nodes slowed down" },
                    slowdown = { type = "number", above = 0, doc = "how many times slower they compute" },
                    lognormal = { type = "number", min = 0, doc = "sigma of exp(sigma N(0, 1)) factors" },
+                   trace = { type = "path", exists = "file",
+                             doc = "a CSV (or *.json) file: a row of slowdowns per round, a column per node" },
                  } },
   sim_clock = { type = "table",
                 doc = "dpsgd, epidemic: a simulated clock (sim_seconds): training at step_seconds per step "
@@ -73,7 +84,14 @@ M.SCHEMA = {
                   latency = { type = "number", min = 0, doc = "seconds a message takes on a link (0)" },
                   latency_max = { type = "number", min = 0,
                                   doc = "with it, a link's latency: a seeded draw in [latency, latency_max)" },
-                } },
+                  bandwidth = { type = "number", above = 0,
+                                doc = "bytes per second of a link: a model takes its bytes / bandwidth more (none)" },
+                  bandwidth_min = { type = "number", above = 0,
+                                    doc = "with it, a link's bandwidth: a seeded draw in [bandwidth_min, bandwidth)" },
+                }, check = bandwidths },
+  churn = { type = "table", check = churn.check,
+            doc = "dpsgd, epidemic: nodes absent for some rounds, { { uid =, leave = (first absent round), "
+                  .. "rejoin = (first round back) }, ... } or seeded { fraction =, leave_rounds = } (see dpy.churn)" },
   stop_grace = { type = "number", default = 15, above = 0,
                  doc = "seconds a child process gets to stop (after a failure or a signal, or silent) before "
                        .. "SIGTERM, and then SIGKILL" },
@@ -89,7 +107,8 @@ M.SCHEMA = {
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   encrypt = { type = "boolean", default = false,
               doc = "encrypt the payloads between processes (every packet is authenticated either way)" },
-  faults = { type = "table", doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }",
+  faults = { type = "table",
+             doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }, emulated link latency and bandwidth",
              fields = {
                drop = { type = "number", min = 0, max = 1, doc = "probability a message is lost" },
                duplicate = { type = "number", min = 0, max = 1, doc = "probability a message arrives twice" },
@@ -99,7 +118,12 @@ M.SCHEMA = {
                latency = { type = "number", min = 0, doc = "every link's emulated latency, in seconds" },
                latency_max = { type = "number", min = 0,
                                doc = "with it, each directed link's latency: a seeded draw in [latency, latency_max)" },
-             } },
+               bandwidth = { type = "number", above = 0,
+                             doc = "every link's emulated bytes per second: a message waits bytes / bandwidth more" },
+               bandwidth_min = { type = "number", above = 0,
+                                 doc = "with it, each directed link's bandwidth: a seeded draw in "
+                                       .. "[bandwidth_min, bandwidth)" },
+             }, check = bandwidths },
   sharing = { kind = "sharing", default = "average",
               doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
   transforms = { list_of = "transform", default = {}, chain = true,
@@ -111,6 +135,25 @@ local SAFE = {
   tostring = tostring, tonumber = tonumber, select = select, error = error, assert = assert,
   print = print, os = { getenv = os.getenv, time = os.time, date = os.date }, require = require,
 }
+
+-- nil and a copy of a table-valued key's value with its path fields made absolute against base
+-- (and added to used: the run directory copies them), or a message naming a missing file.
+local function check_paths(key, value, fields, base, used)
+  local out = {}
+  for k, v in pairs(value) do
+    local rule = fields[k]
+    if type(rule) == "table" and rule.type == "path" then
+      v = paths.absolute(v, base)
+      local file = paths.is_file(v)
+      if rule.exists == "file" and not file then
+        return string.format("config key '%s': field '%s': no readable file %s", key, k, v)
+      end
+      if used and file then used[#used + 1] = v end
+    end
+    out[k] = v
+  end
+  return nil, out
+end
 
 --- nil and value (its component files and path options made absolute against base, the
 -- config's directory) when value is valid for key, else a message.
@@ -141,6 +184,7 @@ function M.check(key, value, base, used)
   end
   local err = options.check_value(value, s)
   if err then return options.join(string.format("config key '%s'", key), err) end
+  if s.fields and type(value) == "table" then return check_paths(key, value, s.fields, base, used) end
   return nil, value
 end
 

@@ -9,11 +9,13 @@ local options = require "dpy.options"
 local random = require "dpy.random"
 local host = require "dpy.host.core"
 local simclock = require "dpy.simclock"
+local churn = require "dpy.churn"
 
 local M = {}
 
 M.MODEL = 0   -- channel of model (and gradient) vectors
 M.COUNT = 1   -- fedavg: a client's sample count, beside its model
+M.HEADER = 40   -- the bytes of a message's header on the wire (host/core/wire.h), as bytes_sent counts them
 
 -- A payload rejected: a log line, and nil (the message is dropped; the peer stays).
 local function reject(node, peer, r, why)
@@ -105,10 +107,13 @@ end
 -- counted).
 function M.arrived(node, peer, r, v, deadline)
   local t = node.endpoint:recv(peer, simclock.CLOCK, r, M.timeout(node, deadline), "float64")
-  if t and node.simclock:accept(peer, t:item()) then return v end
+  if t then
+    local stamp = t:totable()
+    t:free()
+    if node.simclock:accept(peer, stamp[1], stamp[2]) then return v end
+  end
   node.log:write("round %d: peer %d's model %s", r, peer,
                  t and "came after the simulated deadline (round_timeout)" or "came without its clock")
-  if t then t:free() end
   v:free()
   return nil
 end
@@ -184,26 +189,57 @@ end
 function M.send_model(node, peer, r, flat)
   local payload = encode(node, flat, r)
   M.send(node, peer, r, payload)
+  local bytes = payload:nbytes() + M.HEADER
   if payload ~= flat then payload:free() end
-  if node.simclock.simulated then   -- the simulated time it left, for the receivers' clocks
-    local stamp = node.simclock:stamp()
+  if node.simclock.simulated then   -- when it left and its bytes, for the receivers' clocks
+    local stamp = node.simclock:stamp(bytes)
     M.send(node, peer, r, stamp, simclock.CLOCK)
     stamp:free()
   end
 end
 
---- exchange.neighbours(node, r) -> the round's graph, and its neighbours of node still alive
--- (a dynamic graph is derived anew each round, by every node alone).
+-- g without the nodes absent in round r (churn): its adjacency lists filtered as they are asked for.
+local function without_absent(cfg, g, r)
+  local adj = setmetatable({}, { __index = function(t, u)
+    local list = churn.present(cfg, g.adj[u], r)
+    t[u] = list
+    return list
+  end })
+  return setmetatable({ adj = adj }, { __index = g })
+end
+
+--- exchange.neighbours(node, r) -> the round's graph (without the nodes absent in round r, see
+-- dpy.churn), and its neighbours of node still alive (a dynamic graph is derived anew each round,
+-- by every node alone).
 function M.neighbours(node, r)
   local g = node.graph
   if g.dynamic then
     g = registry.build("graph", node.cfg.graph, { nodes = node.cfg.nodes, seed = node.cfg.seed, round = r })
   end
+  if node.cfg.churn then g = without_absent(node.cfg, g, r) end
   local live = {}
   for _, v in ipairs(g.adj[node.uid]) do
     if not (node.dropped and node.dropped[v]) then live[#live + 1] = v end
   end
   return g, live
+end
+
+--- exchange.absent(node, r) -> whether node is absent in round r (dpy.churn): then it does nothing
+-- this round (the algorithm returns at once) and holds no compute slot. With churn, every node's
+-- `absent` series says 1 or 0 each round.
+function M.absent(node, r)
+  if not node.cfg.churn then return false end
+  local out = churn.absent(node.cfg, node.uid, r)
+  node.metrics:add("absent", r, out and 1 or 0)
+  if out then
+    node.endpoint:release()
+    node.exchange_seconds = 0
+    if r == 1 or not churn.absent(node.cfg, node.uid, r - 1) then
+      local back = churn.rejoin(node.cfg, node.uid, r)
+      node.log:write("round %d: absent (churn) %s", r, back and "until round " .. back or "to the end")
+    end
+  end
+  return out
 end
 
 --- exchange.train(node, steps) -> mean loss, seconds: trains in a compute slot (acquired unless
@@ -215,11 +251,12 @@ function M.train(node, steps)
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
   local clock = node.simclock
+  local factor = clock:slowdown(node.round)
   if clock.simulated then
-    clock:trained(steps)
-  elseif clock.factor > 1 then
+    clock:trained(steps, node.round)
+  elseif factor > 1 then
     node.endpoint:release()
-    host.sleep((clock.factor - 1) * (host.clock() - t0))
+    host.sleep((factor - 1) * (host.clock() - t0))
     node.endpoint:acquire(node.round)
   end
   return loss, host.clock() - t0

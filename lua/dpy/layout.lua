@@ -8,6 +8,7 @@ local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
 local options = require "dpy.options"
 local simclock = require "dpy.simclock"
+local churn = require "dpy.churn"
 
 local M = {}
 
@@ -74,6 +75,11 @@ function M.prepare(cfg, dir)
     if bad then error(bad, 0) end
   end
   simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
+  churn.schedule(cfg)   -- raises on a uid that is not a node
+  if cfg.churn and not (alg.churn and not registry.spec("sharing", cfg.sharing).exchange) then
+    error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
+                        alg.name), 0)
+  end
   if cfg.sim_clock and not (alg.simulated and not registry.spec("sharing", cfg.sharing).exchange) then
     error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
                         .. "not %s", alg.name), 0)

@@ -3,32 +3,41 @@
 --   stragglers = { factors = { f0, f1, ... } }       each node's compute slowdown, in uid order
 --   stragglers = { fraction = 0.1, slowdown = 4 }     a seeded fraction of the nodes, `slowdown` times slower
 --   stragglers = { lognormal = 0.5 }                  each node's factor exp(0.5 N(0, 1)), seeded
+--   stragglers = { trace = "file.csv" }               per round and node, from a file (see dpy.trace)
 -- Without sim_clock a straggler is emulated in real time: after its training it waits (f - 1) times
 -- what the training took (without a compute slot). With
---   sim_clock = { step_seconds = s, latency = l [, latency_max = m] }
+--   sim_clock = { step_seconds = s, latency = l [, latency_max = m] [, bandwidth = b [, bandwidth_min = c]] }
 -- every node keeps a simulated clock instead: a round's training takes local steps * s * factor, a
--- model sent at simulated time t reaches its receiver at t + the link's latency (l, or per link a
--- seeded uniform draw in [l, m)), and a round ends when the node's training and the models it
--- accepted are done. A sender's clock travels beside its model (a float64 on channel CLOCK, left
--- out of the byte metrics), so the times depend on nothing measured: bit-identical in every layout.
+-- model of B bytes sent at simulated time t reaches its receiver at t + the link's latency (l, or
+-- per link a seeded uniform draw in [l, m)) + B / the link's bandwidth (b bytes per second, or per
+-- link a seeded draw in [c, b); none: no transfer time), and a round ends when the node's training
+-- and the models it accepted are done. A sender's clock and its model's byte count travel beside
+-- the model (float64s on channel CLOCK, left out of the byte metrics), so the times depend on
+-- nothing measured: bit-identical in every layout.
 -- With round_timeout, the deadline is simulated too: a model arriving later than round_timeout
 -- after the receiver's own send is late (dropped, counted in late_messages).
 local random = require "dpy.random"
 local tensor = require "dpy.tensor"
+local trace = require "dpy.trace"
 
 local M = {}
 
 M.CLOCK = 6   -- the fabric channel of the senders' simulated clocks
 
---- simclock.factors(cfg) -> { [uid] = compute slowdown } for every node (1 without stragglers).
--- Raises on a list of the wrong length or an ambiguous table.
-function M.factors(cfg)
+--- simclock.factors(cfg [, r]) -> { [uid] = compute slowdown } for every node in round r (default 1;
+-- only a trace changes with the round; 1 without stragglers). Raises on a list of the wrong
+-- length, an ambiguous table or a malformed trace file.
+function M.factors(cfg, r)
   local s, n, f = cfg.stragglers, cfg.nodes, {}
   for u = 0, n - 1 do f[u] = 1 end
   if not s then return f end
   local forms = (s.factors and 1 or 0) + ((s.fraction or s.slowdown) and 1 or 0) + (s.lognormal and 1 or 0)
-  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown) or lognormal", 0) end
-  if s.factors then
+                + (s.trace and 1 or 0)
+  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown), lognormal or trace", 0) end
+  if s.trace then
+    local row = trace.row(trace.load(s.trace, n), r or 1)
+    for u = 0, n - 1 do f[u] = row[u + 1] end
+  elseif s.factors then
     if #s.factors ~= n then
       error(string.format("stragglers: factors lists %d nodes, the config has %d", #s.factors, n), 0)
     end
@@ -55,29 +64,48 @@ function M.latency(cfg, from, to)
   return (c.latency or 0) + u * (c.latency_max - (c.latency or 0))
 end
 
+--- simclock.bandwidth(cfg, from, to) -> the bytes per second of the link from -> to (nil: unlimited)
+function M.bandwidth(cfg, from, to)
+  local c = cfg.sim_clock
+  if not c.bandwidth_min then return c.bandwidth end
+  local u = random.new((cfg.seed * 1000033 + math.tointeger(from)) * 1000033 + math.tointeger(to)):uniform()
+  return c.bandwidth_min + u * (c.bandwidth - c.bandwidth_min)
+end
+
 local Clock = {}
 Clock.__index = Clock
 
---- simclock.new(cfg, uid) -> the node's clock: { factor, simulated (whether sim_clock is on), now }
+--- simclock.new(cfg, uid) -> the node's clock: { factor (round 1's slowdown), simulated (whether
+-- sim_clock is on), now }
 function M.new(cfg, uid)
   local factor = M.factors(cfg)[uid]
   return setmetatable({ cfg = cfg, uid = uid, factor = factor, simulated = cfg.sim_clock ~= nil,
+                        traced = cfg.stragglers and cfg.stragglers.trace ~= nil,
                         now = 0, sent = 0, done = 0, late = 0 }, Clock)
 end
 
---- clock:trained(steps): the node trained steps this round; its models leave at now + their time
-function Clock:trained(steps)
-  self.sent = self.now + steps * self.cfg.sim_clock.step_seconds * self.factor
+--- clock:slowdown(r) -> the node's compute slowdown in round r
+function Clock:slowdown(r)
+  if not self.traced then return self.factor end
+  return M.factors(self.cfg, r)[self.uid]
+end
+
+--- clock:trained(steps, r): the node trained steps in round r; its models leave at now + their time
+function Clock:trained(steps, r)
+  self.sent = self.now + steps * self.cfg.sim_clock.step_seconds * self:slowdown(r)
   self.done = self.sent
 end
 
---- clock:stamp() -> a float64 tensor of the send's simulated time (what the receivers get)
-function Clock:stamp() return tensor.new({ self.sent }, "float64") end
+--- clock:stamp(bytes) -> a float64 tensor of the send's simulated time and the bytes sent (what the
+-- receivers get)
+function Clock:stamp(bytes) return tensor.new({ self.sent, bytes }, "float64") end
 
---- clock:accept(peer, t) -> whether a model peer sent at simulated time t arrives in time (by the
--- deadline of round_timeout after this node's send, when set); an accepted one extends the round.
-function Clock:accept(peer, t)
-  local arrive = t + M.latency(self.cfg, peer, self.uid)
+--- clock:accept(peer, t, bytes) -> whether a model of bytes that peer sent at simulated time t
+-- arrives in time (by the deadline of round_timeout after this node's send, when set); an accepted
+-- one extends the round.
+function Clock:accept(peer, t, bytes)
+  local bw = M.bandwidth(self.cfg, peer, self.uid)
+  local arrive = t + M.latency(self.cfg, peer, self.uid) + (bw and bytes / bw or 0)
   local timeout = self.cfg.round_timeout
   if timeout and arrive > self.sent + timeout then
     self.late = self.late + 1

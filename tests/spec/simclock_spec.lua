@@ -32,9 +32,63 @@ describe("stragglers", function()
     assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 } }) end,
                          "stragglers: factors lists 2 nodes, the config has 10")
     assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 }, lognormal = 1 }) end,
-                         "stragglers: give one of factors, fraction %(with slowdown%) or lognormal")
+                         "stragglers: give one of factors, fraction %(with slowdown%), lognormal or trace")
     assert.error_matches(function() simclock.factors(cfg { fraction = 0.5 }) end,
                          "stragglers: fraction needs slowdown")
+  end)
+end)
+
+describe("a stragglers trace", function()
+  local dir
+  local function file(name, text)
+    dir = dir or tmpdir()
+    write_file(dir .. "/" .. name, text)
+    return dir .. "/" .. name
+  end
+  local function factors(path, r) return simclock.factors({ seed = 1, nodes = 3, stragglers = { trace = path } }, r) end
+
+  it("gives each round's slowdowns from a CSV row (repeating), or from JSON", function()
+    local csv = file("t.csv", "# node 0, 1, 2\n1, 2.5, 1\n\n  4,1 ,1\r\n")
+    assert.are.same({ [0] = 1, 2.5, 1 }, factors(csv, 1))
+    assert.are.same({ [0] = 4, 1, 1 }, factors(csv, 2))
+    assert.are.same({ [0] = 1, 2.5, 1 }, factors(csv, 3))   -- the trace repeats
+    assert.are.same({ [0] = 1, 2.5, 1 }, factors(csv))
+    local json = file("t.json", "[[1, 2, 3],\n [3, 2, 1]]")
+    assert.are.same({ [0] = 3, 2, 1 }, factors(json, 2))
+    assert.are.same({ [0] = 1, 1, 6 }, factors(file("one.json", "[1, 1, 6]"), 7))   -- one row: fixed
+    local clock = simclock.new({ seed = 1, nodes = 3, stragglers = { trace = csv } }, 0)
+    assert.are.equal(1, clock:slowdown(1))
+    assert.are.equal(4, clock:slowdown(2))
+  end)
+
+  it("refuses a malformed file, naming file:line", function()
+    local cases = {
+      { "a.csv", "1,1,1\n# ok\n1,x,1\n", ":3: stragglers trace: column 2: 'x' is not a number > 0" },
+      { "b.csv", "1,1,1\n1,1\n", ":2: stragglers trace: 2 value%(s%), the config has 3 nodes" },
+      { "c.csv", "1,0,1\n", ":1: stragglers trace: column 2: '0' is not a number > 0" },
+      { "d.csv", "1,,1\n", ":1: stragglers trace: column 2: '' is not a number > 0" },
+      { "e.csv", "# nothing\n", ":1: stragglers trace: no rows" },
+      { "f.json", "[[1, 1, 1],\n [1, 1]]", ":2: stragglers trace: 2 value%(s%), the config has 3 nodes" },
+      { "g.json", "[[1, 1, 1],\n [1, -1, 1]]", ":2: stragglers trace: row 2, column 2: %-1 is not a number > 0" },
+      { "h.json", "[[1, 1, 1],\n\n [1, 1, 1}", ":3: stragglers trace: not JSON" },
+      { "i.json", "{\"a\": 1}", ":1: stragglers trace: a JSON array of rows" },
+      { "j.json", "[[1, 1, 1], \"x\"]", ":1: stragglers trace: row 2 is not an array of numbers" },
+    }
+    for _, c in ipairs(cases) do
+      local path = file(c[1], c[2])
+      local ok, err = pcall(factors, path)
+      assert.is_false(ok)
+      assert.matches("^" .. path:gsub("%p", "%%%0") .. c[3], err)
+    end
+  end)
+
+  it("is a path of the config: made absolute, and a missing file refused", function()
+    local config = require "dpy.config"
+    local err, v = config.check("stragglers", { trace = "t.csv" }, dir)
+    assert.is_nil(err)
+    assert.are.equal(dir .. "/t.csv", v.trace)
+    assert.matches("config key 'stragglers': field 'trace': no readable file " .. dir:gsub("%p", "%%%0") .. "/nope",
+                   (config.check("stragglers", { trace = "nope" }, dir)))
   end)
 end)
 
@@ -49,17 +103,36 @@ describe("the simulated clock", function()
     assert.are.equal(0.01, simclock.latency({ seed = 2, nodes = 8, sim_clock = { step_seconds = 1, latency = 0.01 } },
                                             1, 2))
   end)
+
+  it("draws a link's bandwidth from its seed, or takes the one given", function()
+    local c = { seed = 2, nodes = 8, sim_clock = { step_seconds = 0.1, bandwidth = 2e6, bandwidth_min = 1e6 } }
+    local a = simclock.bandwidth(c, 1, 2)
+    assert.is_true(a >= 1e6 and a < 2e6)
+    assert.are.equal(a, simclock.bandwidth(c, 1.0, 2.0))
+    assert.are_not.equal(a, simclock.bandwidth(c, 2, 1))
+    assert.are.equal(5e5, simclock.bandwidth({ seed = 2, sim_clock = { step_seconds = 1, bandwidth = 5e5 } }, 1, 2))
+    assert.is_nil(simclock.bandwidth({ seed = 2, sim_clock = { step_seconds = 1 } }, 1, 2))
+    local config = require "dpy.config"
+    for _, key in ipairs { "sim_clock", "faults" } do
+      local t = { bandwidth_min = 5, step_seconds = key == "sim_clock" and 1 or nil }
+      assert.matches("bandwidth_min needs bandwidth, and must be below it", config.check(key, t))
+      t.bandwidth = 5
+      assert.matches("bandwidth_min needs bandwidth, and must be below it", config.check(key, t))
+      t.bandwidth = 6
+      assert.is_nil((config.check(key, t)))
+    end
+  end)
 end)
 
 -- The simulated time of a synchronous ring, computed here another way: a node's round ends when its
 -- own compute and its neighbours' models are done: E_i = max(C_i, C_j + latency), C_i = E_i(prev) +
--- steps * step * factor_i.
+-- steps * step * factor_i (factors: per node, or a function of the round giving them).
 local function ring_times(n, rounds, steps, step, lat, factors, timeout)
   local E, out = {}, {}
   for u = 0, n - 1 do E[u], out[u] = 0, {} end
   for r = 1, rounds do
-    local C = {}
-    for u = 0, n - 1 do C[u] = E[u] + steps * step * factors[u] end
+    local C, f = {}, type(factors) == "function" and factors(r) or factors
+    for u = 0, n - 1 do C[u] = E[u] + steps * step * f[u] end
     for u = 0, n - 1 do
       local e = C[u]
       for _, v in ipairs { (u + 1) % n, (u - 1) % n } do
@@ -107,6 +180,51 @@ describe("simulated time #e2e", function()
         end
       end
     end)
+
+  it("follows a trace file round by round, copied into the run directory", function()
+    local dir = tmpdir()
+    write_file(dir .. "/slow.csv", "# a straggler that moves\n1,1,1,4\n3,1,1,1\n")
+    local cfg = TINY .. SIM:gsub("stragglers = [^\n]*", "stragglers = { trace = '" .. dir .. "/slow.csv' }")
+    local rows = { { [0] = 1, 1, 1, 4 }, { [0] = 3, 1, 1, 1 } }
+    local want = ring_times(4, 4, 3, 0.01, 0.005, function(r) return rows[(r - 1) % 2 + 1] end)
+    local outs = run_layouts(cfg)
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.sim_seconds, b.sim_seconds)
+      for r = 1, 4 do assert.is_true(math.abs(a.sim_seconds[r][2] - want[uid][r]) < 1e-12, uid .. " " .. r) end
+    end
+    local copy = outs[1] .. "/_files" .. dir .. "/slow.csv"
+    assert.are.equal(read_file(dir .. "/slow.csv"), read_file(copy))
+    assert.matches("_files" .. dir:gsub("%p", "%%%0") .. "/slow.csv", read_file(outs[1] .. "/config.effective.lua"))
+  end)
+
+  it("adds a model's bytes / the link's bandwidth to its latency, the same in every layout", function()
+    local cfg = TINY .. SIM:gsub("latency = 0.005", "latency = 0.005, bandwidth = 1e7")
+    local bytes = 215370 * 4 + 40   -- the model and its header, as bytes_sent counts them
+    local want = ring_times(4, 4, 3, 0.01, 0.005 + bytes / 1e7, { [0] = 1, 1, 1, 4 })
+    -- by hand, round 1: node 0 waits for the straggler 3 (0.12 s of compute), node 1 for node 0 or
+    -- 2 (0.03 s), 0.005 + 0.086152 s on the link
+    assert.is_true(math.abs(want[0][1] - 0.211152) < 1e-12 and math.abs(want[1][1] - 0.121152) < 1e-12)
+    local outs = run_layouts(cfg)
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.sim_seconds, b.sim_seconds)
+      assert.are.same(a.train_loss, b.train_loss)
+      for r = 1, 4 do assert.is_true(math.abs(a.sim_seconds[r][2] - want[uid][r]) < 1e-12, uid .. " " .. r) end
+      assert.are.same({ 1, 2 * bytes }, a.bytes_sent[1])
+    end
+  end)
+
+  it("emulates link bandwidth in real time, in a process and between processes (faults.bandwidth)", function()
+    -- a model of 215370 floats and its header take 0.5 s on every link: as faults.latency = 0.5, below
+    local code, _, err, out = run(TINY .. "faults = { bandwidth = " .. (215370 * 4 + 40) * 2 .. " }\n", "processes=2")
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local total = 0
+      for _, e in ipairs(node_metrics(out, uid).wall_seconds) do total = total + e[2] end
+      assert.is_true(total >= 2 * 0.5, string.format("node %d: %.3f s for 3 rounds", uid, total))
+    end
+  end)
 
   it("emulates link latency in real time, in a process and between processes (faults.latency)", function()
     -- by causality the third round ends two latencies after the first began, at the least: it needs a

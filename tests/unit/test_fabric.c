@@ -300,11 +300,46 @@ static void test_latency(void) {
     dpy_fabric_close(f);
 }
 
+/* Emulated link bandwidth: a message waits its bytes (payload and header) / the link's bandwidth
+** more; a range gives each directed link its own seeded draw. */
+static void test_bandwidth(void) {
+    int32_t map[3] = {0, 0, 0};
+    dpy_fabric_opts o = {.run_id = 7, .nodes = 3, .max_payload = 1 << 20, .process = 0, .processes = 1,
+                         .node_process = map, .fault_seed = 5, .latency = 0.01, .bandwidth = 440};
+    dpy_fabric *f;
+    char err[256];
+    CHECK(dpy_fabric_open(&f, &o, err, sizeof err) == 0);
+    CHECK(dpy_fabric_link_bandwidth(f, 0, 1) == 440);
+    int a = 4, v = 0;
+    double t0 = now_s();
+    CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);   /* 44 bytes: 0.1 s */
+    CHECK(recv_int(f, 1, 0, 1, 0.08, &v) == DPY_RECV_TIMEOUT);   /* past the latency, not the transfer */
+    CHECK(recv_int(f, 1, 0, 1, 2.0, &v) == DPY_RECV_OK && v == 4);
+    CHECK(now_s() - t0 >= 0.01 + 0.1);
+    dpy_fabric_close(f);
+
+    o.latency = 0, o.bandwidth = 0;
+    CHECK(dpy_fabric_open(&f, &o, err, sizeof err) == 0);
+    CHECK(dpy_fabric_link_bandwidth(f, 0, 1) == 0);   /* unlimited */
+    dpy_fabric_close(f);
+
+    o.bandwidth_min = 1e6, o.bandwidth = 2e6;
+    CHECK(dpy_fabric_open(&f, &o, err, sizeof err) == 0);
+    dpy_fabric *g;
+    CHECK(dpy_fabric_open(&g, &o, err, sizeof err) == 0);
+    double b01 = dpy_fabric_link_bandwidth(f, 0, 1), b10 = dpy_fabric_link_bandwidth(f, 1, 0);
+    CHECK(b01 >= 1e6 && b01 < 2e6 && b10 >= 1e6 && b10 < 2e6 && b01 != b10);
+    CHECK(dpy_fabric_link_bandwidth(g, 0, 1) == b01);   /* another process of the run: the same */
+    dpy_fabric_close(g);
+    dpy_fabric_close(f);
+}
+
 int main(void) {
     test_mem();
     test_buffer();
     test_late();
     test_latency();
+    test_bandwidth();
     test_faults();
     test_tcp();
     return check_report("fabric");

@@ -7,6 +7,7 @@ local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
 
 local function round(node, r)
+  if exchange.absent(node, r) then return nil, 0 end   -- churn: out this round
   node:fire("pre_train", r)
   local loss, secs = exchange.train(node, node.local_steps)
   node:fire("post_train", r)
@@ -45,7 +46,7 @@ local function round(node, r)
 end
 
 return registry.register {
-  kind = "algorithm", name = "dpsgd", graph = true, simulated = true,
+  kind = "algorithm", name = "dpsgd", graph = true, simulated = true, churn = true,
   doc = "D-PSGD: train, send the model to the graph's neighbours, combine by the sharing rule",
   new = function() return round end,
 }

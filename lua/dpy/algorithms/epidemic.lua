@@ -13,6 +13,7 @@ local registry = require "dpy.registry"
 local graph = require "dpy.graph"
 local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
+local churn = require "dpy.churn"
 
 local M = {}
 
@@ -34,13 +35,16 @@ local function live(node, list)
 end
 
 local function round(o, node, r)
+  if exchange.absent(node, r) then return nil, 0 end   -- churn: out this round
   node:fire("pre_train", r)
   local loss, secs = exchange.train(node, node.local_steps)
   node:fire("post_train", r)
   node:fire("pre_exchange", r)
   local t0 = host.clock()
   local g = M.round_graph(node.cfg, o.variant, o.s, r)
-  local to, from = live(node, g.out[node.uid]), live(node, g.from[node.uid])
+  local cfg = node.cfg   -- churn: no model to or from a node absent this round
+  local to = churn.present(cfg, live(node, g.out[node.uid]), r)
+  local from = churn.present(cfg, live(node, g.from[node.uid]), r)
   local flat = node.model:get_flat()
   if #to > 0 then exchange.send_model(node, to, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
@@ -62,7 +66,7 @@ local function round(o, node, r)
 end
 
 M.spec = registry.register {
-  kind = "algorithm", name = "epidemic", sharing = true, simulated = true,
+  kind = "algorithm", name = "epidemic", sharing = true, simulated = true, churn = true,
   doc = "Epidemic Learning: send the model to s peers of a fresh random directed graph each round "
         .. "(EL-Oracle: s-regular; EL-Local: each node's own draw), average what came, 1/(k + 1) each",
   options = {
