@@ -39,6 +39,7 @@ end
 function M.open(dir)
   local manifest = metrics.read(dir .. "/manifest.json")
   if not manifest then return nil, dir .. " is not a run directory (no manifest.json)" end
+  if not manifest.processes then return nil, dir .. " is a centralized run: it has no nodes to attach to" end
   local self = setmetatable({ dir = dir, conns = {}, where = {}, ended = {}, next_id = 0, nodes = manifest.nodes,
                               tty = false }, Client)
   for p = 0, (manifest.processes or 1) - 1 do
