@@ -658,8 +658,14 @@ void dpy_attach_hold(dpy_attach *a, uint32_t conn_id) {
     if (!a)
         return;
     pthread_mutex_lock(&a->mu);
-    a->hold = 1;
-    a->holder = conn_id;
+    /* a client already reaped would never set the limit, nor would reap() release its hold */
+    int there = 0;
+    for (int k = 0; k < MAX_CONNS && !there; k++)
+        there = a->conns[k].fd >= 0 && a->conns[k].id == conn_id;
+    if (there) {
+        a->hold = 1;
+        a->holder = conn_id;
+    }
     pthread_mutex_unlock(&a->mu);
 }
 
