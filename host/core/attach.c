@@ -571,6 +571,9 @@ static int take(node_state *s, dpy_attach_request *req) {
         s->tail = NULL;
     atomic_fetch_sub(&s->pending, 1);
     *req = q->r;
+    /* named at once: an interrupt that comes before dpy_attach_evaluating is not lost */
+    s->eval_conn = q->r.conn, s->eval_id = q->r.id;
+    atomic_store(&s->cancel, 0);
     free(q);
     return 1;
 }
@@ -630,8 +633,9 @@ void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn_id, uint32_t i
         return;
     pthread_mutex_lock(&a->mu);
     node_state *s = &a->nodes[i];
+    if (id == 0 || s->eval_conn != conn_id || s->eval_id != id)   /* the one taken keeps its interrupt */
+        atomic_store(&s->cancel, 0);
     s->eval_conn = conn_id, s->eval_id = id;
-    atomic_store(&s->cancel, 0);
     if (id == 0 && s->state == EVALUATING)
         s->state = RUNNING;   /* at a boundary, the next wait says paused again */
     else if (id != 0)
