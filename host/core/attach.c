@@ -66,6 +66,7 @@ struct dpy_attach {
     int hold;                 /* nodes stop at their next boundary */
     uint32_t holder;          /* the connection that holds */
     int stopped;
+    atomic_int halted;        /* stopped, read without the lock by evaluations */
     int listen_fd, wake[2];
     pthread_t thread;
     char path[4096];          /* the socket as named in the run directory */
@@ -644,7 +645,9 @@ void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn_id, uint32_t i
 }
 
 int dpy_attach_cancelled(dpy_attach *a, size_t i) {
-    return a && atomic_load_explicit(&a->nodes[i].cancel, memory_order_relaxed);
+    /* the process stopping ends it too: g:interrupt's hook may have been replaced by the eval's */
+    return a && (atomic_load_explicit(&a->nodes[i].cancel, memory_order_relaxed) ||
+                 atomic_load_explicit(&a->halted, memory_order_relaxed));
 }
 
 int dpy_attach_alive(dpy_attach *a, uint32_t id) {
@@ -699,6 +702,7 @@ void dpy_attach_stop(dpy_attach *a) {
     pthread_mutex_lock(&a->mu);
     if (!a->stopped)
         a->stopped = 1;
+    atomic_store(&a->halted, 1);
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
 }

@@ -60,7 +60,7 @@ int dpy_attach_poll(dpy_attach *a, size_t i, dpy_attach_request *req);
 void dpy_attach_request_free(dpy_attach_request *req);
 /* Marks node i as evaluating request id of conn (id 0: done); an interrupt names it. */
 void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn, uint32_t id);
-/* Whether the client interrupted node i's evaluation in hand. */
+/* Whether the client interrupted node i's evaluation in hand, or the process is stopping. */
 int dpy_attach_cancelled(dpy_attach *a, size_t i);
 /* Sends a frame to connection conn: 0, or -1 when it is gone. */
 int dpy_attach_send(dpy_attach *a, uint32_t conn, char type, uint32_t uid, uint32_t id, const void *payload,
