@@ -236,3 +236,31 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(target))
   end)
 end)
+
+describe("dpy.attach.node", function()
+  -- a node without a run: an endpoint that records what it is asked, clients 1 and 3 gone
+  local function fake_node(gone)
+    local node = { uid = 4, round = 2, attach_sessions = { [1] = {}, [2] = {}, [3] = {} }, sent = {}, held = {} }
+    node.endpoint = {
+      attach_poll = function() end,
+      attach_hold = function(_, conn) node.held[#node.held + 1] = conn end,
+      attach_send = function(_, conn, kind) node.sent[#node.sent + 1] = kind .. conn; return not gone[conn] end,
+    }
+    return node
+  end
+
+  it("a client gone does not make the node skip the next client's breakpoint or watch", function()
+    local node = fake_node { [1] = true, [3] = true }
+    local yes = function() return true end
+    node.attach_breaks = { post_train = { { conn = 1, fn = yes }, { conn = 2, fn = yes }, { conn = 3, fn = yes } } }
+    require("dpy.attach.node").event(node, "post_train")
+    assert.are.same({ 1, 2, 3 }, node.held)
+    assert.are.same({ { conn = 2, fn = yes } }, node.attach_breaks.post_train)
+
+    node = fake_node { [1] = true }
+    node.metrics = { last = function() return 2, 0.5 end }
+    node.attach_watches = { { conn = 1, key = "a" }, { conn = 2, key = "a" } }
+    require("dpy.attach.node").after_round(node, 2)
+    assert.are.same({ "W1", "W2" }, node.sent)
+  end)
+end)
