@@ -264,3 +264,25 @@ describe("dpy.attach.node", function()
     assert.are.same({ "W1", "W2" }, node.sent)
   end)
 end)
+
+describe("dpy.attach.core's line editor, from a pipe", function()
+  it("drops a line too long for it, says so, and reads the next", function()
+    local dir = tmpdir()
+    write_file(dir .. "/ed.lua", [[
+      local core = require "dpy.attach.core"
+      core.editor_open(nil)
+      for _ = 1, 200 do
+        core.wait({}, 1, true)
+        local line = core.editor_line()
+        if line == false then break end
+        if line then print(#line, line) end
+      end
+      core.editor_close()
+    ]])
+    write_file(dir .. "/in", string.rep("x", 70000) .. "\nreturn 1 + 1\n" .. string.rep("y", 65536) .. "\nz\n")
+    local code, out, err = sh(string.format("timeout 20 %s %s/ed.lua < %s/in", shell_quote(DPY_BIN), dir, dir))
+    assert.are.equal(0, code, err)
+    assert.are.equal("12\treturn 1 + 1\n1\tz\n", out)
+    assert.matches("an input line longer than 65535 bytes, dropped", err, 1, true)
+  end)
+end)
