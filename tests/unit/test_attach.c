@@ -498,6 +498,41 @@ static void test_interrupt_just_taken(void) {
     dpy_attach_close(a);
 }
 
+/* A hold stops the nodes past the highest round begun, not those behind it: a node ahead may be
+** waiting for their messages of that round (a breakpoint's hold, before its client's 'L'). */
+static void test_hold_lets_the_nodes_behind_catch_up(void) {
+    const uint32_t uids[] = {0, 1};
+    dpy_attach *a = open_with(uids, 2);
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    dpy_attach_request r;
+    for (int k = 1; k <= 3; k++)
+        CHECK(dpy_attach_boundary(a, 1, k, &r, 0) == 0);   /* node 1 has begun round 3 */
+    CHECK(dpy_attach_boundary(a, 0, 1, &r, 0) == 0);       /* node 0, round 1 */
+    int c = client();
+    CHECK(frame(c, 'E', 0, 1, "return 1") == 0);   /* a client, that node 1's breakpoint names */
+    CHECK(take_request(a, 0, &r));
+    dpy_attach_hold(a, r.conn);
+    dpy_attach_request_free(&r);
+    CHECK(dpy_attach_boundary(a, 0, 2, &r, 0) == 0);
+    CHECK(dpy_attach_boundary(a, 0, 3, &r, 0) == 0);
+    CHECK(dpy_attach_boundary(a, 0, 4, &r, 0) == 2);   /* past it: held */
+    CHECK(dpy_attach_boundary(a, 1, 4, &r, 0) == 2);
+    char text[64];
+    CHECK(frame(c, 'H', 0, 2, NULL) == 0);   /* the client's pause of the whole run */
+    CHECK(reply(c, NULL, text, sizeof text) == 'H');
+    CHECK(strcmp(text, "3") == 0);
+    CHECK(frame(c, 'L', 0, 3, "3") == 0);
+    CHECK(reply(c, NULL, text, sizeof text) == 'L');
+    CHECK(dpy_attach_boundary(a, 0, 4, &r, 0) == 2);
+    CHECK(frame(c, 'L', 0, 4, "") == 0);
+    CHECK(reply(c, NULL, text, sizeof text) == 'L');
+    CHECK(dpy_attach_boundary(a, 0, 4, &r, 0) == 0);
+    close(c);
+    dpy_attach_close(a);
+}
+
 int main(void) {
 
     snprintf(dir, sizeof dir, "/tmp/dpy-test-attach-XXXXXX");
@@ -510,6 +545,7 @@ int main(void) {
     test_many_clients();
     test_hold_of_a_client_gone();
     test_interrupt_just_taken();
+    test_hold_lets_the_nodes_behind_catch_up();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
