@@ -3,8 +3,9 @@
 ** listening socket and the clients; requests for a node wait in that node's queue until the node
 ** thread comes to a boundary or an event; the pause is a limit on the rounds a node may start.
 ** Pausing the run everywhere is two steps, driven by the client across the processes: 'H' holds
-** every node at its next boundary and returns the highest round started; 'L' then lets every node
-** finish that round (the slower ones catch up, their peers' messages being on the way) and stop.
+** every node at its next boundary past the highest round started (the slower ones catch up: a node
+** ahead may be waiting for their messages) and returns that round; 'L' then lets every node finish
+** the highest round of all the processes and stop.
 */
 #define _GNU_SOURCE   /* SO_PEERCRED, MSG_NOSIGNAL */
 #include "attach.h"
@@ -63,7 +64,8 @@ struct dpy_attach {
     conn conns[MAX_CONNS];
     uint32_t next_conn;
     int limit;                /* the last round a node may start; -1: none */
-    int hold;                 /* nodes stop at their next boundary */
+    int hold;                 /* nodes stop at their next boundary past hold_at */
+    int hold_at;              /* the highest round started when the hold came */
     uint32_t holder;          /* the connection that holds */
     int stopped;
     atomic_int halted;        /* stopped, read without the lock by evaluations */
@@ -197,6 +199,17 @@ static void reap(dpy_attach *a) {
     }
 }
 
+/* Holds the nodes past the highest round begun; -> that round. Caller holds a->mu. */
+static int hold_locked(dpy_attach *a, uint32_t holder) {
+    int top = 0;
+    for (size_t i = 0; i < a->n; i++)
+        top = a->nodes[i].started > top ? a->nodes[i].started : top;
+    a->hold = 1;
+    a->hold_at = top;
+    a->holder = holder;
+    return top;
+}
+
 static void status_text(dpy_attach *a, char **out, size_t *len) {
     size_t cap = 64 + a->n * 40, k = 0;
     char *s = malloc(cap);
@@ -277,16 +290,10 @@ static void handle(dpy_attach *a, uint32_t id, unsigned char type, uint32_t uid,
         }
         break;
     }
-    case 'H': {
-        a->hold = 1;
-        a->holder = id;
-        int top = 0;
-        for (size_t i = 0; i < a->n; i++)
-            top = a->nodes[i].started > top ? a->nodes[i].started : top;
-        tlen = (size_t)snprintf(small, sizeof small, "%d", top);
+    case 'H':
+        tlen = (size_t)snprintf(small, sizeof small, "%d", hold_locked(a, id));
         reply = 'H';
         break;
-    }
     case 'L': {
         char num[24] = "";
         memcpy(num, p, len < sizeof num - 1 ? len : sizeof num - 1);
@@ -596,7 +603,8 @@ int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_requ
             rc = 1;
             break;
         }
-        if (!a->hold && (a->limit < 0 || next_round <= a->limit)) {
+        /* a node behind the hold may catch up: one ahead may be waiting for its messages */
+        if ((!a->hold || next_round <= a->hold_at) && (a->limit < 0 || next_round <= a->limit)) {
             s->started = next_round > s->started ? next_round : s->started;
             s->state = RUNNING;
             rc = 0;
@@ -669,10 +677,8 @@ void dpy_attach_hold(dpy_attach *a, uint32_t conn_id) {
     int there = 0;
     for (int k = 0; k < MAX_CONNS && !there; k++)
         there = a->conns[k].fd >= 0 && a->conns[k].id == conn_id;
-    if (there) {
-        a->hold = 1;
-        a->holder = conn_id;
-    }
+    if (there)
+        hold_locked(a, conn_id);
     pthread_mutex_unlock(&a->mu);
 }
 

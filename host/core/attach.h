@@ -8,10 +8,10 @@
 **
 ** Frames, both ways: a 13-byte header (payload length u32, type u8, uid u32, id u32; big-endian)
 ** and the payload. Client to process: 'S' status, 'E' eval (payload: Lua source for node uid),
-** 'I' interrupt eval id, 'H' hold (reply 'H': the highest round any node has started), 'L' limit
-** (payload: the last round a node may start, decimal; empty: none). Process to client: 'S' (one
-** line per node: "uid round state"), 'R' / 'X' (a result, or an error, for eval id), 'W' (a watched
-** value), 'B' (a breakpoint hit), 'L' (limit set), 'Z' (the process is done).
+** 'I' interrupt eval id, 'H' hold past the highest round any node has started (reply 'H': that
+** round), 'L' limit (payload: the last round a node may start, decimal; empty: none). Process to
+** client: 'S' (one line per node: "uid round state"), 'R' / 'X' (a result, or an error, for eval
+** id), 'W' (a watched value), 'B' (a breakpoint hit), 'L' (limit set), 'Z' (the process is done).
 */
 #ifndef DPY_ATTACH_H
 #define DPY_ATTACH_H
@@ -67,7 +67,8 @@ int dpy_attach_send(dpy_attach *a, uint32_t conn, char type, uint32_t uid, uint3
                     size_t len);
 /* Whether connection conn is still open. */
 int dpy_attach_alive(dpy_attach *a, uint32_t conn);
-/* A breakpoint: every node of this process stops at its next boundary until conn sets a limit. */
+/* A breakpoint: every node of this process stops at its next boundary past the highest round begun
+** until conn sets a limit (as 'H' does); nothing when conn is gone. */
 void dpy_attach_hold(dpy_attach *a, uint32_t conn);
 /* Node i has finished. */
 void dpy_attach_done(dpy_attach *a, size_t i);
