@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,16 @@ static char dir[64], sock[96];
 static void nap(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+static int open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
 }
 
 static dpy_attach *open_with(const uint32_t *uids, size_t n) {
@@ -214,6 +225,16 @@ static void test_frames(void) {
     CHECK(dpy_attach_send(a, gone_conn, 'R', 5, 19, "5", 1) == -1);
     nap(20);
     CHECK(dpy_attach_poll(a, 0, &r) == 0);
+
+    /* a frame that comes a byte at a time */
+    dpy_attach_header(h, 8, 'E', 5, 22);
+    for (size_t k = 0; k < sizeof h; k++)
+        CHECK(put(c, h + k, 1) == 0);
+    for (const char *p = "return 7"; *p; p++)
+        CHECK(put(c, p, 1) == 0);
+    CHECK(take_request(a, 0, &r));
+    CHECK(r.id == 22 && strcmp(r.code, "return 7") == 0);
+    dpy_attach_request_free(&r);
 
     /* close() with a client connected: it is told ('Z'), then its connection ends */
     dpy_attach_close(a);
@@ -539,6 +560,7 @@ int main(void) {
     if (!mkdtemp(dir))
         return 2;
     snprintf(sock, sizeof sock, "%s/attach/p0.sock", dir);
+    int fds = open_fds();
     test_frames();
     test_many_connections();
     test_pause_protocol();
@@ -546,6 +568,7 @@ int main(void) {
     test_hold_of_a_client_gone();
     test_interrupt_just_taken();
     test_hold_lets_the_nodes_behind_catch_up();
+    CHECK(open_fds() == fds);   /* every socket, pipe and connection closed */
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
