@@ -134,7 +134,8 @@ describe("dpy-lua attach #e2e", function()
     end
   end)
 
-  it("takes typing at a terminal: a node chosen from a list, multi-line input, Ctrl-C of an endless loop, values printed as they come", function()
+  it("takes typing at a terminal: a node chosen from a list, multi-line input, Ctrl-C of an endless loop, "
+     .. "values printed as they come", function()
     if sh("command -v tmux") ~= 0 then pending("tmux is not installed") return end
     local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")), "processes=2")
     local session = "dpy_attach_" .. host.pid()
