@@ -3,8 +3,9 @@
 ** listening socket and the clients; requests for a node wait in that node's queue until the node
 ** thread comes to a boundary or an event; the pause is a limit on the rounds a node may start.
 ** Pausing the run everywhere is two steps, driven by the client across the processes: 'H' holds
-** every node at its next boundary and returns the highest round started; 'L' then lets every node
-** finish that round (the slower ones catch up, their peers' messages being on the way) and stop.
+** every node at its next boundary past the highest round started (the slower ones catch up: a node
+** ahead may be waiting for their messages) and returns that round; 'L' then lets every node finish
+** the highest round of all the processes and stop.
 */
 #define _GNU_SOURCE   /* SO_PEERCRED, MSG_NOSIGNAL */
 #include "attach.h"
@@ -63,9 +64,11 @@ struct dpy_attach {
     conn conns[MAX_CONNS];
     uint32_t next_conn;
     int limit;                /* the last round a node may start; -1: none */
-    int hold;                 /* nodes stop at their next boundary */
+    int hold;                 /* nodes stop at their next boundary past hold_at */
+    int hold_at;              /* the highest round started when the hold came */
     uint32_t holder;          /* the connection that holds */
     int stopped;
+    atomic_int halted;        /* stopped, read without the lock by evaluations */
     int listen_fd, wake[2];
     pthread_t thread;
     char path[4096];          /* the socket as named in the run directory */
@@ -196,6 +199,17 @@ static void reap(dpy_attach *a) {
     }
 }
 
+/* Holds the nodes past the highest round begun; -> that round. Caller holds a->mu. */
+static int hold_locked(dpy_attach *a, uint32_t holder) {
+    int top = 0;
+    for (size_t i = 0; i < a->n; i++)
+        top = a->nodes[i].started > top ? a->nodes[i].started : top;
+    a->hold = 1;
+    a->hold_at = top;
+    a->holder = holder;
+    return top;
+}
+
 static void status_text(dpy_attach *a, char **out, size_t *len) {
     size_t cap = 64 + a->n * 40, k = 0;
     char *s = malloc(cap);
@@ -276,16 +290,10 @@ static void handle(dpy_attach *a, uint32_t id, unsigned char type, uint32_t uid,
         }
         break;
     }
-    case 'H': {
-        a->hold = 1;
-        a->holder = id;
-        int top = 0;
-        for (size_t i = 0; i < a->n; i++)
-            top = a->nodes[i].started > top ? a->nodes[i].started : top;
-        tlen = (size_t)snprintf(small, sizeof small, "%d", top);
+    case 'H':
+        tlen = (size_t)snprintf(small, sizeof small, "%d", hold_locked(a, id));
         reply = 'H';
         break;
-    }
     case 'L': {
         char num[24] = "";
         memcpy(num, p, len < sizeof num - 1 ? len : sizeof num - 1);
@@ -571,6 +579,9 @@ static int take(node_state *s, dpy_attach_request *req) {
         s->tail = NULL;
     atomic_fetch_sub(&s->pending, 1);
     *req = q->r;
+    /* named at once: an interrupt that comes before dpy_attach_evaluating is not lost */
+    s->eval_conn = q->r.conn, s->eval_id = q->r.id;
+    atomic_store(&s->cancel, 0);
     free(q);
     return 1;
 }
@@ -592,7 +603,8 @@ int dpy_attach_boundary(dpy_attach *a, size_t i, int next_round, dpy_attach_requ
             rc = 1;
             break;
         }
-        if (!a->hold && (a->limit < 0 || next_round <= a->limit)) {
+        /* a node behind the hold may catch up: one ahead may be waiting for its messages */
+        if ((!a->hold || next_round <= a->hold_at) && (a->limit < 0 || next_round <= a->limit)) {
             s->started = next_round > s->started ? next_round : s->started;
             s->state = RUNNING;
             rc = 0;
@@ -630,8 +642,9 @@ void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn_id, uint32_t i
         return;
     pthread_mutex_lock(&a->mu);
     node_state *s = &a->nodes[i];
+    if (id == 0 || s->eval_conn != conn_id || s->eval_id != id)   /* the one taken keeps its interrupt */
+        atomic_store(&s->cancel, 0);
     s->eval_conn = conn_id, s->eval_id = id;
-    atomic_store(&s->cancel, 0);
     if (id == 0 && s->state == EVALUATING)
         s->state = RUNNING;   /* at a boundary, the next wait says paused again */
     else if (id != 0)
@@ -640,7 +653,9 @@ void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn_id, uint32_t i
 }
 
 int dpy_attach_cancelled(dpy_attach *a, size_t i) {
-    return a && atomic_load_explicit(&a->nodes[i].cancel, memory_order_relaxed);
+    /* the process stopping ends it too: g:interrupt's hook may have been replaced by the eval's */
+    return a && (atomic_load_explicit(&a->nodes[i].cancel, memory_order_relaxed) ||
+                 atomic_load_explicit(&a->halted, memory_order_relaxed));
 }
 
 int dpy_attach_alive(dpy_attach *a, uint32_t id) {
@@ -658,8 +673,12 @@ void dpy_attach_hold(dpy_attach *a, uint32_t conn_id) {
     if (!a)
         return;
     pthread_mutex_lock(&a->mu);
-    a->hold = 1;
-    a->holder = conn_id;
+    /* a client already reaped would never set the limit, nor would reap() release its hold */
+    int there = 0;
+    for (int k = 0; k < MAX_CONNS && !there; k++)
+        there = a->conns[k].fd >= 0 && a->conns[k].id == conn_id;
+    if (there)
+        hold_locked(a, conn_id);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -689,6 +708,7 @@ void dpy_attach_stop(dpy_attach *a) {
     pthread_mutex_lock(&a->mu);
     if (!a->stopped)
         a->stopped = 1;
+    atomic_store(&a->halted, 1);
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
 }

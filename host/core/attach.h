@@ -8,10 +8,10 @@
 **
 ** Frames, both ways: a 13-byte header (payload length u32, type u8, uid u32, id u32; big-endian)
 ** and the payload. Client to process: 'S' status, 'E' eval (payload: Lua source for node uid),
-** 'I' interrupt eval id, 'H' hold (reply 'H': the highest round any node has started), 'L' limit
-** (payload: the last round a node may start, decimal; empty: none). Process to client: 'S' (one
-** line per node: "uid round state"), 'R' / 'X' (a result, or an error, for eval id), 'W' (a watched
-** value), 'B' (a breakpoint hit), 'L' (limit set), 'Z' (the process is done).
+** 'I' interrupt eval id, 'H' hold past the highest round any node has started (reply 'H': that
+** round), 'L' limit (payload: the last round a node may start, decimal; empty: none). Process to
+** client: 'S' (one line per node: "uid round state"), 'R' / 'X' (a result, or an error, for eval
+** id), 'W' (a watched value), 'B' (a breakpoint hit), 'L' (limit set), 'Z' (the process is done).
 */
 #ifndef DPY_ATTACH_H
 #define DPY_ATTACH_H
@@ -60,14 +60,15 @@ int dpy_attach_poll(dpy_attach *a, size_t i, dpy_attach_request *req);
 void dpy_attach_request_free(dpy_attach_request *req);
 /* Marks node i as evaluating request id of conn (id 0: done); an interrupt names it. */
 void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn, uint32_t id);
-/* Whether the client interrupted node i's evaluation in hand. */
+/* Whether the client interrupted node i's evaluation in hand, or the process is stopping. */
 int dpy_attach_cancelled(dpy_attach *a, size_t i);
 /* Sends a frame to connection conn: 0, or -1 when it is gone. */
 int dpy_attach_send(dpy_attach *a, uint32_t conn, char type, uint32_t uid, uint32_t id, const void *payload,
                     size_t len);
 /* Whether connection conn is still open. */
 int dpy_attach_alive(dpy_attach *a, uint32_t conn);
-/* A breakpoint: every node of this process stops at its next boundary until conn sets a limit. */
+/* A breakpoint: every node of this process stops at its next boundary past the highest round begun
+** until conn sets a limit (as 'H' does); nothing when conn is gone. */
 void dpy_attach_hold(dpy_attach *a, uint32_t conn);
 /* Node i has finished. */
 void dpy_attach_done(dpy_attach *a, size_t i);

@@ -211,6 +211,7 @@ static struct {
     int eof;
     char pending[LINE_MAX_BYTES];   /* pipe mode: bytes read, not yet a line */
     size_t have;
+    int skip;                       /* the rest of a line too long is dropped */
 } ed;
 static volatile sig_atomic_t g_sigint;
 
@@ -306,7 +307,18 @@ static int a_editor_line(lua_State *L) {
                 ed.eof = 1;
             else if (k > 0)
                 ed.have += (size_t)k;
+            if (ed.skip) {   /* up to the end of the line too long */
+                char *nl = memchr(ed.pending, '\n', ed.have);
+                size_t used = nl ? (size_t)(nl - ed.pending) + 1 : ed.have;
+                memmove(ed.pending, ed.pending + used, ed.have - used);
+                ed.have -= used;
+                ed.skip = !nl;
+            }
             line = pipe_line();
+            if (!line && ed.have == sizeof ed.pending) {   /* full, no line: it would never be read */
+                fprintf(stderr, "dpy-lua attach: an input line longer than %d bytes, dropped\n", LINE_MAX_BYTES - 1);
+                ed.have = 0, ed.skip = 1;
+            }
         }
     }
     if (line) {

@@ -134,7 +134,8 @@ describe("dpy-lua attach #e2e", function()
     end
   end)
 
-  it("takes typing at a terminal: a node chosen from a list, multi-line input, Ctrl-C of an endless loop, values printed as they come", function()
+  it("takes typing at a terminal: a node chosen from a list, multi-line input, Ctrl-C of an endless loop, "
+     .. "values printed as they come", function()
     if sh("command -v tmux") ~= 0 then pending("tmux is not installed") return end
     local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")), "processes=2")
     local session = "dpy_attach_" .. host.pid()
@@ -238,5 +239,55 @@ describe("dpy-lua attach #e2e", function()
     assert.matches("  0            0  paused      0", o, 1, true)
     assert.are.equal(0, wait_exit(pid))
     assert.is_nil(io.open(target))
+  end)
+end)
+
+describe("dpy.attach.node", function()
+  -- a node without a run: an endpoint that records what it is asked, clients 1 and 3 gone
+  local function fake_node(gone)
+    local node = { uid = 4, round = 2, attach_sessions = { [1] = {}, [2] = {}, [3] = {} }, sent = {}, held = {} }
+    node.endpoint = {
+      attach_poll = function() end,
+      attach_hold = function(_, conn) node.held[#node.held + 1] = conn end,
+      attach_send = function(_, conn, kind) node.sent[#node.sent + 1] = kind .. conn; return not gone[conn] end,
+    }
+    return node
+  end
+
+  it("a client gone does not make the node skip the next client's breakpoint or watch", function()
+    local node = fake_node { [1] = true, [3] = true }
+    local yes = function() return true end
+    node.attach_breaks = { post_train = { { conn = 1, fn = yes }, { conn = 2, fn = yes }, { conn = 3, fn = yes } } }
+    require("dpy.attach.node").event(node, "post_train")
+    assert.are.same({ 1, 2, 3 }, node.held)
+    assert.are.same({ { conn = 2, fn = yes } }, node.attach_breaks.post_train)
+
+    node = fake_node { [1] = true }
+    node.metrics = { last = function() return 2, 0.5 end }
+    node.attach_watches = { { conn = 1, key = "a" }, { conn = 2, key = "a" } }
+    require("dpy.attach.node").after_round(node, 2)
+    assert.are.same({ "W1", "W2" }, node.sent)
+  end)
+end)
+
+describe("dpy.attach.core's line editor, from a pipe", function()
+  it("drops a line too long for it, says so, and reads the next", function()
+    local dir = tmpdir()
+    write_file(dir .. "/ed.lua", [[
+      local core = require "dpy.attach.core"
+      core.editor_open(nil)
+      for _ = 1, 200 do
+        core.wait({}, 1, true)
+        local line = core.editor_line()
+        if line == false then break end
+        if line then print(#line, line) end
+      end
+      core.editor_close()
+    ]])
+    write_file(dir .. "/in", string.rep("x", 70000) .. "\nreturn 1 + 1\n" .. string.rep("y", 65536) .. "\nz\n")
+    local code, out, err = sh(string.format("timeout 20 %s %s/ed.lua < %s/in", shell_quote(DPY_BIN), dir, dir))
+    assert.are.equal(0, code, err)
+    assert.are.equal("12\treturn 1 + 1\n1\tz\n", out)
+    assert.matches("an input line longer than 65535 bytes, dropped", err, 1, true)
   end)
 end)

@@ -137,8 +137,9 @@ function M.event(node, event)
     M.serve(node, conn, id, code)
     conn, id, code = node.endpoint:attach_poll()
   end
-  local list = node.attach_breaks and node.attach_breaks[event]
-  for _, b in ipairs(list or {}) do
+  -- a copy: a client found gone by send() leaves the list meanwhile
+  local list = node.attach_breaks and node.attach_breaks[event] or {}
+  for _, b in ipairs(table.move(list, 1, #list, 1, {})) do
     local ok, hit = pcall(b.fn, node)
     if not ok or hit then
       node.endpoint:attach_hold(b.conn)   -- this process stops at its next boundary; the client pauses the rest
@@ -150,7 +151,8 @@ end
 
 --- After round r is recorded: the watched metrics' values of round r.
 function M.after_round(node, r)
-  for _, w in ipairs(node.attach_watches or {}) do
+  local list = node.attach_watches or {}
+  for _, w in ipairs(table.move(list, 1, #list, 1, {})) do   -- a copy: send() drops a client gone
     local at, v = node.metrics:last(w.key)
     if at == r then send(node, w.conn, "W", 0, string.format("node %d round %d %s %s", node.uid, r, w.key,
                                                               pretty.format(v))) end
