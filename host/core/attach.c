@@ -295,9 +295,16 @@ static void handle(dpy_attach *a, uint32_t id, unsigned char type, uint32_t uid,
         reply = 'H';
         break;
     case 'L': {
-        char num[24] = "";
+        char num[24] = "", *end;
         memcpy(num, p, len < sizeof num - 1 ? len : sizeof num - 1);
-        a->limit = len ? atoi(num) : -1;
+        errno = 0;
+        long limit = len ? strtol(num, &end, 10) : -1;
+        if (len && (errno || end == num || *end || limit < 0 || limit > INT32_MAX || len >= sizeof num)) {
+            tlen = (size_t)snprintf(small, sizeof small, "limit: a round >= 0 expected");   /* nothing changes */
+            reply = 'X';
+            break;
+        }
+        a->limit = (int)limit;
         a->hold = 0;
         pthread_cond_broadcast(&a->cv);
         reply = 'L';
@@ -340,9 +347,12 @@ static int serve_conn(dpy_attach *a, conn *c) {
 }
 
 static void accept_one(dpy_attach *a) {
-    int fd = accept(a->listen_fd, NULL, NULL);
-    if (fd < 0)
+    int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE)
+            usleep(100000);   /* out of descriptors: the connection waits, the thread does not spin */
         return;
+    }
     struct ucred cred;
     socklen_t cl = sizeof cred;
     /* the folder is the user's own; a process of another user (root aside) is refused anyway */
@@ -507,8 +517,10 @@ int dpy_attach_open(dpy_attach **out, const char *path, const uint32_t *uids, si
         pthread_create(&a->thread, NULL, server, a) != 0) {
         if (!err[0])
             snprintf(err, errlen, "attach: %s", strerror(errno));
-        if (a->listen_fd >= 0)
+        if (a->listen_fd >= 0) {
             close(a->listen_fd);
+            dpy_attach_unlisten(a->path, a->real);
+        }
         for (int k = 0; k < 2; k++)
             if (a->wake[k] >= 0)
                 close(a->wake[k]);

@@ -15,6 +15,7 @@
 **   s:close(), ch:close()
 ** One Lua state drives its sessions; libssh sessions are not shared between threads.
 */
+#define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -571,7 +573,9 @@ static int fw_pump(lua_State *L) {
     if (f->listen_fd < 0 || !b || !b->s)
         return 0;
     int fd;
-    while ((fd = accept(f->listen_fd, NULL, NULL)) >= 0) {
+    while ((fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        struct timeval tv = {.tv_sec = 2};   /* a client that stops reading is dropped, dispatch goes on */
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         int k = 0;
         while (k < FORWARD_LINKS && f->links[k].fd >= 0)
             k++;

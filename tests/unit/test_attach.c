@@ -131,6 +131,17 @@ static void test_frames(void) {
     CHECK(id == 8);
     CHECK_CONTAINS(text, "node 42 is not in this process");
 
+    /* a limit that is no round is refused, and changes nothing */
+    const char *bad[] = {"abc", "-3", "12x", "99999999999999999999"};
+    for (int k = 0; k < 4; k++) {
+        CHECK(frame(c, 'L', 0, 20 + (uint32_t)k, bad[k]) == 0);
+        CHECK(reply(c, &id, text, sizeof text) == 'X');
+        CHECK_CONTAINS(text, "limit: a round >= 0 expected");
+    }
+    CHECK(frame(c, 'S', 0, 30, NULL) == 0);
+    CHECK(reply(c, &id, text, sizeof text) == 'S');
+    CHECK_CONTAINS(text, "limit -1 hold 0\n");
+
     CHECK(frame(c, 'Q', 1, 9, "whatever") == 0);   /* unknown: ignored, the connection stays */
     CHECK(frame(c, 'I', 1, 12345, NULL) == 0);     /* an interrupt of nothing: no answer */
     CHECK(frame(c, 'I', 77, 1, NULL) == 0);        /* of a node not here: no answer */
