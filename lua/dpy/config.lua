@@ -101,7 +101,8 @@ M.SCHEMA = {
                                doc = "with it, each directed link's latency: a seeded draw in [latency, latency_max)" },
              } },
   sharing = { kind = "sharing", default = "average",
-              doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
+              doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean); "
+                    .. "fedavg: what a client sends (average: its whole model; topk, random_subsample)" },
   transforms = { list_of = "transform", default = {}, chain = true,
                  doc = "state transforms applied in order to every shared vector, undone in reverse" },
 }
