@@ -133,8 +133,9 @@ M.save_copies, M.restore_copies = save_copies, restore_copies
 -- domain.forward) whose accumulated change is largest (o.accumulate: added up since a coordinate
 -- was last sent, error feedback), sent as (index, current value) pairs in o.values; the receiver
 -- averages per o.fill. rule.residual: what is left to send; rule.sent: the accumulated change the
--- last encoding sent (at its indices).
-function M.partial(o, node, domain)
+-- last encoding sent (at its indices). select(residual, k, uid, r) -> the sorted indices to send
+-- (default: the top k, core.topk).
+function M.partial(o, node, domain, select)
   local function coefficients(t)
     if not domain then return t end
     return domain.forward(t)
@@ -144,12 +145,12 @@ function M.partial(o, node, domain)
   local k = M.count(o.alpha, m)
   local rule = { payload = "uint8", residual = base:mul(0) }
   function rule.bound() return core.bound(m, o.values) end
-  function rule.encode(_, t, _)
+  function rule.encode(nd, t, r)
     local c <close> = domain and coefficients(t) or nil
     local x = c or t
     local change <close> = x - base
     if o.accumulate then rule.residual:add_(change) else rule.residual:copy_(change) end
-    local idx <close> = core.topk(rule.residual, k)
+    local idx <close> = select and select(rule.residual, k, nd.uid, r) or core.topk(rule.residual, k)
     local values <close> = x:index_select(0, idx)
     if rule.sent then rule.sent:free() end
     rule.sent = rule.residual:index_select(0, idx)

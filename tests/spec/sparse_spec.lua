@@ -10,6 +10,7 @@ require "dpy.sharing.random_subsample"
 require "dpy.sharing.choco"
 require "dpy.sharing.wavelet"
 require "dpy.sharing.fft"
+require "dpy.sharing.topk_plus_random"
 
 -- A node of the sharing rules' contract, without training: a model that is one flat vector.
 local function fake_node(uid, x, seed)
@@ -73,6 +74,53 @@ describe("sparse sharing", function()
     local count = 0
     for _ in pairs(ever) do count = count + 1 end
     assert.are.equal(n, count)   -- no coordinate starves
+  end)
+
+  it("topk_plus_random: the top part always, the rest a seeded draw among the others; no change lost", function()
+    local n = 40
+    local node = fake_node(3, tensor.zeros(n))
+    local rule = registry.build("sharing", { "topk_plus_random", alpha = 0.2 }, node)   -- k = 8: 4 top, 4 drawn
+    local again = registry.build("sharing", { "topk_plus_random", alpha = 0.2 }, fake_node(3, tensor.zeros(n)))
+    local changes, sent, draws = tensor.zeros(n), tensor.zeros(n), {}
+    for r = 1, 20 do
+      local step = tensor.zeros(n)
+      for i = 0, n - 1 do step[i] = ((i * 7 + r * 3) % 9 + 1) / 64 end
+      local t = node.model.x + step
+      changes:add_(step)
+      local residual = (rule.residual + step):totable()   -- what it selects from
+      local payload = rule.encode(node, t, r)
+      local _, idx = sparse.unpack(payload, n)
+      local got = idx:totable()
+      assert.are.equal(8, #got)
+      -- the 4 largest accumulated changes are among the sent (ties to the lower index)
+      local order = {}
+      for i = 1, n do order[i] = i - 1 end
+      table.sort(order, function(a, b)
+        if residual[a + 1] ~= residual[b + 1] then return residual[a + 1] > residual[b + 1] end
+        return a < b
+      end)
+      local set = {}
+      for _, i in ipairs(got) do set[i] = true end
+      for j = 1, 4 do assert.is_true(set[order[j]], "top index " .. order[j]) end
+      draws[#draws + 1] = table.concat(got, ",")
+      assert.is_true(same_bits(payload, (again.encode(fake_node(3, tensor.zeros(n)), t, r))))   -- seeded
+      sparse.scatter_add_(sent, idx, rule.sent)
+      node.model:set_flat(t)
+      rule.combine(node, r, {}, {}, 1)
+      again.combine(node, r, {}, {}, 1)
+    end
+    assert.is_true(same_bits(sent + rule.residual, changes))
+    assert.are_not.equal(draws[1], draws[2])
+    -- random = 0 is topk; random = 1 a seeded draw alone
+    local x = tensor.randn(100)
+    local a = registry.build("sharing", { "topk_plus_random", alpha = 0.1, random = 0 },
+                             fake_node(0, tensor.zeros(100)))
+    local b = registry.build("sharing", { "topk", alpha = 0.1 }, fake_node(0, tensor.zeros(100)))
+    local z = fake_node(0, tensor.zeros(100))
+    assert.is_true(same_bits(a.encode(z, x, 1), (b.encode(z, x, 1))))
+    local c = registry.build("sharing", { "topk_plus_random", alpha = 0.1, random = 1 }, z)
+    local _, idx = sparse.unpack((c.encode(z, x, 1)), 100)
+    assert.are.same(sparse.sample(sparse.seed(1, 0, 1), 100, 10):totable(), idx:totable())
   end)
 
   it("fills a coordinate not received with the neighbour's last value, or the receiver's own", function()
@@ -395,7 +443,7 @@ describe("sparse sharing runs", function()
   it("give bit-identical results in every process layout #e2e", function()
     for _, sharing in ipairs { "{ 'topk', alpha = 0.05, values = 'bfloat16' }", "{ 'choco', alpha = 0.01 }",
                                "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }",
-                               "{ 'fft', alpha = 0.1 }" } do
+                               "{ 'fft', alpha = 0.1 }", "{ 'topk_plus_random', alpha = 0.1 }" } do
       local results = run_layouts(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n")
       for uid = 0, 3 do
         local a, b = node_metrics(results[1], uid), node_metrics(results[2], uid)
