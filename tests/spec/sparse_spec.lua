@@ -397,6 +397,9 @@ describe("sparse FedAvg uploads", function()
                      .. "of it (topk, random_subsample)", spec.check({}, { sharing = { "choco" } }))
     assert.is_nil(spec.check({}, { sharing = { "topk", alpha = 0.1 } }))
     assert.is_nil(spec.check({}, { sharing = "average" }))
+    assert.matches("^fedavg with sharing topk: transforms%[1%]: uniform_asymmetric_quantization encodes float32 "
+                   .. "values, but the sharing rule sends its own payload",
+                   spec.check({}, { sharing = { "topk" }, transforms = { { "uniform_asymmetric_quantization" } } }))
   end)
 
   it("runs: topk at alpha 1 is FedAvg's run exactly; at 0.1 a client sends a tenth of the bytes", function()

@@ -92,6 +92,10 @@ return registry.register {
       return string.format("fedavg: sharing '%s' does not apply: a client sends its whole model (average) or "
                            .. "a part of it (topk, random_subsample)", name)
     end
+    if SPARSE[name] then   -- the transforms also run over the clients' sparse payloads
+      local ok, err = pcall(transforms.chain, cfg.transforms, { dtype = "uint8" })
+      if not ok then return "fedavg with sharing " .. name .. ": " .. err end
+    end
   end,
   -- a sparse upload: the payload limit of its rule (the server's model goes out dense, as ever)
   payload_bound = function(cfg, values)
