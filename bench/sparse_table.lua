@@ -37,7 +37,9 @@ for _, r in ipairs(rows) do
     split = string.format("%.0f %% / %.0f %% / %.2f %%", 100 * s.split[1] / total, 100 * s.split[2] / total,
                           100 * s.split[3] / total)
   end
-  print(string.format("| %s | %d | %s | %.1f× | %.4f | %+.2f | %s |", r.name, s.rounds,
+  -- rounds: the mean over nodes (a run stopped early may end its nodes a round apart)
+  local rounds = math.tointeger(s.rounds) or string.format("%.1f", s.rounds)
+  print(string.format("| %s | %s | %s | %.1f× | %.4f | %+.2f | %s |", r.name, rounds,
                       tostring(math.floor(s.bytes + 0.5)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""),
                       base.bytes / s.bytes, s.acc, 100 * (s.acc - base.acc), split))
 end

@@ -125,7 +125,8 @@ M.SCHEMA = {
                                        .. "[bandwidth_min, bandwidth)" },
              }, check = bandwidths },
   sharing = { kind = "sharing", default = "average",
-              doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean)" },
+              doc = "D-PSGD: how a node combines its model with its neighbours' (average, trimmed_mean); "
+                    .. "fedavg: what a client sends (average: its whole model; topk, random_subsample)" },
   transforms = { list_of = "transform", default = {}, chain = true,
                  doc = "state transforms applied in order to every shared vector, undone in reverse" },
 }

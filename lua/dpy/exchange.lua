@@ -25,16 +25,16 @@ local function reject(node, peer, r, why)
 end
 
 -- Decodes a received payload; nil and a log line when it was encoded by another chain or is
--- malformed (the message is dropped; the peer stays).
-local function decode(node, peer, r, x, encoding)
-  local chain = node.chain
+-- malformed (the message is dropped; the peer stays). codec: see M.receive.
+local function decode(node, peer, r, x, encoding, codec)
+  local chain = (codec or node).chain
   local why
   if encoding ~= chain.id then
     why = string.format("encoded by transform chain %08x, but this node decodes %08x (%s)",
                         encoding, chain.id, chain.id == 0 and "no transforms" or chain.label)
   else
     local v, err = chain:decode(x, node.model and node.model:numel())   -- nothing larger than ours
-    local sharing = node.sharing
+    local sharing = (codec or node).sharing
     if v and sharing and sharing.decode then   -- a rule's own payload, decoded by the rule
       local m
       m, err = sharing.decode(node, peer, r, v)
@@ -78,11 +78,13 @@ end
 -- Raises when the peer failed and on_peer_failure is "abort". deadline (exchange.deadline) bounds
 -- the wait; without one it is peer_timeout. With missable and round_timeout set, a peer silent
 -- until the deadline only misses the round (nil; it stays): its message, if it comes, is late.
-function M.receive(node, peer, r, deadline, missable)
+-- codec ({ chain =, sharing = }) decodes in place of the node's chain and rule (fedavg's sparse
+-- uploads: the server's own model goes the other way dense).
+function M.receive(node, peer, r, deadline, missable, codec)
   local cfg = node.cfg
-  local x, why, said = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), node.chain.wire_dtype)
+  local x, why, said = node.endpoint:recv(peer, M.MODEL, r, M.timeout(node, deadline), (codec or node).chain.wire_dtype)
   if x then
-    local v = decode(node, peer, r, x, why)
+    local v = decode(node, peer, r, x, why, codec)
     if v and node.received then node.received[peer] = v:clone() end   -- a client attached (dpy.attach.node)
     if v and node.simclock.simulated then return M.arrived(node, peer, r, v, deadline) end
     return v
@@ -120,8 +122,9 @@ end
 
 --- exchange.send(node, peer, r, t [, channel]): t as it is, to peer (a uid or a list of uids:
 -- they share one copy of the bytes); a failed send raises or is logged, per on_peer_failure.
-function M.send(node, peer, r, t, channel)
-  local ok, err = node.endpoint:send(peer, channel or M.MODEL, r, t, channel and 0 or node.chain.id)
+-- chain: the one that encoded t (default: the node's).
+function M.send(node, peer, r, t, channel, chain)
+  local ok, err = node.endpoint:send(peer, channel or M.MODEL, r, t, channel and 0 or (chain or node.chain).id)
   if not ok then
     if node.cfg.on_peer_failure == "abort" then
       error(string.format("round %d: %s; stopping (on_peer_failure = \"abort\")", r, err), 0)
@@ -161,10 +164,10 @@ end
 
 -- What a node sends of flat: the actions' outgoing modifiers, then the transform chain. Each
 -- step's bytes in and out go to the metrics (once per round).
-local function encode(node, flat, r)
+local function encode(node, flat, r, codec)
   local t = M.modified(node, flat, r)
   local sizes = node.encoded_round ~= r and {} or nil
-  local sharing = node.sharing
+  local sharing, chain = (codec or node).sharing, (codec or node).chain
   if sharing and sharing.encode then   -- a rule's own payload (topk, choco): its parts to the metrics
     local own, parts = sharing.encode(node, t, r)
     if t ~= flat then t:free() end
@@ -174,21 +177,21 @@ local function encode(node, flat, r)
     end
     if sizes and parts then node.metrics:add("sharing_fraction", r, parts.fraction) end
   end
-  local payload = node.chain:encode(t, sizes)
+  local payload = chain:encode(t, sizes)
   if payload ~= t and t ~= flat then t:free() end
   for i, size in ipairs(sizes or {}) do
-    node.metrics:add(node.chain:metric(i, "in"), r, size[1])
-    node.metrics:add(node.chain:metric(i, "out"), r, size[2])
+    node.metrics:add(chain:metric(i, "in"), r, size[1])
+    node.metrics:add(chain:metric(i, "out"), r, size[2])
   end
   node.encoded_round = r
   return payload
 end
 
---- exchange.send_model(node, peer, r, flat): what the node shares of flat (modifiers, then
--- transforms) to peer (a uid or a list), then frees what encoding made.
-function M.send_model(node, peer, r, flat)
-  local payload = encode(node, flat, r)
-  M.send(node, peer, r, payload)
+--- exchange.send_model(node, peer, r, flat [, codec]): what the node shares of flat (modifiers, then
+-- transforms) to peer (a uid or a list), then frees what encoding made. codec: see M.receive.
+function M.send_model(node, peer, r, flat, codec)
+  local payload = encode(node, flat, r, codec)
+  M.send(node, peer, r, payload, nil, codec and codec.chain)
   local bytes = payload:nbytes() + M.HEADER
   if payload ~= flat then payload:free() end
   if node.simclock.simulated then   -- when it left and its bytes, for the receivers' clocks

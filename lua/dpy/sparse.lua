@@ -2,6 +2,7 @@
 -- their payload (the sparse codec of dpy.sparse.core), the message a receiver decodes it to, the
 -- seed of a random subsample, and the averaging of partial models.
 local core = require "dpy.sparse.core"
+local tensor = require "dpy.tensor"
 
 local M = setmetatable({}, { __index = core })   -- core's functions, and the helpers below
 
@@ -132,8 +133,9 @@ M.save_copies, M.restore_copies = save_copies, restore_copies
 -- domain.forward) whose accumulated change is largest (o.accumulate: added up since a coordinate
 -- was last sent, error feedback), sent as (index, current value) pairs in o.values; the receiver
 -- averages per o.fill. rule.residual: what is left to send; rule.sent: the accumulated change the
--- last encoding sent (at its indices).
-function M.partial(o, node, domain)
+-- last encoding sent (at its indices). select(residual, k, uid, r) -> the sorted indices to send
+-- (default: the top k, core.topk).
+function M.partial(o, node, domain, select)
   local function coefficients(t)
     if not domain then return t end
     return domain.forward(t)
@@ -143,12 +145,12 @@ function M.partial(o, node, domain)
   local k = M.count(o.alpha, m)
   local rule = { payload = "uint8", residual = base:mul(0) }
   function rule.bound() return core.bound(m, o.values) end
-  function rule.encode(_, t, _)
+  function rule.encode(nd, t, r)
     local c <close> = domain and coefficients(t) or nil
     local x = c or t
     local change <close> = x - base
     if o.accumulate then rule.residual:add_(change) else rule.residual:copy_(change) end
-    local idx <close> = core.topk(rule.residual, k)
+    local idx <close> = select and select(rule.residual, k, nd.uid, r) or core.topk(rule.residual, k)
     local values <close> = x:index_select(0, idx)
     if rule.sent then rule.sent:free() end
     rule.sent = rule.residual:index_select(0, idx)
@@ -174,6 +176,84 @@ function M.partial(o, node, domain)
     restore_copies(copies, t.copies)
   end
   return rule
+end
+
+--- sparse.upload(name, o, node) -> a FedAvg client's sparse upload under sharing rule name ("topk" or
+-- "random_subsample", options o), in the shape exchange.send_model takes for a rule (payload, bound,
+-- encode, decode), and its state for checkpoints. up.global must hold the model the server sent this
+-- round. Each upload carries k = round(o.alpha * n) coordinates: topk's are those of largest
+-- accumulated change since the server's model (o.accumulate: the change not sent in earlier rounds
+-- added, error feedback), random_subsample's a seeded random k (no index travels). The value sent at a
+-- coordinate is the client's model there plus its change withheld in earlier rounds: the model the
+-- server would have got had nothing been withheld (with everything sent, the client's model as it is).
+-- up.residual: what is left to send; up.sent: the accumulated change the last upload sent.
+function M.upload(name, o, node)
+  local n = node.model:numel()
+  local k = M.count(o.alpha, n)
+  local random = name == "random_subsample"
+  local seed = node.cfg.seed
+  local up = { payload = "uint8" }
+  if not random then up.residual, up.withheld = tensor.zeros(n), tensor.zeros(n) end
+  function up.bound(m) return core.bound(m, o.values, random) end
+  function up.encode(nd, x, r)
+    if random then
+      local idx <close> = M.sample(M.seed(seed, nd.uid, r), n, k)
+      local values <close> = x:index_select(0, idx)
+      return M.pack(n, nil, values, o.values)
+    end
+    local change <close> = x - up.global
+    if o.accumulate then up.withheld:copy_(up.residual) end   -- else nothing is carried over: it stays 0
+    if o.accumulate then up.residual:add_(change) else up.residual:copy_(change) end
+    local idx <close> = core.topk(up.residual, k)
+    local values <close> = x:index_select(0, idx)
+    local earlier <close> = up.withheld:index_select(0, idx)
+    values:add_(earlier)
+    if up.sent then up.sent:free() end
+    up.sent = up.residual:index_select(0, idx)
+    core.fill_at_(up.residual, idx, 0)
+    return M.pack(n, idx, values, o.values)
+  end
+  function up.decode(_, peer, r, payload)
+    local got, idx, values = M.unpack(payload, n)
+    if not got then return nil, idx end
+    if random and (idx or values:numel() ~= k) then
+      if idx then idx:free() end
+      local count = values:numel()
+      values:free()
+      return nil, idx and "indices travel, but a random subsample's are drawn by the receiver"
+             or string.format("%d values, but alpha = %g keeps %d", count, o.alpha, k)
+    end
+    return M.message(peer, got, idx or M.sample(M.seed(seed, peer, r), n, k), values)
+  end
+  if not random then
+    up.state = {
+      checkpoint = function() return { residual = up.residual } end,
+      restore = function(_, t) up.residual:copy_(t.residual) end,
+    }
+  end
+  return up
+end
+
+--- sparse.federated_mean(g, got, counts) -> the FedAvg server's new model from its model g and the
+-- clients' partial models got (messages) with their sample counts: at each coordinate the mean of
+-- the values sent there, weighted by the counts of the clients that sent one; a coordinate nobody
+-- sent keeps g's value. With every coordinate sent it is FedAvg's sum(count * x) / sum(count), the
+-- same operations in the same order (bit for bit).
+function M.federated_mean(g, got, counts)
+  local sum, weight = g:mul(0), g:mul(0)
+  for i, m in ipairs(got) do
+    local full <close> = m:apply(g:mul(0))
+    sum:add_(full, counts[i])
+    local ones <close> = tensor.ones(m.values:numel())
+    local mask <close> = M.message(m.peer, m.n, m.idx, ones):apply(g:mul(0))
+    weight:add_(mask, counts[i])
+  end
+  local sent <close> = weight:gt(0)
+  local mean <close> = sum / weight   -- nan where nobody sent: where() takes g's value there
+  local out = tensor.where(sent, mean, g)
+  sum:free()
+  weight:free()
+  return out
 end
 
 --- The options of topk, wavelet and fft.

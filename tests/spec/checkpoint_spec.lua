@@ -111,14 +111,14 @@ end
 describe("a run killed and resumed #e2e", function()
   local CONFIG = TINY_RUN .. "rounds = 4\ncheckpoint_every = 1\nactions = { 'kill.lua' }\n"
 
-  -- An action that SIGKILLs node 0's process as its round 3 starts, unless marker exists.
-  local function kill_action(dir, marker)
+  -- An action that SIGKILLs node uid's (default 0) process as its round 3 starts, unless marker exists.
+  local function kill_action(dir, marker, uid)
     write_file(dir .. "/kill.lua", string.format([[
 local registry = require "dpy.registry"
 local host = require "dpy.host.core"
 return registry.register { kind = "action", name = "kill_once", new = function()
   return { pre_train = function(node, r)
-    if node.uid ~= 0 or r ~= 3 then return end
+    if node.uid ~= %d or r ~= 3 then return end
     local f = io.open(%q, "r")
     if f then f:close() return end
     f = assert(io.open(%q, "w"))
@@ -126,7 +126,7 @@ return registry.register { kind = "action", name = "kill_once", new = function()
     host.kill(host.pid(), 9)
   end }
 end }
-]], marker, marker))
+]], uid or 0, marker, marker))
   end
 
   -- the built-in actions that keep state across rounds: what a Byzantine node saw the round
@@ -135,24 +135,27 @@ end }
                    .. "{ 'differential_privacy', mode = 'local', noise = 0.01 } }\n"
   -- sharing rules with state: topk's residual and copies of the neighbours, CHOCO's public copies
   local SPARSE = { { 1, "sharing = { 'topk', alpha = 0.1 }\n", "topk sharing" },
-                   { 2, "sharing = { 'choco', alpha = 0.05 }\n", "choco sharing" } }
+                   { 2, "sharing = { 'choco', alpha = 0.05 }\n", "choco sharing" },
+                   -- a FedAvg client's residual (the server trains nothing: a client is killed)
+                   { 1, "algorithm = 'fedavg'\nfraction = 1\nsharing = { 'topk', alpha = 0.1 }\n",
+                     "fedavg with topk uploads", 1 } }
   -- the simulated clock goes on from the checkpoint's time: the same sim_seconds as the run that was not
   local SIM = { 1, "stragglers = { factors = { 1, 1, 1, 4 } }\n"
                    .. "sim_clock = { step_seconds = 0.01, latency = 0.005, bandwidth = 1e7 }\n", "simulated clock" }
-  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" }, SPARSE[1], SPARSE[2], SIM } do
+  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" }, SPARSE[1], SPARSE[2], SPARSE[3], SIM } do
     local processes = case[1]
     it(string.format("ends bit for bit as the run that was not (%d process%s%s)", processes,
                      processes > 1 and "es" or "", case[3] and ", " .. case[3] or ""), function()
       local config = CONFIG .. "processes = " .. processes .. "\n" .. (case[2] or "")
       local ref = tmpdir()
-      kill_action(ref, ref .. "/never")
+      kill_action(ref, ref .. "/never", case[4])
       write_file(ref .. "/never", "")
       write_file(ref .. "/c.lua", config)
       local code, _, err = sh(shell_quote(DPY_BIN) .. " run -q " .. ref .. "/c.lua --out " .. ref .. "/out")
       assert.are.equal(0, code, err)
 
       local dir = tmpdir()
-      kill_action(dir, dir .. "/killed")
+      kill_action(dir, dir .. "/killed", case[4])
       write_file(dir .. "/c.lua", config)
       code = sh(shell_quote(DPY_BIN) .. " run -q " .. dir .. "/c.lua --out " .. dir .. "/out")
       assert.are_not.equal(0, code)

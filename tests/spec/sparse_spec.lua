@@ -10,6 +10,7 @@ require "dpy.sharing.random_subsample"
 require "dpy.sharing.choco"
 require "dpy.sharing.wavelet"
 require "dpy.sharing.fft"
+require "dpy.sharing.topk_plus_random"
 
 -- A node of the sharing rules' contract, without training: a model that is one flat vector.
 local function fake_node(uid, x, seed)
@@ -73,6 +74,53 @@ describe("sparse sharing", function()
     local count = 0
     for _ in pairs(ever) do count = count + 1 end
     assert.are.equal(n, count)   -- no coordinate starves
+  end)
+
+  it("topk_plus_random: the top part always, the rest a seeded draw among the others; no change lost", function()
+    local n = 40
+    local node = fake_node(3, tensor.zeros(n))
+    local rule = registry.build("sharing", { "topk_plus_random", alpha = 0.2 }, node)   -- k = 8: 4 top, 4 drawn
+    local again = registry.build("sharing", { "topk_plus_random", alpha = 0.2 }, fake_node(3, tensor.zeros(n)))
+    local changes, sent, draws = tensor.zeros(n), tensor.zeros(n), {}
+    for r = 1, 20 do
+      local step = tensor.zeros(n)
+      for i = 0, n - 1 do step[i] = ((i * 7 + r * 3) % 9 + 1) / 64 end
+      local t = node.model.x + step
+      changes:add_(step)
+      local residual = (rule.residual + step):totable()   -- what it selects from
+      local payload = rule.encode(node, t, r)
+      local _, idx = sparse.unpack(payload, n)
+      local got = idx:totable()
+      assert.are.equal(8, #got)
+      -- the 4 largest accumulated changes are among the sent (ties to the lower index)
+      local order = {}
+      for i = 1, n do order[i] = i - 1 end
+      table.sort(order, function(a, b)
+        if residual[a + 1] ~= residual[b + 1] then return residual[a + 1] > residual[b + 1] end
+        return a < b
+      end)
+      local set = {}
+      for _, i in ipairs(got) do set[i] = true end
+      for j = 1, 4 do assert.is_true(set[order[j]], "top index " .. order[j]) end
+      draws[#draws + 1] = table.concat(got, ",")
+      assert.is_true(same_bits(payload, (again.encode(fake_node(3, tensor.zeros(n)), t, r))))   -- seeded
+      sparse.scatter_add_(sent, idx, rule.sent)
+      node.model:set_flat(t)
+      rule.combine(node, r, {}, {}, 1)
+      again.combine(node, r, {}, {}, 1)
+    end
+    assert.is_true(same_bits(sent + rule.residual, changes))
+    assert.are_not.equal(draws[1], draws[2])
+    -- random = 0 is topk; random = 1 a seeded draw alone
+    local x = tensor.randn(100)
+    local a = registry.build("sharing", { "topk_plus_random", alpha = 0.1, random = 0 },
+                             fake_node(0, tensor.zeros(100)))
+    local b = registry.build("sharing", { "topk", alpha = 0.1 }, fake_node(0, tensor.zeros(100)))
+    local z = fake_node(0, tensor.zeros(100))
+    assert.is_true(same_bits(a.encode(z, x, 1), (b.encode(z, x, 1))))
+    local c = registry.build("sharing", { "topk_plus_random", alpha = 0.1, random = 1 }, z)
+    local _, idx = sparse.unpack((c.encode(z, x, 1)), 100)
+    assert.are.same(sparse.sample(sparse.seed(1, 0, 1), 100, 10):totable(), idx:totable())
   end)
 
   it("fills a coordinate not received with the neighbour's last value, or the receiver's own", function()
@@ -276,6 +324,109 @@ describe("sparse sharing", function()
   end)
 end)
 
+describe("sparse FedAvg uploads", function()
+  -- one round of uploads: each client (a fake node, uid i) at model xs[i] after training from g
+  local function uploads(ups, g, xs, r)
+    local got = {}
+    for i, up in ipairs(ups) do
+      up.global = g:clone()
+      local node = fake_node(i, xs[i])
+      got[i] = assert(up.decode(node, i, r, (up.encode(node, xs[i], r))))
+    end
+    return got
+  end
+
+  it("average each coordinate over the clients that sent it, by sample count: a case worked by hand", function()
+    local g = tensor.new({ 1, 2, 3, 4 }, "float32")
+    local o = { alpha = 0.5, accumulate = true, values = "float32" }   -- k = 2 of 4
+    local a, b = sparse.upload("topk", o, fake_node(1, g)), sparse.upload("topk", o, fake_node(2, g))
+    -- a (3 samples) changed by (0.5, 0.25, 0, 2) and sends coordinates 3 and 0; b (1 sample) by
+    -- (1, 2, 0, 0) and sends 0 and 1. Coordinate 0: (3 * 1.5 + 1 * 2) / 4; 1: b's alone; 2: nobody's,
+    -- the server's 3; 3: a's alone. a withholds its 0.25 at coordinate 1.
+    local got = uploads({ a, b }, g, { tensor.new({ 1.5, 2.25, 3, 6 }), tensor.new({ 2, 4, 3, 4 }, "float32") }, 1)
+    local g2 = sparse.federated_mean(g, got, { 3, 1 })
+    assert.are.same({ 1.625, 4, 3, 6 }, g2:totable())
+    assert.are.same({ 0, 0.25, 0, 0 }, a.residual:totable())
+    -- round 2, a alone: its change (0, 0, 0.125, 0) and the 0.25 withheld: coordinates 1 and 2 go,
+    -- at its model's value plus what it withheld (4 + 0.25 and 3 + 0.125)
+    got = uploads({ a }, g2, { tensor.new({ 1.625, 4, 3.125, 6 }) }, 2)
+    assert.are.same({ 1, 2 }, got[1].idx:totable())
+    assert.are.same({ 4.25, 3.125 }, got[1].values:totable())
+    assert.are.same({ 1.625, 4.25, 3.125, 6 }, sparse.federated_mean(g2, got, { 3 }):totable())
+    assert.are.same({ 0, 0, 0, 0 }, a.residual:totable())
+  end)
+
+  it("topk's uploads lose no change: the server's model plus the residual is the sum of the changes", function()
+    local n = 40
+    local o = { alpha = 0.1, accumulate = true, values = "float32" }
+    local up = sparse.upload("topk", o, fake_node(1, tensor.zeros(n)))
+    local g, changes = tensor.zeros(n), tensor.zeros(n)
+    for r = 1, 30 do
+      local step = tensor.zeros(n)
+      for i = 0, n - 1 do step[i] = ((i * 5 + r * 3) % 7 + 1) / 64 end   -- dyadic: float32 adds them exactly
+      changes:add_(step)
+      g = sparse.federated_mean(g, uploads({ up }, g, { g + step }, r), { 10 })
+    end
+    assert.is_true(same_bits(g + up.residual, changes))
+  end)
+
+  it("with every coordinate sent are FedAvg's weighted mean, bit for bit", function()
+    tensor.manual_seed(5)
+    local n = 1000
+    local g = tensor.randn(n)
+    local xs, counts = {}, { 37, 3, 250 }
+    for i = 1, 3 do xs[i] = g + tensor.randn(n):mul(0.01 * i) end
+    local sum, total = g:mul(0), 0   -- fedavg's server with whole models
+    for i, x in ipairs(xs) do
+      sum:add_(x, counts[i])
+      total = total + counts[i]
+    end
+    local dense = sum / total
+    for _, name in ipairs { "topk", "random_subsample" } do
+      local ups = {}
+      local o = { alpha = 1, accumulate = true, values = "float32" }
+      for i = 1, 3 do ups[i] = sparse.upload(name, o, fake_node(i, g)) end
+      local mean = sparse.federated_mean(g, uploads(ups, g, xs, 1), counts)
+      assert.is_true(same_bits(dense, mean), name)
+    end
+  end)
+
+  it("refuse a sharing rule that does not apply to FedAvg, naming those that do", function()
+    local spec = registry.spec("algorithm", "fedavg")
+    assert.are.equal("fedavg: sharing 'choco' does not apply: a client sends its whole model (average) or a part "
+                     .. "of it (topk, random_subsample)", spec.check({}, { sharing = { "choco" } }))
+    assert.is_nil(spec.check({}, { sharing = { "topk", alpha = 0.1 } }))
+    assert.is_nil(spec.check({}, { sharing = "average" }))
+    assert.matches("^fedavg with sharing topk: transforms%[1%]: uniform_asymmetric_quantization encodes float32 "
+                   .. "values, but the sharing rule sends its own payload",
+                   spec.check({}, { sharing = { "topk" }, transforms = { { "uniform_asymmetric_quantization" } } }))
+  end)
+
+  it("runs: topk at alpha 1 is FedAvg's run exactly; at 0.1 a client sends a tenth of the bytes", function()
+    local fed = TINY_RUN .. "algorithm = 'fedavg'\nnodes = 4\nfraction = 1\n"
+    local outs = {}
+    for i, sharing in ipairs { "", "sharing = { 'topk', alpha = 1 }\n", "sharing = { 'topk', alpha = 0.1 }\n",
+                               "sharing = { 'random_subsample', alpha = 0.1 }\n" } do
+      local code, _, err, out = run_config(fed .. sharing)
+      assert.are.equal(0, code, err)
+      outs[i] = out
+    end
+    local dense, all = node_metrics(outs[1], 0), node_metrics(outs[2], 0)
+    assert.are.same(dense.test_accuracy, all.test_accuracy)
+    assert.are.same(dense.test_loss, all.test_loss)
+    for uid = 1, 3 do
+      assert.are.same(node_metrics(outs[1], uid).train_loss, node_metrics(outs[2], uid).train_loss)
+      local full = node_metrics(outs[1], uid).bytes_sent[1][2]
+      for i = 3, 4 do
+        local m = node_metrics(outs[i], uid)
+        assert.are.same({ 1, 0.1 }, m.sharing_fraction[1])
+        local bytes = m.bytes_sent[1][2]
+        assert.is_true(bytes < 0.21 * full and bytes > 0.1 * full, string.format("%d of %d", bytes, full))
+      end
+    end
+  end)
+end)
+
 describe("sparse sharing runs", function()
   local TINY, run = TINY_RUN, run_config
 
@@ -295,7 +446,7 @@ describe("sparse sharing runs", function()
   it("give bit-identical results in every process layout #e2e", function()
     for _, sharing in ipairs { "{ 'topk', alpha = 0.05, values = 'bfloat16' }", "{ 'choco', alpha = 0.01 }",
                                "{ 'random_subsample', alpha = 0.1, fill = 'own' }", "{ 'wavelet', alpha = 0.1 }",
-                               "{ 'fft', alpha = 0.1 }" } do
+                               "{ 'fft', alpha = 0.1 }", "{ 'topk_plus_random', alpha = 0.1 }" } do
       local results = run_layouts(TINY .. "sharing = " .. sharing .. "\ntransforms = { { 'zstd' } }\n")
       for uid = 0, 3 do
         local a, b = node_metrics(results[1], uid), node_metrics(results[2], uid)
