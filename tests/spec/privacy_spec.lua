@@ -327,6 +327,18 @@ describe("DP-SGD", function()
 end)
 
 describe("the differential_privacy action", function()
+  it("steps the same in every process layout (DP-SGD's noise from each node's own generator)", function()
+    local dp = "rounds = 2\nactions = { { 'differential_privacy', clip = 1.0, noise = 1.1 } }\n"
+    local outs = run_layouts(TINY_RUN .. dp)
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.train_loss, b.train_loss)
+      assert.are.same(a.test_accuracy, b.test_accuracy)
+      assert.are.equal(read_file(string.format("%s/%d.model.pt", outs[1], uid)),
+                       read_file(string.format("%s/%d.model.pt", outs[2], uid)))
+    end
+  end)
+
   it("records epsilon (standard) and epsilon_balle2020 every round, in both modes", function()
     for _, mode in ipairs { "sgd", "local" } do
       -- two nodes of 500 samples, evaluated once: seconds
