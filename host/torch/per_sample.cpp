@@ -3,9 +3,9 @@
 // from one forward and one backward to the layers' outputs, as in Opacus: a linear layer's
 // per-sample weight gradient is the outer product of the gradient at its output and its input; a
 // conv2d's is that gradient times the input's patches (im2col by a strided view of the padded
-// input, one copy, one batched matmul: on the cnn, 2x faster than unfold and than the grouped
-// convolution of Rochette et al. 2019 on the first conv, even on the second). Any other module gets
-// one small forward and backward per sample, still in one C++ call.
+// input, one copy, one batched matmul: on the cnn a little faster than the grouped convolution of
+// Rochette et al. 2019 and 1.5-2x faster than libtorch's unfold; bench/per_sample_conv.cpp).
+// Any other module gets one small forward and backward per sample, still in one C++ call.
 #include "guard.hpp"
 
 namespace nn = torch::nn;

@@ -328,7 +328,7 @@ end)
 
 describe("the differential_privacy action", function()
   it("steps the same in every process layout (DP-SGD's noise from each node's own generator)", function()
-    local dp = "rounds = 2\nactions = { { 'differential_privacy', clip = 1.0, noise = 1.1 } }\n"
+    local dp = "rounds = 1\nactions = { { 'differential_privacy', clip = 1.0, noise = 1.1 } }\n"
     local outs = run_layouts(TINY_RUN .. dp)
     for uid = 0, 3 do
       local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
