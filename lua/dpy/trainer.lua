@@ -58,21 +58,31 @@ function Trainer:run(k)
   return sum / k
 end
 
--- The evaluation's batches: narrow views of the process's decoded copy of ds (data.decoded)
--- when it has one and the indices are a range (test_samples: the first N), its rows gathered for
+-- The first index of indices when they are a range first, first + 1, ... (test_samples: the
+-- first N); else nil.
+local function range_start(indices)
+  local first = indices[0]:item()
+  local range <close> = tensor.arange(first, first + indices:numel())
+  local same <close> = range:eq(indices):all()
+  return same:item() and first or nil
+end
+
+-- The evaluation's batches: narrow views of the process's decoded copy of ds (data.decoded; up
+-- to the last index asked for) when it has one and the indices are a range, its rows gathered for
 -- other indices; else a loader's. Each batch is x, labels, both to be freed.
 local function eval_batches(ds, indices, bs)
-  local x_all, y_all = data.decoded(ds)
+  local n = indices and indices:numel() or data.size(ds)
+  if n == 0 then error("trainer.evaluate: no samples (empty indices)", 3) end
+  local first = 0
+  if indices then first = range_start(indices) end
+  local x_all, y_all
+  if not first then
+    x_all, y_all = data.decoded(ds)
+  elseif first >= 0 and first + n <= data.size(ds) then
+    x_all, y_all = data.decoded(ds, first + n)
+  end
   if not x_all then
     return data.loader(ds, { batch_size = bs, indices = indices, shuffle = false }):epoch(), function() end
-  end
-  local n, first = indices and indices:numel() or data.size(ds), 0
-  if n == 0 then error("trainer.evaluate: no samples (empty indices)", 3) end
-  if indices then   -- a range first, first + 1, ...: slices of the decoded set
-    first = indices[0]:item()
-    local range <close> = tensor.arange(first, first + n)
-    local same <close> = range:eq(indices):all()
-    if not same:item() then first = nil end
   end
   local pos = 0
   local function next_batch()

@@ -231,6 +231,13 @@ describe("loaders", function()
     assert.are.equal(data_core.storage(y), data_core.storage(y2))
     assert.is_nil(data.decoded { images = ds.images:clone(), labels = ds.labels, mean = ds.mean, std = ds.std })
     assert.is_nil(data.decoded(data.relabel(ds, { [0] = 9, 8, 7, 6, 5, 4, 3, 2, 1, 0 })))   -- its own labels
+    -- the first n only (test_samples), shared as such
+    local x4, y4 = data.decoded(ds, 4)
+    assert.are.same({ 4, 1, 2, 2 }, x4:size())
+    assert.are.equal(x:narrow(0, 0, 4):bytes(), x4:bytes())
+    assert.are.equal(y:narrow(0, 0, 4):bytes(), y4:bytes())
+    assert.are.equal(data_core.storage(x4), data_core.storage((data.decoded(ds, 4))))
+    assert.error_matches(function() data.decoded(ds, 11) end, "data.decoded: n must be in 1..10, got 11")
   end)
 
   it("evaluate a model on the shared decoded set as on a loader's batches", function()
@@ -250,7 +257,8 @@ describe("loaders", function()
       return total / n, hits / n
     end
     local own = { images = ds.images:clone(), labels = ds.labels:clone(), mean = ds.mean, std = ds.std }
-    local cases = { { nil, 4 }, { tensor.arange(7), 3 }, { tensor.arange(2, 9), 4 }, { tensor.new { 7, 3, 5 }, 2 } }
+    local cases = { { nil, 4 }, { tensor.arange(7), 3 }, { tensor.arange(2, 9), 4 }, { tensor.new { 7, 3, 5 }, 2 },
+                    { tensor.arange(10), 10 } }
     for _, c in ipairs(cases) do
       for _, set in ipairs { ds, own } do
         local loss, acc = trainer.evaluate(m, set, { batch_size = c[2], indices = c[1] })
