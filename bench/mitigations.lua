@@ -1,13 +1,12 @@
 -- bench/mitigations.lua: the figures of privacy, robustness and efficiency, measured in one run:
 -- quantize + dequantize throughput, zstd and fpzip throughput and ratio on trained weights (the
--- cnn after 300 steps on Fashion-MNIST), and a DP-SGD step against a plain step.
+-- cnn after 300 steps on Fashion-MNIST). The DP-SGD step: bench/dpsgd.lua.
 --   build/dpy-lua bench/mitigations.lua
 local tensor = require "dpy.tensor"
 local nn = require "dpy.nn"
 local data = require "dpy.data"
 local optim = require "dpy.optim"
 local codec = require "dpy.codec.core"
-local privacy = require "dpy.privacy"
 local host = require "dpy.host.core"
 local registry = require "dpy.registry"
 
@@ -26,16 +25,6 @@ local function plain_step()
   local out <close> = model(x)
   local loss <close> = nn.cross_entropy(out, y)
   loss:backward()
-  opt:step()
-end
-
-local function dp_step()
-  local x, y = loader:next()
-  local g, l = model:per_sample_grads(x, y)
-  local grad <close> = privacy.privatize(g, 1.0, 1.0)
-  g:free(); l:free(); x:free(); y:free()
-  opt:zero_grad()
-  model:set_grad_flat(grad)
   opt:step()
 end
 
@@ -91,7 +80,3 @@ local q8 = codec.quantize(weights, 8, 4096)
 row("8-bit quantization, then zstd 3", function() local z = codec.zstd(q8, 3); return z end,
     function(b) local u = codec.unzstd(b, "uint8"); local r = codec.dequantize(u); u:free(); return r end)
 
-print("\n== a DP-SGD step against a plain step (cnn, batch 32, one thread)")
-local tp = time(plain_step, 30)
-local td = time(dp_step, 30)
-print(string.format("plain %.1f ms, DP-SGD %.1f ms: ratio %.2f", tp * 1e3, td * 1e3, td / tp))

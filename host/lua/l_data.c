@@ -201,6 +201,14 @@ static int d_batch(lua_State *L) {
     return 2;
 }
 
+/* data.core.storage(t) -> a string naming t's bytes (their address and count): equal strings
+** name the same bytes while both tensors live (a key of data.shared) */
+static int d_storage(lua_State *L) {
+    dpy_tensor *t = dpy_checktensor(L, 1);
+    lua_pushfstring(L, "%p+%I", dpy_tensor_data(t), (lua_Integer)dpy_tensor_nbytes(t));
+    return 1;
+}
+
 /* {==== image files, directory listings, datasets shared by key (lua/dpy/datasets) ====} */
 
 #define NAMES_MT "dpy.data.Names"
@@ -627,7 +635,7 @@ static int d_read_arrays(lua_State *L) {
 }
 
 static const luaL_Reg functions[] = {{"read_idx", d_read_idx}, {"read_cifar", d_read_cifar},
-                                     {"batch", d_batch},
+                                     {"batch", d_batch}, {"storage", d_storage},
                                      {"list_dir", d_list_dir}, {"image_probe", d_image_probe},
                                      {"read_images", d_read_images},
                                      {"channel_stats", d_channel_stats}, {"shared", d_shared},

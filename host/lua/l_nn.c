@@ -358,6 +358,27 @@ static int m_per_sample_grads(lua_State *L) {
     return 2;
 }
 
+/* m:private_grad(x, y, clip, sigma [, loss = "cross_entropy" [, generator [, batched = true]]])
+** -> DP-SGD's gradient (numel), n losses: clipped per-sample gradients, summed, noised, / n */
+static int m_private_grad(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    dpy_tensor *x = dpy_checktensor(L, 2);
+    dpy_tensor *y = dpy_checktensor(L, 3);
+    double clip = luaL_checknumber(L, 4), sigma = luaL_checknumber(L, 5);
+    luaL_argcheck(L, clip > 0, 4, "clip must be > 0");
+    luaL_argcheck(L, sigma >= 0, 5, "sigma must be >= 0");
+    int kind = luaL_checkoption(L, 6, "cross_entropy", LOSSES);
+    dpy_generator *gen = dpy_optgenerator(L, 7);
+    int batched = lua_isnoneornil(L, 8) ? 1 : lua_toboolean(L, 8);
+    dpy_tensor_box *g = dpy_newtensor(L);
+    dpy_tensor_box *l = dpy_newtensor(L);
+    if (dpy_module_private_grad(&g->h, &l->h, m, (dpy_loss_kind)kind, x, y, clip, sigma, gen, batched) != DPY_OK)
+        return dpy_torch_error(L);
+    dpy_tensor_filled(L, g);
+    dpy_tensor_filled(L, l);
+    return 2;
+}
+
 /* nn.core.loss(kind, input, target [, reduction]) -> dpy.Tensor */
 static int n_loss(lua_State *L) {
     static const char *const reductions[] = {"mean", "sum", "none", NULL};
@@ -381,7 +402,7 @@ static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"named_buffers", m_named_buffers}, {"numel", m_numel}, {"get_flat", m_get_flat},
     {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"set_grad_flat", m_set_grad_flat},
-    {"per_sample_grads", m_per_sample_grads}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
+    {"per_sample_grads", m_per_sample_grads}, {"private_grad", m_private_grad}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},
     {"load", m_load}, {"free", m_free}, {NULL, NULL}};
 

@@ -283,6 +283,15 @@ DPY_API dpy_err dpy_module_per_sample_grads(dpy_tensor **grads, dpy_tensor **los
                                             dpy_module *m, dpy_loss_kind kind,
                                             const dpy_tensor *x, const dpy_tensor *y,
                                             int batched) DPY_NOEXCEPT;
+/* DP-SGD's gradient in one call: the per-sample gradients of dpy_module_per_sample_grads, each
+** clipped to L2 norm clip, summed, N(0, (sigma clip)^2) noise from gen added, divided by n (as
+** privacy.privatize; the same generator state gives the same noise). *grad is numel float32,
+** *losses n. On the batched path the n x numel matrix is never formed (linear layers' norms and
+** clipped sums come from their inputs and output gradients). */
+DPY_API dpy_err dpy_module_private_grad(dpy_tensor **grad, dpy_tensor **losses, dpy_module *m,
+                                        dpy_loss_kind kind, const dpy_tensor *x,
+                                        const dpy_tensor *y, double clip, double sigma,
+                                        dpy_generator *gen, int batched) DPY_NOEXCEPT;
 
 /* {==== robust aggregation (aggregate.cpp) ====} */
 

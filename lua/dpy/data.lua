@@ -333,6 +333,37 @@ function M.shared(key, build)
   return tensors, cjson.decode(meta)
 end
 
+--- The most bytes data.decoded keeps for one dataset (float32 values).
+M.DECODED_MAX_BYTES = 1 << 30
+
+--- data.decoded(ds [, n]) -> x, y: the first n samples of ds (default: all) as a loader's batches
+-- give them (float32, normalized with ds.mean and ds.std; int64 labels), decoded once per process
+-- and shared read-only by every node that asks (evaluation: the test set). nil when ds's tensors
+-- are not read-only (a node's own, as data.relabel's labels: nothing to share) or x would pass
+-- M.DECODED_MAX_BYTES.
+function M.decoded(ds, n)
+  local images, labels = ds.images, ds.labels
+  n = n or images:size(0)
+  if not (images:is_readonly() and labels:is_readonly()) then return nil end
+  if n < 1 or n > images:size(0) then
+    error(string.format("data.decoded: n must be in 1..%d, got %s", images:size(0), tostring(n)), 2)
+  end
+  if n * (images:numel() // images:size(0)) * 4 > M.DECODED_MAX_BYTES then return nil end
+  local stats = {}
+  for i, m in ipairs(ds.mean or {}) do stats[#stats + 1] = string.format("%.17g/%.17g", m, ds.std[i]) end
+  local key = string.format("decoded %s %s %s %s %s %d", core.storage(images), images:dtype(),
+                            table.concat(images:size(), "x"), core.storage(labels), table.concat(stats, ","), n)
+  local t = M.shared(key, function()
+    local first <close> = tensor.arange(n)
+    local x, y = core.batch(images, labels, first, ds.mean, ds.std)
+    -- the entry keeps its sources, so their addresses (the key) cannot name other bytes later
+    return { x = x, y = y, images = images, labels = labels }
+  end)
+  t.images:free()
+  t.labels:free()
+  return t.x, t.y
+end
+
 --- data.size(dataset) -> number of samples
 function M.size(ds) return ds.images:size(0) end
 

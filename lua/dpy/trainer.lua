@@ -58,6 +58,49 @@ function Trainer:run(k)
   return sum / k
 end
 
+-- The first index of indices when they are a range first, first + 1, ... (test_samples: the
+-- first N); else nil.
+local function range_start(indices)
+  local first = indices[0]:item()
+  local range <close> = tensor.arange(first, first + indices:numel())
+  local same <close> = range:eq(indices):all()
+  return same:item() and first or nil
+end
+
+-- The evaluation's batches: narrow views of the process's decoded copy of ds (data.decoded; up
+-- to the last index asked for) when it has one and the indices are a range, its rows gathered for
+-- other indices; else a loader's. Each batch is x, labels, both to be freed.
+local function eval_batches(ds, indices, bs)
+  local n = indices and indices:numel() or data.size(ds)
+  if n == 0 then error("trainer.evaluate: no samples (empty indices)", 3) end
+  local first = 0
+  if indices then first = range_start(indices) end
+  local x_all, y_all
+  if not first then
+    x_all, y_all = data.decoded(ds)
+  elseif first >= 0 and first + n <= data.size(ds) then
+    x_all, y_all = data.decoded(ds, first + n)
+  end
+  if not x_all then
+    return data.loader(ds, { batch_size = bs, indices = indices, shuffle = false }):epoch(), function() end
+  end
+  local pos = 0
+  local function next_batch()
+    if pos >= n then return nil end
+    local len = math.min(bs, n - pos)
+    local x, y
+    if first then
+      x, y = x_all:narrow(0, first + pos, len), y_all:narrow(0, first + pos, len)
+    else
+      local idx <close> = indices:narrow(0, pos, len)
+      x, y = x_all:index_select(0, idx), y_all:index_select(0, idx)
+    end
+    pos = pos + len
+    return x, y
+  end
+  return next_batch, function() x_all:free(); y_all:free() end
+end
+
 --- trainer.evaluate(model, dataset [, {batch_size = 100, indices, loss, task}]) -> mean loss, accuracy
 function M.evaluate(model, ds, opts)
   opts = opts or {}
@@ -65,11 +108,10 @@ function M.evaluate(model, ds, opts)
   local loss_fn = nn[task and "bce_with_logits" or opts.loss or "cross_entropy"]
   local was_training = model:is_training()
   model:eval()
-  local loader = data.loader(ds, { batch_size = opts.batch_size or 100, indices = opts.indices,
-                                   shuffle = false })
+  local batches, done = eval_batches(ds, opts.indices, opts.batch_size or 100)
   local total, correct, n = 0, 0, 0
   tensor.no_grad(function()
-    for x, labels in loader:epoch() do
+    for x, labels in batches do
       local y = task and task.targets(labels) or labels
       local raw <close> = model(x)
       local out = task and task.outputs(raw) or raw
@@ -82,6 +124,7 @@ function M.evaluate(model, ds, opts)
       labels:free()
     end
   end)
+  done()
   model:train(was_training)
   return total / n, correct / n
 end

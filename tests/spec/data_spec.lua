@@ -206,6 +206,69 @@ describe("loaders", function()
     assert.are.same({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 }, sorted)
   end)
 
+  it("decode a read-only dataset once per process, as their batches are", function()
+    local x, y = data.decoded(ds)
+    assert.are.same({ 10, 1, 2, 2 }, x:size())
+    assert.are.equal("float32", x:dtype())
+    assert.are.equal("int64", y:dtype())
+    assert.is_true(x:is_readonly() and y:is_readonly())
+    for i = 0, 9 do   -- pixel (i + r + c) % 256, normalized with MNIST's mean and std
+      assert.are.equal(i % 10, y[i]:item())
+      for r = 0, 1 do
+        for c = 0, 1 do
+          local want = ((i + r + c) % 256 / 255 - 0.1307) / 0.3081
+          assert.is_true(math.abs(x[i][0][r][c]:item() - want) < 1e-6)
+        end
+      end
+    end
+    local bx, by = data.loader(ds, { batch_size = 10, shuffle = false }):next()
+    assert.are.equal(bx:bytes(), x:bytes())   -- bit for bit what a loader gives
+    assert.are.equal(by:bytes(), y:bytes())
+    -- a second call (another node of the process) shares the same bytes; a dataset of the
+    -- node's own (not read-only) is not shared
+    local x2, y2 = data.decoded(data.mnist { dir = dir })
+    assert.are.equal(data_core.storage(x), data_core.storage(x2))
+    assert.are.equal(data_core.storage(y), data_core.storage(y2))
+    assert.is_nil(data.decoded { images = ds.images:clone(), labels = ds.labels, mean = ds.mean, std = ds.std })
+    assert.is_nil(data.decoded(data.relabel(ds, { [0] = 9, 8, 7, 6, 5, 4, 3, 2, 1, 0 })))   -- its own labels
+    -- the first n only (test_samples), shared as such
+    local x4, y4 = data.decoded(ds, 4)
+    assert.are.same({ 4, 1, 2, 2 }, x4:size())
+    assert.are.equal(x:narrow(0, 0, 4):bytes(), x4:bytes())
+    assert.are.equal(y:narrow(0, 0, 4):bytes(), y4:bytes())
+    assert.are.equal(data_core.storage(x4), data_core.storage((data.decoded(ds, 4))))
+    assert.error_matches(function() data.decoded(ds, 11) end, "data.decoded: n must be in 1..10, got 11")
+  end)
+
+  it("evaluate a model on the shared decoded set as on a loader's batches", function()
+    local nn, trainer = require "dpy.nn", require "dpy.trainer"
+    tensor.manual_seed(2)
+    local m = nn.sequential { nn.flatten(), nn.linear(4, 10) }
+    -- the loss and accuracy by hand, from a loader's batches
+    local function by_hand(set, indices, bs)
+      local l = data.loader(set, { batch_size = bs, shuffle = false, indices = indices })
+      local total, hits, n = 0, 0, 0
+      for bx, by in l:epoch() do
+        local out = m(bx)
+        total = total + nn.cross_entropy(out, by, "sum"):item()
+        hits = hits + out:argmax(1):eq(by):sum():item()
+        n = n + by:size(0)
+      end
+      return total / n, hits / n
+    end
+    local own = { images = ds.images:clone(), labels = ds.labels:clone(), mean = ds.mean, std = ds.std }
+    local cases = { { nil, 4 }, { tensor.arange(7), 3 }, { tensor.arange(2, 9), 4 }, { tensor.new { 7, 3, 5 }, 2 },
+                    { tensor.arange(10), 10 } }
+    for _, c in ipairs(cases) do
+      for _, set in ipairs { ds, own } do
+        local loss, acc = trainer.evaluate(m, set, { batch_size = c[2], indices = c[1] })
+        local want_loss, want_acc = by_hand(set, c[1], c[2])
+        assert.are.equal(want_loss, loss)   -- the same batches: the same bits
+        assert.are.equal(want_acc, acc)
+      end
+    end
+  end)
+
   it("rejects bad options", function()
     assert.error_matches(function() data.loader(ds, { batch_size = 0 }) end, "batch_size must be >= 1")
     assert.error_matches(function() data.loader(ds, { batchsize = 2 }) end, "did you mean 'batch_size'")

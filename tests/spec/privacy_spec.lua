@@ -252,9 +252,93 @@ describe("DP-SGD", function()
     assert.has_error(function() m:per_sample_grads(x, tensor.new({ 0 }, "int64")) end,
                      "torch: per_sample_grads: 7 inputs but 1 targets")
   end)
+
+  it("computes conv2d per-sample gradients in one batched pass, as per-sample passes do", function()
+    -- every conv2d option the batched pass reads: padding, stride, dilation, groups, no bias;
+    -- pooling, flatten and a non-square input between them
+    tensor.manual_seed(5)
+    local m = nn.sequential {
+      nn.conv2d(2, 4, 3, { padding = 1 }), nn.relu(), nn.maxpool2d(2),
+      nn.conv2d(4, 6, 3, { stride = 2, dilation = 2, padding = 2, groups = 2 }), nn.tanh(),
+      nn.conv2d(6, 3, 2, { bias = false }), nn.flatten(), nn.linear(3 * 2 * 3, 4),
+    }
+    local x, y = tensor.randn(5, 2, 12, 16), tensor.new({ 0, 3, 1, 2, 3 }, "int64")
+    local grads, losses = m:per_sample_grads(x, y)
+    local passes, passes_losses = m:per_sample_grads(x, y, "cross_entropy", false)
+    assert.are.same({ 5, m:numel() }, grads:size())
+    assert.is_true(grads:allclose(passes, 1e-5, 1e-6))
+    assert.is_true(losses:allclose(passes_losses, 1e-5, 1e-6))
+    m:zero_grad()
+    local loss = nn.cross_entropy(m(x), y)
+    loss:backward()
+    assert.is_true(grads:mean(0):allclose(m:grad_flat(), 1e-5, 1e-6))
+    -- clipped (some rows clipped, some not) and noised from the same generator: the same step
+    local norms = passes:norm(2, 1)
+    local clip = norms:median():item()
+    local a = privacy.privatize(grads, clip, 1.3, tensor.generator(9))
+    local b = privacy.privatize(passes, clip, 1.3, tensor.generator(9))
+    assert.is_true(a:allclose(b, 1e-5, 1e-6))
+    assert.is_true(grads:allclose(passes, 1e-5, 1e-6))
+  end)
+
+  it("gives DP-SGD's gradient in one call, as privatize over per-sample passes does", function()
+    tensor.manual_seed(7)
+    local m = nn.sequential {
+      nn.conv2d(1, 3, 3, { padding = 1, stride = 2 }), nn.relu(), nn.flatten(),
+      nn.linear(3 * 4 * 4, 6), nn.relu(), nn.linear(6, 3, { bias = false }),
+    }
+    local x, y = tensor.randn(6, 1, 8, 8), tensor.new({ 0, 1, 2, 2, 1, 0 }, "int64")
+    local passes = m:per_sample_grads(x, y, "cross_entropy", false)
+    local norms = passes:norm(2, 1)
+    for _, c in ipairs { { norms:median():item(), 1.1 }, { norms:max():item() * 2, 0 }, { 1e-3, 0.5 } } do
+      local clip, sigma = c[1], c[2]
+      local want = privacy.privatize(passes:clone(), clip, sigma, tensor.generator(4))
+      for _, batched in ipairs { true, false } do
+        local got, losses = m:private_grad(x, y, clip, sigma, "cross_entropy", tensor.generator(4), batched)
+        assert.are.same({ m:numel() }, got:size())
+        assert.are.same({ 6 }, losses:size())
+        assert.is_true(got:allclose(want, 1e-5, 1e-7), "clip " .. clip .. " sigma " .. sigma)
+      end
+    end
+    -- without a generator: the state's default one, as privatize draws from it
+    tensor.manual_seed(11)
+    local want = privacy.privatize(passes:clone(), 0.5, 1.0)
+    tensor.manual_seed(11)
+    assert.is_true(m:private_grad(x, y, 0.5, 1.0):allclose(want, 1e-5, 1e-7))
+    -- the same seed, the same step
+    local a = m:private_grad(x, y, 0.5, 1.0, "cross_entropy", tensor.generator(3))
+    assert.are.equal(a:bytes(), m:private_grad(x, y, 0.5, 1.0, "cross_entropy", tensor.generator(3)):bytes())
+    assert.has_error(function() m:private_grad(x, y, 0, 1.0) end)
+    assert.has_error(function() m:private_grad(x, y, 1.0, -1) end)
+    assert.has_error(function() m:private_grad(x, tensor.new({ 0 }, "int64"), 1.0, 1.0) end,
+                     "torch: private_grad: 6 inputs but 1 targets")
+  end)
+
+  it("gives the cnn's per-sample gradients in one batched pass, as per-sample passes do", function()
+    tensor.manual_seed(6)
+    local m = require("dpy.registry").build("model", "cnn", { classes = 10 })
+    local x, y = tensor.randn(4, 1, 28, 28), tensor.new({ 0, 9, 4, 4 }, "int64")
+    local grads, passes = m:per_sample_grads(x, y), m:per_sample_grads(x, y, "cross_entropy", false)
+    assert.is_true(grads:allclose(passes, 1e-5, 1e-6))
+    local a = privacy.privatize(grads, 1.0, 1.0, tensor.generator(2))
+    assert.is_true(a:allclose(privacy.privatize(passes, 1.0, 1.0, tensor.generator(2)), 1e-5, 1e-6))
+    assert.is_true(m:private_grad(x, y, 1.0, 1.0, "cross_entropy", tensor.generator(2)):allclose(a, 1e-5, 1e-6))
+  end)
 end)
 
 describe("the differential_privacy action", function()
+  it("steps the same in every process layout (DP-SGD's noise from each node's own generator)", function()
+    local dp = "rounds = 1\nactions = { { 'differential_privacy', clip = 1.0, noise = 1.1 } }\n"
+    local outs = run_layouts(TINY_RUN .. dp)
+    for uid = 0, 3 do
+      local a, b = node_metrics(outs[1], uid), node_metrics(outs[2], uid)
+      assert.are.same(a.train_loss, b.train_loss)
+      assert.are.same(a.test_accuracy, b.test_accuracy)
+      assert.are.equal(read_file(string.format("%s/%d.model.pt", outs[1], uid)),
+                       read_file(string.format("%s/%d.model.pt", outs[2], uid)))
+    end
+  end)
+
   it("records epsilon (standard) and epsilon_balle2020 every round, in both modes", function()
     for _, mode in ipairs { "sgd", "local" } do
       -- two nodes of 500 samples, evaluated once: seconds

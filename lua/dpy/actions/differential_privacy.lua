@@ -29,15 +29,14 @@ local function dp_step(self, o, loss_name)
   local xb, yb, last = self.loader:next()
   local x <close> = xb
   local y <close> = yb
-  local grads, losses = self.model:per_sample_grads(x, y, loss_name)
-  local g <close> = privacy.privatize(grads, o.clip, o.noise)
+  -- privacy.privatize over m:per_sample_grads, in one call that never forms the n x numel matrix
+  local g <close>, losses = self.model:private_grad(x, y, o.clip, o.noise, loss_name)
   self.opt:zero_grad()
   self.model:set_grad_flat(g)
   self.opt:step()
   local n = y:size(0)
   self.steps, self.samples = self.steps + 1, self.samples + n
   local loss = losses:mean():item()
-  grads:free()
   losses:free()
   return loss, n, last
 end
