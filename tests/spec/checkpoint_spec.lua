@@ -111,11 +111,14 @@ end
 describe("a run killed and resumed #e2e", function()
   local CONFIG = TINY_RUN .. "rounds = 4\ncheckpoint_every = 1\nactions = { 'kill.lua' }\n"
 
-  -- An action that SIGKILLs node uid's (default 0) process as its round 3 starts, unless marker exists.
+  -- An action that SIGKILLs node uid's (default 0) process as its round 3 starts, unless marker
+  -- exists, once every node has a checkpoint (a node far behind, under load, may not have one yet:
+  -- then there would be nothing to resume from).
   local function kill_action(dir, marker, uid)
     write_file(dir .. "/kill.lua", string.format([[
 local registry = require "dpy.registry"
 local host = require "dpy.host.core"
+local checkpoint = require "dpy.checkpoint"
 return registry.register { kind = "action", name = "kill_once", new = function()
   return { pre_train = function(node, r)
     if node.uid ~= %d or r ~= 3 then return end
@@ -123,6 +126,15 @@ return registry.register { kind = "action", name = "kill_once", new = function()
     if f then f:close() return end
     f = assert(io.open(%q, "w"))
     f:close()
+    node.endpoint:release()
+    for _ = 1, 600 do
+      local all = true
+      for u = 0, node.cfg.nodes - 1 do
+        all = all and #checkpoint.rounds(node.dir, u) > 0
+      end
+      if all then break end
+      host.sleep(0.05)
+    end
     host.kill(host.pid(), 9)
   end }
 end }
