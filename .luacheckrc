@@ -1,7 +1,7 @@
 std = "lua54"
 max_line_length = 120
 files["tests"] = { std = "+busted", globals = { "DPY_BIN", "tmpdir", "write_file", "read_file", "sh", "shell_quote",
-                                             "TINY_RUN", "run_config", "run_layouts", "node_metrics", "REPO",
+                                             "TINY_RUN", "run_config", "run_layouts", "node_metrics", "wait_exit", "REPO",
                                              "action_config" } }
 files["tests/helpers/preload.lua"] = { allow_defined_top = true }
 files["configs"] = { allow_defined_top = true, ignore = { "131" }, read_globals = { "include" } }   -- its sandbox

@@ -53,6 +53,18 @@ function shell_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
+--- Waits for process pid (host.spawn) to exit, at most seconds (default 120); returns its exit
+-- code. One still running then is killed, and the wait raises.
+function wait_exit(pid, seconds)
+  for _ = 1, math.floor((seconds or 120) * 10) do
+    local code = host.wait(pid, true)
+    if code then return code end
+    host.sleep(0.1)
+  end
+  host.kill(pid, 9)
+  error("process " .. pid .. " did not finish", 2)
+end
+
 -- {==== decentralized runs through the binary ====}
 
 --- A 4-node ring run of 3 short rounds on a slice of Fashion-MNIST: seconds, not minutes.

@@ -43,16 +43,6 @@ local function attach(out, uid, lines)
   return code, o, e
 end
 
-local function wait_exit(pid)
-  for _ = 1, 1200 do
-    local code = host.wait(pid, true)
-    if code then return code end
-    host.sleep(0.1)
-  end
-  host.kill(pid, 9)
-  error("the run did not finish")
-end
-
 local function rounds_recorded(out, uid)
   local m = metrics.read(string.format("%s/%d.metrics.json", out, uid))
   return m and m.metrics.train_loss and #m.metrics.train_loss or 0

@@ -76,13 +76,7 @@ return {
     assert.matches("paused: every node has finished round 1", o, 1, true)
     assert.matches("\n1\n", o, 1, true)
     assert.matches("lr=0.02", o, 1, true)
-    local status
-    for _ = 1, 1200 do
-      status = host.wait(pid, true)
-      if status then break end
-      host.sleep(0.1)
-    end
-    assert.are.equal(0, status, read_file(dir .. "/d-attach.out"))
+    assert.are.equal(0, wait_exit(pid), read_file(dir .. "/d-attach.out"))
     assert.matches("attach: round 1: optimizer:set_lr(0.02)", read_file(out .. "/3.log"), 1, true)
     assert.matches("optimizer:set_lr(0.02)", read_file(out .. "/attach/3.jsonl"), 1, true)
     assert.matches('"attached":%[', read_file(out .. "/manifest.json"))

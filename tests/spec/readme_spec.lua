@@ -366,13 +366,7 @@ print("checked")
           assert.truthy(found, place(b.line) .. ": the session prints '" .. line .. "' (in order), got:\n" .. out)
           at = found + 1
         end
-        local status
-        for _ = 1, 1200 do
-          status = host.wait(pid, true)
-          if status then break end
-          host.sleep(0.1)
-        end
-        assert.are.equal(0, status, read_file(dir .. "/run.out"))
+        assert.are.equal(0, wait_exit(pid), read_file(dir .. "/run.out"))
       end
     end
     assert.is_true(seen)
