@@ -7,6 +7,8 @@ local tensor = require "dpy.tensor"
 local CONFIG = "seed = 3\nnodes = 8\ngraph = 'ring'\nrounds = 5\nlocal_steps = 2\nbatch_size = 16\n"
                .. "train_samples = 2000\ntest_samples = 200\neval_every = 1\npeer_timeout = 30\n"
 
+local started = {}   -- the runs started here: one a failed test left paused is stopped after it
+
 -- Starts config_text with --paused in the background; -> the run directory, its pid, its output file.
 local function start_paused(config_text, extra, dir)
   dir = dir or tmpdir()
@@ -15,6 +17,7 @@ local function start_paused(config_text, extra, dir)
   local argv = { DPY_BIN, "run", dir .. "/c.lua", "--out", out, "--paused", "-q" }
   for w in (extra or ""):gmatch("%S+") do argv[#argv + 1] = w end
   local pid = assert(host.spawn(argv, dir .. "/run.out"))
+  started[#started + 1] = pid
   local client
   for _ = 1, 600 do   -- every process listening
     client = require("dpy.attach.client").open(out)
@@ -49,6 +52,17 @@ local function rounds_recorded(out, uid)
 end
 
 describe("dpy-lua attach #e2e", function()
+  after_each(function()
+    for _, pid in ipairs(started) do
+      local ok, code = pcall(host.wait, pid, true)   -- not ours any more once waited for
+      if ok and code == nil then
+        host.kill(pid, 15)   -- a paused run stops at SIGTERM like any other, its processes with it
+        pcall(wait_exit, pid, 30)
+      end
+    end
+    started = {}
+  end)
+
   it("looks inside a node of a run in two processes, pauses, steps, changes one node and resumes", function()
     local out, pid, log = start_paused(CONFIG, "processes=2")
     -- the first session: where the nodes are, one round, then detach (the run stays paused)
