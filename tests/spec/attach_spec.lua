@@ -27,9 +27,7 @@ local function start_paused(config_text, extra, dir)
   assert(client, "the run's processes never listened: " .. tostring(read_file(dir .. "/run.out")))
   for _ = 1, 600 do   -- every node at its first boundary
     local all = true
-    for _, list in pairs(client:status()) do
-      for _, n in ipairs(list) do all = all and n.state == "paused" end
-    end
+    for _, n in ipairs(client:node_list()) do all = all and n.state == "paused" end
     if all then break end
     host.sleep(0.1)
   end

@@ -145,6 +145,16 @@ function Client:status()
   return all
 end
 
+--- client:node_list() -> { { uid, round, state, process }... } of every live process, by uid
+function Client:node_list()
+  local all = {}
+  for p, list in pairs(self:status()) do
+    for _, n in ipairs(list) do all[#all + 1] = { uid = n.uid, round = n.round, state = n.state, p = p - 1 } end
+  end
+  table.sort(all, function(a, b) return a.uid < b.uid end)
+  return all
+end
+
 -- Every process holds its nodes at their next boundary; -> the highest round any has started.
 function Client:hold_all()
   local top = 0
@@ -162,21 +172,19 @@ end
 -- Waits until every node has stopped at the limit (or finished); -> the nodes' rounds, or nil on Ctrl-C.
 function Client:wait_stopped(limit)
   while not self.over do
-    local stopped, lo, hi, done, total = true, math.huge, -1, 0, 0
-    for _, list in pairs(self:status()) do
-      for _, n in ipairs(list) do
-        total = total + 1
-        if n.state == "done" then
-          done = done + 1
-        elseif n.state ~= "paused" or n.round < limit then
-          stopped = false
-        else
-          lo, hi = math.min(lo, n.round), math.max(hi, n.round)
-        end
+    local all = self:node_list()
+    local stopped, hi, done = true, -1, 0
+    for _, n in ipairs(all) do
+      if n.state == "done" then
+        done = done + 1
+      elseif n.state ~= "paused" or n.round < limit then
+        stopped = false
+      else
+        hi = math.max(hi, n.round)
       end
     end
     if stopped then
-      if done == total then return "every node has finished" end
+      if done == #all then return "every node has finished" end
       return string.format("paused: every node has finished round %d%s", hi,
                            done > 0 and string.format(" (%d finished the run)", done) or "")
     end
@@ -225,12 +233,7 @@ end
 
 function Client:nodes_text()
   local lines = { "uid  rounds done  state       process" }
-  local all = {}
-  for p, list in pairs(self:status()) do
-    for _, n in ipairs(list) do all[#all + 1] = { uid = n.uid, round = n.round, state = n.state, p = p - 1 } end
-  end
-  table.sort(all, function(a, b) return a.uid < b.uid end)
-  for _, n in ipairs(all) do
+  for _, n in ipairs(self:node_list()) do
     lines[#lines + 1] = string.format("%3d  %11d  %-10s  %d", n.uid, math.max(n.round, 0), n.state, n.p)
   end
   return table.concat(lines, "\n")
@@ -367,9 +370,7 @@ function M.main(a)
   local home = os.getenv("HOME")
   core.editor_open(home and home .. "/.dpy_lua_history")
   local round, state
-  for _, list in pairs(self:status()) do
-    for _, n in ipairs(list) do if n.uid == self.uid then round, state = n.round, n.state end end
-  end
+  for _, n in ipairs(self:node_list()) do if n.uid == self.uid then round, state = n.round, n.state end end
   say(self, string.format("attached to node %d of %s (%s, %d rounds done): help() lists what you can do; "
                           .. "Ctrl-D detaches", self.uid, a.dir, state or "?", math.max(round or 0, 0)))
   if self.paused_at then say(self, "the run is paused, after round " .. self.paused_at) end
