@@ -82,3 +82,5 @@ for _, c in ipairs { { "dp_ratio", "DP-SGD (private_grad)" }, { "dp_batched_rati
                      { "dp_loop_ratio", "per-sample passes" } } do
   print(string.format("%s %.3f", c[1], median(times[c[2]]) / tp))
 end
+print(string.format("figure dpsgd_step_over_plain_%dthread %.3f <= 2", threads,
+                    median(times["DP-SGD (private_grad)"]) / tp))

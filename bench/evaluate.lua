@@ -69,3 +69,4 @@ print(string.format("first round %.3f s (the test set decoded then); later round
 print(string.format("the inputs of one node's evaluation: decoded per batch %.2f ms, views of the shared "
                     .. "decoded set %.3f ms", inputs(false) * 1e3, inputs(true) * 1e3))
 print(string.format("eval_ratio %.3f", e / f))
+print(string.format("figure evaluation_over_forward_floor %.3f <= 1.1", e / f))

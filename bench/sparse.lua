@@ -35,6 +35,7 @@ local theirs = time(function()
 end, 5)
 print(string.format("top-k selection: sparse.topk %.1f ms, libtorch abs + topk %.1f ms (%.2fx)",
                     ours * 1e3, theirs * 1e3, theirs / ours))
+print(string.format("figure sparse_topk_speedup_over_libtorch %.2f >= 1", theirs / ours))
 
 local idx = sparse.topk(x, k)
 local values = x:index_select(0, idx)
@@ -58,5 +59,6 @@ for _, vtype in ipairs { "float32", "float16", "bfloat16" } do
                       .. "%.2f ms = %.1f GB/s of dense input; select + encode + decode + scatter %.1f ms = %.2f GB/s",
                       vtype, payload:nbytes(), payload:nbytes() / k, x:nbytes() / payload:nbytes(),
                       (enc + dec) * 1e3, gb / (enc + dec), whole * 1e3, gb / whole))
+  print(string.format("figure sparse_codec_%s_GBps %.1f >= 1", vtype, gb / (enc + dec)))
   payload:free()
 end

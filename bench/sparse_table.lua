@@ -43,3 +43,12 @@ for _, r in ipairs(rows) do
                       tostring(math.floor(s.bytes + 0.5)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""),
                       base.bytes / s.bytes, s.acc, 100 * (s.acc - base.acc), split))
 end
+-- issue 16's marks: fewer bytes than the first run, within so many points of its accuracy
+local marks = { ["6_topk"] = { 8, 1 }, ["7_choco"] = { 30, 2 } }
+for _, r in ipairs(rows) do
+  local mark = marks[r.name]
+  if mark then
+    print(string.format("figure %s_fewer_bytes %.1f >= %d", r.name, base.bytes / r.s.bytes, mark[1]))
+    print(string.format("figure %s_accuracy_points_below %.2f <= %d", r.name, 100 * (base.acc - r.s.acc), mark[2]))
+  end
+end
