@@ -564,8 +564,9 @@ end
 function M.attach(args)
   local p = argparse("dpy-lua attach", "A prompt on one node of a running experiment: look inside, change it, "
                      .. "pause and step the run.")
-  p:argument("dir", "The run directory (of a run going on, on this machine).")
+  p:argument("dir", "The run directory of a run going on (here, or shared with the hosts of its processes).")
   p:option("--uid", "The node (without it: a list of the nodes, to choose from)."):convert(math.tointeger)
+  p:option("--ssh", "The command that reaches processes on other hosts (ranks of mpirun or Slurm).", "ssh")
   local ok, a = p:pparse(args)
   if not ok then
     io.stderr:write(p:get_usage(), "\ndpy-lua attach: ", a, "\n")

@@ -28,6 +28,31 @@ function M.attach_socket(dir, p)
   return string.format("%s/attach/p%d.sock", dir, p)
 end
 
+--- Where process p of run dir listens, as it wrote it: { host, socket } (dpy-lua attach reaches a
+-- process on another host, a rank of mpirun or Slurm sharing the run directory, through ssh).
+function M.attach_where(dir, p)
+  return string.format("%s/attach/p%d.host", dir, p)
+end
+
+--- This machine's name (what gethostname says).
+function M.hostname()
+  local f = io.open("/proc/sys/kernel/hostname")
+  local name = f and f:read("l")
+  if f then f:close() end
+  return name or "localhost"
+end
+
+-- Writes process p's attach/p<p>.host: the name other hosts reach it by (DPY_ATTACH_HOST, else
+-- the hostname) and its socket's absolute path there.
+local function say_where(dir, p)
+  local socket = M.attach_socket(dir, p)
+  if socket:sub(1, 1) ~= "/" then socket = host.cwd() .. "/" .. socket end
+  local ok, err = host.write_atomic(M.attach_where(dir, p), metrics.json.encode {
+    host = os.getenv("DPY_ATTACH_HOST") or M.hostname(), socket = socket })
+  if not ok then io.stderr:write(string.format("dpy-lua: process %d: %s (dpy-lua attach from another host cannot "
+                                               .. "find it)\n", p, err)) end
+end
+
 --- Hosts process p's nodes until they finish; calls tick(group) twice a second. A signal caught
 -- by host.catch_interrupt stops every node at once.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
@@ -55,7 +80,11 @@ function M.host_process(cfg, p, opts, tick)
   }
   if not group then error("process " .. p .. ": " .. err, 0) end
   local why = group:progress().attach_error
-  if why then io.stderr:write(string.format("dpy-lua: process %d: %s (dpy-lua attach cannot reach it)\n", p, why)) end
+  if why then
+    io.stderr:write(string.format("dpy-lua: process %d: %s (dpy-lua attach cannot reach it)\n", p, why))
+  else
+    say_where(opts.dir, p)
+  end
   -- a first sign of life as soon as the process is connected: from here on, a process silent for
   -- stop_grace seconds is stopped (before, it may wait for slower peers as long as it takes)
   if tick then tick(group) end
@@ -70,6 +99,7 @@ function M.host_process(cfg, p, opts, tick)
   if tick then tick(group) end
   local results = group:results()
   group:close()
+  if not why then os.remove(M.attach_where(opts.dir, p)) end
   return results
 end
 

@@ -10,17 +10,21 @@ local CONFIG = "seed = 3\nnodes = 8\ngraph = 'ring'\nrounds = 5\nlocal_steps = 2
 local started = {}   -- the runs started here: one a failed test left paused is stopped after it
 
 -- Starts config_text with --paused in the background; -> the run directory, its pid, its output file.
-local function start_paused(config_text, extra, dir)
+-- opts: env (a list of NAME=VALUE for the run), ssh (the command the client reaches other hosts by)
+local function start_paused(config_text, extra, dir, opts)
+  opts = opts or {}
   dir = dir or tmpdir()
   write_file(dir .. "/c.lua", config_text)
   local out = dir .. "/out"
-  local argv = { DPY_BIN, "run", dir .. "/c.lua", "--out", out, "--paused", "-q" }
+  local argv = { "/usr/bin/env" }
+  for _, v in ipairs(opts.env or {}) do argv[#argv + 1] = v end
+  for _, w in ipairs { DPY_BIN, "run", dir .. "/c.lua", "--out", out, "--paused", "-q" } do argv[#argv + 1] = w end
   for w in (extra or ""):gmatch("%S+") do argv[#argv + 1] = w end
   local pid = assert(host.spawn(argv, dir .. "/run.out"))
   started[#started + 1] = pid
   local client
   for _ = 1, 600 do   -- every process listening
-    client = require("dpy.attach.client").open(out)
+    client = require("dpy.attach.client").open(out, { ssh = opts.ssh })
     if client then break end
     host.sleep(0.1)
   end
@@ -31,15 +35,16 @@ local function start_paused(config_text, extra, dir)
     if all then break end
     host.sleep(0.1)
   end
-  for _, c in ipairs(client.conns) do c:close() end
+  client:close()
   return out, pid, dir .. "/run.out"
 end
 
 -- Types lines into dpy-lua attach out --uid uid through a pipe; -> exit code, stdout, stderr.
-local function attach(out, uid, lines)
+local function attach(out, uid, lines, extra)
   local input = os.tmpname()
   write_file(input, table.concat(lines, "\n") .. "\n")
-  local code, o, e = sh(string.format("timeout 120 %s attach %s --uid %d < %s", shell_quote(DPY_BIN), out, uid, input))
+  local code, o, e = sh(string.format("timeout 120 %s attach %s --uid %d %s < %s", shell_quote(DPY_BIN), out, uid,
+                                      extra or "", input))
   os.remove(input)
   return code, o, e
 end
@@ -291,5 +296,46 @@ describe("dpy.attach.core's line editor, from a pipe", function()
     assert.are.equal(0, code, err)
     assert.are.equal("12\treturn 1 + 1\n1\tz\n", out)
     assert.matches("an input line longer than 65535 bytes, dropped", err, 1, true)
+  end)
+end)
+
+-- A rank of mpirun or Slurm on another host shares the run directory but not its sockets: the
+-- client reaches it through ssh, here the test OpenSSH server on loopback (tests/ssh/sshd), the
+-- processes saying they run on "127.0.0.1" (DPY_ATTACH_HOST), a name that is not this host's.
+describe("dpy-lua attach to processes on another host #e2e", function()
+  local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
+  local keys, ssh
+  setup(function()
+    keys = tmpdir() .. "/keys"
+    local port = 45000 + math.random(0, 9999)
+    local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port)
+    assert.are.equal(0, code, err)
+    ssh = string.format("ssh -p %d -i %s -o UserKnownHostsFile=%s", port, keys .. "/user_key", keys .. "/known_hosts")
+  end)
+  teardown(function() sh(SSHD .. " stop " .. keys) end)
+
+  it("pauses, steps and changes a run whose processes say they run elsewhere, through ssh", function()
+    local out, pid, log = start_paused(CONFIG, "processes=2", nil, { env = { "DPY_ATTACH_HOST=127.0.0.1" }, ssh = ssh })
+    for p = 0, 1 do
+      local where = metrics.read(string.format("%s/attach/p%d.host", out, p))
+      assert.are.equal("127.0.0.1", where.host)
+      assert.are.equal(out .. "/attach/p" .. p .. ".sock", where.socket)
+    end
+    -- without a way in, the client names the host and what ssh said
+    local code, _, e = attach(out, 5, { "round" }, "--ssh false")
+    assert.are.equal(1, code)
+    assert.matches("process 0 of .* runs on 127.0.0.1: false '127.0.0.1' exited with 1", e)
+    local o
+    code, o, e = attach(out, 5, { "nodes()", "step(1)", "round", "optimizer:set_lr(0.02)", "resume()" },
+                        "--ssh " .. shell_quote(ssh))
+    assert.are.equal(0, code, e)
+    assert.matches("  5            0  paused      1", o, 1, true)
+    assert.matches("paused: every node has finished round 1", o, 1, true)
+    assert.matches("\n1\n", o)
+    assert.are.equal(0, wait_exit(pid, 120), read_file(log))
+    assert.matches("attach: round 1: optimizer:set_lr(0.02)", read_file(out .. "/5.log"), 1, true)
+    assert.is_nil(io.open(out .. "/attach/p1.host"), "a process that ends takes its address with it")
+    local _, left = sh("ls -d /tmp/dpy-attach-forward.* 2>/dev/null; pgrep -af 'ssh -p' | grep -v pgrep || true")
+    assert.are.equal("", left, "the forwards and their folder end with the client")
   end)
 end)

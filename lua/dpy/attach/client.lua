@@ -7,6 +7,7 @@
 local core = require "dpy.attach.core"
 local metrics = require "dpy.metrics"
 local launcher = require "dpy.launcher"
+local forward = require "dpy.attach.forward"
 
 local M = {}
 local Client = {}
@@ -35,24 +36,67 @@ local function say(self, text)
   io.stdout:flush()
 end
 
---- client.open(dir) -> client | nil, message: connected to every process of run dir.
-function M.open(dir)
+-- Connects to process p's socket: directly, or through ssh when the process wrote that it runs
+-- on another host (attach/p<p>.host); -> connection | nil, message.
+function Client:reach(p)
+  local path = launcher.attach_socket(self.dir, p)
+  local where = metrics.read(launcher.attach_where(self.dir, p))
+  if not (where and where.host and where.socket) or where.host == launcher.hostname() then
+    local c, err = core.connect(path)
+    if c then return c end
+    return nil, string.format("process %d of %s does not answer (%s: %s): the run has ended", p, self.dir, path, err)
+  end
+  if not self.folder then
+    local err
+    self.folder, err = forward.folder()
+    if not self.folder then return nil, err end
+  end
+  local c, fwd = forward.connect { ssh = self.ssh, host = where.host, remote = where.socket,
+                                   here = string.format("%s/p%d.sock", self.folder, p),
+                                   log = string.format("%s/p%d.ssh.log", self.folder, p) }
+  if not c then
+    os.remove(string.format("%s/p%d.ssh.log", self.folder, p))
+    return nil, string.format("process %d of %s runs on %s: %s", p, self.dir, where.host, fwd)
+  end
+  self.forwards[#self.forwards + 1] = fwd
+  return c
+end
+
+--- client:close(): closes every connection and forward
+function Client:close()
+  for p, c in pairs(self.conns) do if not self.ended[p] then c:close() end end
+  for _, f in ipairs(self.forwards) do f:close() end
+  self.forwards = {}
+  if self.folder then
+    os.remove(self.folder)
+    self.folder = nil
+  end
+end
+
+--- client.open(dir [, { ssh }]) -> client | nil, message: connected to every process of run dir;
+-- processes on other hosts through `ssh` (the command, default "ssh").
+function M.open(dir, opts)
   local manifest = metrics.read(dir .. "/manifest.json")
   if not manifest then return nil, dir .. " is not a run directory (no manifest.json)" end
   if not manifest.processes then return nil, dir .. " is a centralized run: it has no nodes to attach to" end
   local self = setmetatable({ dir = dir, conns = {}, where = {}, ended = {}, next_id = 0, nodes = manifest.nodes,
-                              tty = false }, Client)
+                              tty = false, forwards = {}, ssh = opts and opts.ssh or "ssh" }, Client)
   for p = 0, (manifest.processes or 1) - 1 do
-    local path = launcher.attach_socket(dir, p)
-    local c, err = core.connect(path)
+    local c, err = self:reach(p)
     if not c then
-      for _, o in ipairs(self.conns) do o:close() end
-      return nil, string.format("process %d of %s does not answer (%s: %s): the run has ended, or runs on "
-                                .. "another machine", p, dir, path, err)
+      self:close()
+      return nil, err
     end
     self.conns[p + 1] = c
   end
   local st = self:status()
+  for p = 1, #self.conns do
+    if not st[p] then
+      self:close()
+      return nil, string.format("process %d of %s does not answer%s", p - 1, dir,
+                                self.forwards[1] and " (through ssh: has the run ended?)" or ": the run has ended")
+    end
+  end
   for p, list in pairs(st) do
     for _, n in ipairs(list) do self.where[n.uid] = p end
     if list.limit and list.limit >= 0 then self.paused_at = list.limit end   -- paused by another session
@@ -345,7 +389,7 @@ end
 
 --- client.main{ dir, uid } -> exit code
 function M.main(a)
-  local self, err = M.open(a.dir)
+  local self, err = M.open(a.dir, { ssh = a.ssh })
   if not self then
     io.stderr:write("dpy-lua attach: ", err, "\n")
     return 1
@@ -355,6 +399,7 @@ function M.main(a)
     io.stdout:write(self:nodes_text(), "\n")
     if not self.tty then
       io.stderr:write("dpy-lua attach: --uid U: which node (the list above)\n")
+      self:close()
       return 2
     end
     io.stdout:write("node? ")
@@ -364,6 +409,7 @@ function M.main(a)
   if not a.uid or not self.where[a.uid] then
     io.stderr:write(string.format("dpy-lua attach: --uid %s: no such node in %s (nodes 0-%d)\n", tostring(a.uid),
                                   a.dir, (self.nodes or 1) - 1))
+    self:close()
     return 2
   end
   self.uid = a.uid
@@ -376,7 +422,7 @@ function M.main(a)
   if self.paused_at then say(self, "the run is paused, after round " .. self.paused_at) end
   local done, why = pcall(self.loop, self)
   core.editor_close()
-  for p, c in ipairs(self.conns) do if not self.ended[p] then c:close() end end
+  self:close()
   if not done then
     io.stderr:write("dpy-lua attach: ", tostring(why), "\n")
     return 1
