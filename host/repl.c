@@ -33,53 +33,6 @@ static void on_sigint(int sig) {
         dpy_state_interrupt(g_L);
 }
 
-/* {==== Tab completion (readline): the words dpy.help.complete gives for the text ====} */
-
-static char **g_words;
-static size_t g_nwords, g_next;
-
-static void free_words(void) {
-    for (size_t i = 0; i < g_nwords; i++)
-        free(g_words[i]);
-    free(g_words);
-    g_words = NULL;
-    g_nwords = g_next = 0;
-}
-
-static char *next_word(const char *text, int state) {
-    if (state == 0) {
-        free_words();
-        lua_State *L = g_L;
-        int top = lua_gettop(L);
-        lua_getglobal(L, "require");
-        lua_pushstring(L, "dpy.help");
-        if (dpy_state_pcall(L, 1, 1) == LUA_OK) {
-            lua_getfield(L, -1, "complete");
-            lua_pushstring(L, text);
-            if (dpy_state_pcall(L, 1, 1) == LUA_OK && lua_istable(L, -1)) {
-                size_t n = (size_t)luaL_len(L, -1);
-                g_words = calloc(n ? n : 1, sizeof *g_words);
-                for (size_t i = 0; g_words && i < n; i++) {
-                    lua_geti(L, -1, (lua_Integer)i + 1);
-                    const char *w = lua_tostring(L, -1);
-                    if (w && (g_words[g_nwords] = strdup(w)))
-                        g_nwords++;
-                    lua_pop(L, 1);
-                }
-            }
-        }
-        lua_settop(L, top);
-    }
-    return g_next < g_nwords ? strdup(g_words[g_next++]) : NULL;
-}
-
-static char **complete(const char *text, int start, int end) {
-    (void)start, (void)end;
-    rl_attempted_completion_over = 1;   /* no file names */
-    rl_completion_append_character = '\0';
-    return rl_completion_matches(text, next_word);
-}
-
 /* One line without its newline, or NULL at end of input. The caller frees it. */
 static char *read_line(int tty, const char *prompt) {
     if (tty) {
@@ -193,8 +146,9 @@ int dpy_repl(lua_State *L) {
             read_history(history);
         printf("dpy-lua %s, %s. help() says how; Ctrl-D leaves; Ctrl-C interrupts.\n", DPY_VERSION,
                LUA_RELEASE);
-        rl_attempted_completion_function = complete;
-        rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{(,+-*/%^#~[]";   /* not . and : */
+        luaL_dostring(L, "return require('dpy.help').complete");   /* Tab: names, fields, methods */
+        dpy_readline_complete(L, -1);
+        lua_pop(L, 1);
     }
     /* the usual names at hand, and with a config, the node it names (dpy-lua repl CONFIG --uid U) */
     luaL_dostring(L, "dpy = require 'dpy'; tensor = dpy.tensor; nn = dpy.nn; optim = dpy.optim; "
@@ -240,7 +194,7 @@ int dpy_repl(lua_State *L) {
         if (history[0])
             write_history(history);
     }
-    free_words();
+    dpy_readline_complete(L, 0);
     signal(SIGINT, SIG_DFL);
     return 0;
 }

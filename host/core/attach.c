@@ -238,7 +238,8 @@ static void handle(dpy_attach *a, uint32_t id, unsigned char type, uint32_t uid,
         status_text(a, &text, &tlen);
         reply = 'S';
         break;
-    case 'E': {
+    case 'E':
+    case 'C': {   /* code to run, or text to complete in the node's names: both wait for the node */
         if (!s) {
             tlen = (size_t)snprintf(small, sizeof small, "node %u is not in this process", uid);
             reply = 'X';
@@ -259,7 +260,7 @@ static void handle(dpy_attach *a, uint32_t id, unsigned char type, uint32_t uid,
         }
         memcpy(code, p, len);
         code[len] = '\0';
-        q->r = (dpy_attach_request){.conn = id, .id = req, .code = code, .len = len};
+        q->r = (dpy_attach_request){.conn = id, .id = req, .code = code, .len = len, .kind = (char)type};
         if (s->tail)
             s->tail->next = q;
         else

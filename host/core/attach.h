@@ -32,8 +32,9 @@ void dpy_attach_parse(const unsigned char h[DPY_ATTACH_HEADER], uint32_t *len, c
 typedef struct {
     uint32_t conn;   /* the client connection that asked */
     uint32_t id;     /* its request id */
-    char *code;      /* NUL-terminated Lua source (malloc'd) */
+    char *code;      /* NUL-terminated Lua source (malloc'd), or the text to complete */
     size_t len;
+    char kind;       /* 'E': run the code; 'C': the names Tab may complete it with */
 } dpy_attach_request;
 
 /* A listening Unix socket at path, mode 0600, its folder made 0700: the fd, or -1 with err. A path

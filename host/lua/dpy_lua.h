@@ -31,6 +31,9 @@ int dpy_state_pcall(lua_State *L, int nargs, int nres);
 /* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler). */
 void dpy_state_interrupt(lua_State *L);
 void dpy_preload_bindings(lua_State *L);
+/* Tab in GNU readline completes with the function at index: fn(text) -> { words } (index 0 or
+** nil: no completion). L must outlive the editor (complete.c). */
+void dpy_readline_complete(lua_State *L, int index);
 /* The directory of the dpy Lua modules, set once by main() for every state of the process. */
 void dpy_set_lua_dir(const char *dir);
 const char *dpy_lua_dir(void);

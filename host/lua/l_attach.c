@@ -8,7 +8,8 @@
 **   c:recv([timeout]) -> type, uid, id, payload | nil, "timeout" | nil, "closed"
 **   c:close()
 **   wait(conns, timeout [, input]) -> { indices of the conns with a frame; 0: a line typed }
-**   editor_open(history_file | nil), editor_prompt(prompt), editor_line() -> line | nil | false
+**   editor_open(history_file | nil [, complete]), editor_prompt(prompt), editor_line() -> line | nil | false
+**     (complete(text) -> { words }: what Tab offers)
 **     (false: end of input), editor_print(text), editor_cancel(), editor_close()
 **   interrupted() -> whether Ctrl-C came since the last call (caught while the editor is open)
 */
@@ -278,6 +279,7 @@ static int a_editor_open(lua_State *L) {
         rl_catch_signals = 0;
         if (history && snprintf(ed.history, sizeof ed.history, "%s", history) < (int)sizeof ed.history)
             read_history(ed.history);
+        dpy_readline_complete(L, 2);
         rl_callback_handler_install("", on_line);
     }
     return 0;
@@ -362,10 +364,10 @@ static int a_editor_cancel(lua_State *L) {
 }
 
 static int a_editor_close(lua_State *L) {
-    (void)L;
     if (!ed.open)
         return 0;
     if (ed.tty) {
+        dpy_readline_complete(L, 0);
         if (!ed.eof)
             rl_callback_handler_remove();
         if (ed.history[0])

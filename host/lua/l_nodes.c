@@ -840,13 +840,14 @@ static size_t node_index(endpoint_box *e) {
     return (size_t)(e->node - e->g->nodes);
 }
 
-/* conn, id, code of a request taken, or nothing */
+/* conn, id, code, kind ("E" or "C") of a request taken, or nothing */
 static int push_request(lua_State *L, dpy_attach_request *r) {
     lua_pushinteger(L, r->conn);
     lua_pushinteger(L, r->id);
     lua_pushlstring(L, r->code, r->len);   /* raises only when Lua is out of memory (code leaks then) */
+    lua_pushlstring(L, &r->kind, 1);
     dpy_attach_request_free(r);
-    return 3;
+    return 4;
 }
 
 /* ep:attach_wait(next_round) -> conn, id, code | nothing (start the round); blocks while the run

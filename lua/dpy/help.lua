@@ -63,14 +63,16 @@ function M.help(...)
   end
 end
 
---- complete(text) -> the words Tab may put for text: globals and keywords, or after
--- `a.b.` / `a.b:` the fields or methods of a.b (looked up, never called).
-function M.complete(text)
+--- complete(text [, env, globals]) -> the words Tab may put for text: globals and keywords, or
+-- after `a.b.` / `a.b:` the fields or methods of a.b (looked up in env, default _G, never called).
+-- globals: the tables whose keys are the global names (default { env }).
+function M.complete(text, env, globals)
+  env = env or _G
   local prefix, sep, partial = text:match("^(.-)([.:])([%w_]*)$")
   local pool, head
   if prefix then
     if not prefix:match("^[%a_][%w_]*[%w_.]*$") then return {} end
-    local v = _G
+    local v = env
     for part in prefix:gmatch("[^.]+") do
       local ok, nv = pcall(function() return v[part] end)
       if not ok or nv == nil then return {} end
@@ -79,7 +81,13 @@ function M.complete(text)
     pool, head = names(v, sep == ":"), prefix .. sep
   else
     partial, head = text, ""
-    pool = names(_G)
+    pool = {}
+    local seen = {}
+    for _, t in ipairs(globals or { env }) do
+      for _, k in ipairs(names(t)) do
+        if not seen[k] then seen[k] = true; pool[#pool + 1] = k end
+      end
+    end
     for _, k in ipairs(KEYWORDS) do pool[#pool + 1] = k end
   end
   local out = {}

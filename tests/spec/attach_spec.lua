@@ -141,8 +141,8 @@ describe("dpy-lua attach #e2e", function()
     end
   end)
 
-  it("takes typing at a terminal: a node chosen from a list, multi-line input, Ctrl-C of an endless loop, "
-     .. "values printed as they come", function()
+  it("takes typing at a terminal: a node chosen from a list, Tab completion of the node's names, multi-line "
+     .. "input, Ctrl-C of an endless loop, values printed as they come", function()
     if sh("command -v tmux") ~= 0 then pending("tmux is not installed") return end
     local out, pid, log = start_paused((CONFIG:gsub("nodes = 8", "nodes = 4")), "processes=2")
     local session = "dpy_attach_" .. host.pid()
@@ -150,8 +150,12 @@ describe("dpy-lua attach #e2e", function()
     local function keys(...)   -- each line typed, then Enter (-l: "end" is text, not the End key)
       for i = 1, select("#", ...) do
         local line = select(i, ...)
-        if line == "C-c" then
-          assert(sh("tmux send-keys -t " .. session .. " C-c") == 0)
+        if line == "C-c" or line == "Tab" then
+          assert(sh("tmux send-keys -t " .. session .. " " .. line) == 0)
+        elseif line:sub(-1) == "\t" then   -- typed without Enter, then Tab
+          assert(sh("tmux send-keys -t " .. session .. " -l " .. shell_quote(line:sub(1, -2))) == 0)
+          assert(sh("tmux send-keys -t " .. session .. " Tab") == 0)
+          host.sleep(0.3)
         else
           assert(sh("tmux send-keys -t " .. session .. " -l " .. shell_quote(line)) == 0)
           assert(sh("tmux send-keys -t " .. session .. " Enter") == 0)
@@ -184,7 +188,11 @@ describe("dpy-lua attach #e2e", function()
       host.sleep(1)
       keys("C-c")
       wait_for("interrupted")
-      keys("watch('train_loss')")
+      -- Tab: the node's own names (a session global, a node object's methods), as the node has them
+      keys("optimi\t", ":set_l\t", "(0.05)")
+      wait_for("node 1> optimizer:set_lr(0.05)")
+      keys("wat\t", "('train_loss')")
+      wait_for("node 1> watch('train_loss')")
       wait_for("watching train_loss")
       keys("resume()")
       wait_for("node 1 round 5 train_loss")

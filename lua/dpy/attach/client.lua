@@ -113,6 +113,8 @@ function Client:unsolicited(p, kind, _, _, text)
     self.want_pause = true
   elseif kind == "Z" then
     self:gone(p)
+  elseif kind == "C" then   -- names for a Tab given up on
+    return
   elseif kind == "R" or kind == "X" then   -- the answer to an interrupted request, come late
     if text ~= "" then say(self, text) end
   end
@@ -144,7 +146,7 @@ function Client:drain(p)
 end
 
 -- Sends a frame to process p (index from 1) and waits for its answer: kind, text | nil, why.
--- on_wait(seconds) is called while it waits; Ctrl-C calls on_interrupt(id).
+-- on_wait(seconds) is called while it waits (returning true gives up); Ctrl-C calls on_interrupt(id).
 function Client:request(p, kind, uid, payload, on_wait, on_interrupt)
   if self.ended[p] then return nil, "its process has finished" end
   self.next_id = self.next_id + 1
@@ -164,7 +166,10 @@ function Client:request(p, kind, uid, payload, on_wait, on_interrupt)
       self.awaiting = nil
       return nil, "its process has finished"
     end
-    if on_wait then on_wait(os.time() - start) end
+    if on_wait and on_wait(os.time() - start) then
+      self.awaiting = nil
+      return nil, "no answer yet"
+    end
   end
   local reply = self.awaiting.reply
   self.awaiting = nil
@@ -281,6 +286,15 @@ function Client:nodes_text()
     lines[#lines + 1] = string.format("%3d  %11d  %-10s  %d", n.uid, math.max(n.round, 0), n.state, n.p)
   end
   return table.concat(lines, "\n")
+end
+
+--- The names Tab may complete text with, in the node's session (dpy.help.complete there); none
+-- when the node is busy in its round for more than a second or two.
+function Client:complete(text)
+  local kind, words = self:request(self.where[self.uid], "C", self.uid, text, function(waited) return waited >= 2 end)
+  local out = {}
+  if kind == "C" then for w in words:gmatch("[^\n]+") do out[#out + 1] = w end end
+  return out
 end
 
 --- Runs code on the node in use; -> ok, text
@@ -414,7 +428,7 @@ function M.main(a)
   end
   self.uid = a.uid
   local home = os.getenv("HOME")
-  core.editor_open(home and home .. "/.dpy_lua_history")
+  core.editor_open(home and home .. "/.dpy_lua_history", function(text) return self:complete(text) end)
   local round, state
   for _, n in ipairs(self:node_list()) do if n.uid == self.uid then round, state = n.round, n.state end end
   say(self, string.format("attached to node %d of %s (%s, %d rounds done): help() lists what you can do; "

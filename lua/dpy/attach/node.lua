@@ -74,6 +74,7 @@ local function session(node, conn)
       return require("dpy.container").add_action(node, spec)
     end,
   }
+  s.own = own
   s.env = setmetatable(own, { __index = function(_, k)
     local live = LIVE[k]
     if live then return live(node) end
@@ -96,9 +97,15 @@ local function record(node, code)
   end
 end
 
---- Runs a client's chunk of code on node and sends the client what it printed and returned.
-function M.serve(node, conn, id, code)
+--- Runs a client's chunk of code on node and sends the client what it printed and returned; or,
+-- for kind "C", the names Tab may complete code with in the session (looked up, never called,
+-- not recorded: it changes nothing).
+function M.serve(node, conn, id, code, kind)
   local s = session(node, conn)
+  if kind == "C" then
+    local words = require("dpy.help").complete(code, s.env, { s.own, LIVE, _G })
+    return send(node, conn, "C", id, table.concat(words, "\n"))
+  end
   local fn, err = load("return " .. code, "=attach", "t", s.env)
   if not fn then fn, err = load(code, "=attach", "t", s.env) end
   if not fn then return send(node, conn, "X", id, err) end
@@ -118,9 +125,9 @@ end
 function M.boundary(node, r)
   local ep = node.endpoint
   while true do
-    local conn, id, code = ep:attach_wait(r)
+    local conn, id, code, kind = ep:attach_wait(r)
     if not conn then break end
-    M.serve(node, conn, id, code)
+    M.serve(node, conn, id, code, kind)
   end
   -- the sessions of clients gone go (with their watches and breakpoints); with a client attached,
   -- the round's received vectors are kept (a copy) for `received`
@@ -132,10 +139,10 @@ end
 
 --- After event: what is queued, then the breakpoints on event.
 function M.event(node, event)
-  local conn, id, code = node.endpoint:attach_poll()
+  local conn, id, code, kind = node.endpoint:attach_poll()
   while conn do
-    M.serve(node, conn, id, code)
-    conn, id, code = node.endpoint:attach_poll()
+    M.serve(node, conn, id, code, kind)
+    conn, id, code, kind = node.endpoint:attach_poll()
   end
   -- a copy: a client found gone by send() leaves the list meanwhile
   local list = node.attach_breaks and node.attach_breaks[event] or {}
