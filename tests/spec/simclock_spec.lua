@@ -248,4 +248,34 @@ describe("simulated time #e2e", function()
     end
     assert.is_true(mean(3) > 2.5 * math.max(mean(0), mean(1), mean(2)), "the straggler took longer")
   end)
+
+  it("configs/stragglers/compare.lua: synchronous rounds against deadlines on the simulated clock, and "
+     .. "asynchronous gossip beside them in real time", function()
+    local script = shell_quote(REPO .. "/configs/stragglers/compare.lua")
+    local function table_rows(o)
+      local rows = {}
+      for label, reached, final, last, late in o:gmatch("\n| ([^|]-) | ([>%d.]+) | ([%d.]+) | ([%d.]+) | (%d+) |") do
+        rows[#rows + 1] = { label = label, reached = reached, final = tonumber(final), last = tonumber(last),
+                            late = tonumber(late) }
+      end
+      return rows
+    end
+    local code, o, e = sh(string.format("TMPDIR=%s %s %s 6 4 1 0.2 0.3", tmpdir(), shell_quote(DPY_BIN), script))
+    assert.are.equal(0, code, e)
+    assert.matches("simulated seconds to 20 %% mean test accuracy", o)
+    local sim = table_rows(o)
+    assert.are.same({ "synchronous D-PSGD", "deadline rounds (round_timeout = 0.3)" }, { sim[1].label, sim[2].label })
+    assert.are.equal(0, sim[1].late)
+    code, o, e = sh(string.format("TMPDIR=%s %s %s 6 4 1 0.2 0.3 real", tmpdir(), shell_quote(DPY_BIN), script))
+    assert.are.equal(0, code, e)
+    assert.matches("wall seconds to 20 %% mean test accuracy", o)
+    local rows = table_rows(o)
+    assert.are.equal(3, #rows, o)
+    assert.are.equal("asynchronous gossip (push-sum)", rows[3].label)
+    for _, r in ipairs(rows) do assert.is_true(r.last > 0 and r.final > 0, o) end
+    code, _, e = sh(string.format("%s %s 6 4 1 0.2 0.3 wall", shell_quote(DPY_BIN), script))
+    assert.are.equal(1, code)
+    assert.matches("CLOCK is sim or real, not wall", e)
+  end)
 end)
+
