@@ -27,7 +27,10 @@ if only then
     if wanted[rule.label] then kept[#kept + 1] = rule; wanted[rule.label] = nil end
   end
   local unknown = next(wanted)
-  if unknown then error(string.format("sweep: no row %q (rows: mean, median, trimmed_mean, krum, geometric_median, nnm+median, nnm+trimmed_mean)", unknown), 0) end
+  if unknown then
+    error(string.format("sweep: no row %q (rows: mean, median, trimmed_mean, krum, geometric_median, "
+                        .. "nnm+median, nnm+trimmed_mean)", unknown), 0)
+  end
   rules = kept
 end
 local train, test = data.fashion_mnist { train = true }, data.fashion_mnist { train = false }
