@@ -273,9 +273,9 @@ describe("simulated time #e2e", function()
     assert.are.equal(3, #rows, o)
     assert.are.equal("asynchronous gossip (push-sum)", rows[3].label)
     for _, r in ipairs(rows) do assert.is_true(r.last > 0 and r.final > 0, o) end
-    code, o, e = sh(string.format("%s %s 6 4 1 0.2 0.3 wall", shell_quote(DPY_BIN), script))
-    assert.are.equal(1, code)
-    assert.matches("CLOCK is sim or real, not wall", e)
+    local bad, _, why = sh(string.format("%s %s 6 4 1 0.2 0.3 wall", shell_quote(DPY_BIN), script))
+    assert.are.equal(1, bad)
+    assert.matches("CLOCK is sim or real, not wall", why)
   end)
 end)
 
