@@ -2,8 +2,9 @@
 -- of the nodes reaches TARGET, for D-PSGD on a static random S-regular graph, EL-Oracle and
 -- EL-Local with the same S (every node sends S models a round in all three), on Fashion-MNIST with
 -- the cnn split by Dirichlet alpha = 0.1 (non-IID, where topology matters). Prints a Markdown table.
---   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET]]]]]]
--- (defaults 64 7 200 3 10 0.8: the issue's setting; the README's table is a smaller run, named there)
+--   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET [TEST_SAMPLES]]]]]]]
+-- (defaults 64 7 200 3 10 0.8 2000: the issue's setting; every node evaluates on the first
+-- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows)
 local host = require "dpy.host.core"
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
@@ -14,6 +15,7 @@ local rounds = math.tointeger(tonumber(arg and arg[3])) or 200
 local seeds = math.tointeger(tonumber(arg and arg[4])) or 3
 local local_steps = math.tointeger(tonumber(arg and arg[5])) or 10
 local target = tonumber(arg and arg[6]) or 0.8
+local test_samples = math.tointeger(tonumber(arg and arg[7])) or 2000
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local base = paths.absolute(here .. "/../0_baseline.lua")
@@ -61,8 +63,8 @@ for _, v in ipairs(variants) do
     local cfg = dir .. ".lua"
     local f = assert(io.open(cfg, "w"))
     f:write(string.format('include %q\nseed = %d\nnodes = %d\npartition = { "dirichlet", alpha = 0.1 }\n'
-                          .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = 2000\n%s',
-                          base, seed, nodes, rounds, local_steps, v.lines))
+                          .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s',
+                          base, seed, nodes, rounds, local_steps, test_samples, v.lines))
     f:close()
     local t0 = host.clock()
     local ok = os.execute(string.format("%q run %q --out %q -q >%q.out 2>&1", bin, cfg, dir, dir))
