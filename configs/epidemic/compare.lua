@@ -4,7 +4,9 @@
 -- the cnn split by Dirichlet alpha = 0.1 (non-IID, where topology matters). Prints a Markdown table.
 --   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET [TEST_SAMPLES]]]]]]]
 -- (defaults 64 7 200 3 10 0.8 2000: the issue's setting; every node evaluates on the first
--- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows)
+-- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows). The runs go
+-- seed by seed into $TMPDIR/dpy_epidemic_<NODES>_<S>_<ROUNDS>_<LOCAL_STEPS>_<TEST_SAMPLES>: a run
+-- found finished there is read, not run again, so a comparison stopped part way goes on from there.
 local host = require "dpy.host.core"
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
@@ -20,7 +22,7 @@ local test_samples = math.tointeger(tonumber(arg and arg[7])) or 2000
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local base = paths.absolute(here .. "/../0_baseline.lua")
 local work = os.getenv("TMPDIR") or "/tmp"
-work = string.format("%s/dpy_epidemic_%d_%d", work, os.time(), host.pid())
+work = string.format("%s/dpy_epidemic_%d_%d_%d_%d_%d", work, nodes, s, rounds, local_steps, test_samples)
 assert(host.mkdir_p(work))
 
 local variants = {
@@ -53,33 +55,52 @@ local function first_reaching(curve, level)
   return string.format(">%d", rounds)
 end
 
+-- Whether dir holds a finished run of config text cfg: the same config, every node's last round
+-- evaluated.
+local function finished(dir, cfg)
+  local f = io.open(dir .. ".lua")
+  local same = f and f:read("a") == cfg
+  if f then f:close() end
+  if not same then return false end
+  for uid = 0, nodes - 1 do
+    local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
+    local acc = m and m.metrics.test_accuracy
+    if not (acc and acc[#acc] and acc[#acc][1] == rounds) then return false end
+  end
+  return true
+end
+
 local bin = host.exe()
 local rows = {}
+for i, v in ipairs(variants) do rows[i] = { label = v.label, reached = {}, lower = {}, final = {}, mb = 0 } end
 local t_all = host.clock()
-for _, v in ipairs(variants) do
-  local row = { label = v.label, reached = {}, lower = {}, final = {}, mb = 0 }
-  for seed = 1, seeds do
+for seed = 1, seeds do
+  for i, v in ipairs(variants) do
+    local row = rows[i]
     local dir = string.format("%s/%s_%d", work, v.label:gsub("%W", "_"), seed)
-    local cfg = dir .. ".lua"
-    local f = assert(io.open(cfg, "w"))
-    f:write(string.format('include %q\nseed = %d\nnodes = %d\npartition = { "dirichlet", alpha = 0.1 }\n'
-                          .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s',
-                          base, seed, nodes, rounds, local_steps, test_samples, v.lines))
-    f:close()
+    local cfg = string.format('include %q\nseed = %d\nnodes = %d\npartition = { "dirichlet", alpha = 0.1 }\n'
+                              .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s',
+                              base, seed, nodes, rounds, local_steps, test_samples, v.lines)
     local t0 = host.clock()
-    local ok = os.execute(string.format("%q run %q --out %q -q >%q.out 2>&1", bin, cfg, dir, dir))
-    if not ok then error(string.format("%s, seed %d: the run failed (see %s.out)", v.label, seed, dir), 0) end
+    local again = finished(dir, cfg)
+    if not again then
+      local f = assert(io.open(dir .. ".lua", "w"))
+      f:write(cfg)
+      f:close()
+      local ok = os.execute(string.format("rm -rf %q && %q run %q.lua --out %q -q >%q.out 2>&1", dir, bin, dir, dir,
+                                          dir))
+      if not ok then error(string.format("%s, seed %d: the run failed (see %s.out)", v.label, seed, dir), 0) end
+    end
     local curve, mb = read_run(dir)
     row.reached[seed] = first_reaching(curve, target)
     row.lower[seed] = first_reaching(curve, target - 0.1)
     row.final[seed] = curve[#curve][2]
     row.mb = row.mb + mb / seeds
-    io.stderr:write(string.format("%s, seed %d: %s rounds to %.2f, final %.4f (%.0f s)\n", v.label, seed,
-                                  tostring(row.reached[seed]), target, row.final[seed], host.clock() - t0))
+    io.stderr:write(string.format("%s, seed %d: %s rounds to %.2f, final %.4f (%s)\n", v.label, seed,
+                                  tostring(row.reached[seed]), target, row.final[seed],
+                                  again and "finished before" or string.format("%.0f s", host.clock() - t0)))
   end
-  rows[#rows + 1] = row
 end
-
 print(string.format("%d nodes, s = %d, %d local steps of batch 32 a round, Dirichlet alpha = 0.1, cnn, "
                     .. "%d seed(s), up to %d rounds (%.0f s)", nodes, s, local_steps, seeds, rounds,
                     host.clock() - t_all))

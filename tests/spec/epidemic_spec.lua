@@ -171,6 +171,26 @@ return registry.register { kind = "sharing", name = "checked",
   end } end }
 ]]
 
+describe("configs/epidemic/compare.lua #e2e", function()
+  it("prints the rounds to the target per seed for the three topologies, and goes on where it stopped", function()
+    local tmp = tmpdir()
+    local cmd = string.format("TMPDIR=%s %s %s 6 2 4 1 1 0.3 100", tmp, shell_quote(DPY_BIN),
+                              shell_quote(REPO .. "/configs/epidemic/compare.lua"))
+    local code, o, e = sh(cmd)
+    assert.are.equal(0, code, e)
+    for _, label in ipairs { "static 2%-regular %(D%-PSGD%)", "EL%-Oracle", "EL%-Local" } do
+      assert.matches("\n| " .. label .. " | [>%d]+ | [>%d]+ | ", o)
+    end
+    assert.matches("EL%-Local, seed 1: .* s%)", e)
+    -- run again: every run is found finished and read, the table the same
+    local code2, o2, e2 = sh(cmd)
+    assert.are.equal(0, code2, e2)
+    local _, read = e2:gsub("finished before", "")
+    assert.are.equal(3, read, e2)
+    assert.are.equal((o:gsub("%(%d+ s%)", "")), (o2:gsub("%(%d+ s%)", "")))
+  end)
+end)
+
 describe("round deadlines #e2e", function()
   local function deadline_run(algorithm, extra)
     local dir = tmpdir()
