@@ -100,5 +100,7 @@ void dpy_heap_trim(void);
 int dpy_heap_new_arena(void);
 /* Makes the calling thread allocate from that arena (-1: nothing changes). */
 void dpy_heap_use_arena(int index);
+/* Returns the calling thread's cached free blocks to their arenas (nothing under glibc). */
+void dpy_heap_flush_thread(void);
 
 #endif
