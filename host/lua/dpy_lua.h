@@ -31,6 +31,8 @@ int dpy_state_pcall(lua_State *L, int nargs, int nres);
 /* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler). */
 void dpy_state_interrupt(lua_State *L);
 void dpy_preload_bindings(lua_State *L);
+/* Makes require load Lua modules compiled once per process (chunks.c). */
+void dpy_chunks_install(lua_State *L);
 /* The directory of the dpy Lua modules, set once by main() for every state of the process. */
 void dpy_set_lua_dir(const char *dir);
 const char *dpy_lua_dir(void);
