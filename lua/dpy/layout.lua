@@ -175,11 +175,11 @@ function M.load_graph(dir)
   return { n = n, adj = adj, dynamic = head:find('"dynamic":true', 1, true) and true or nil }
 end
 
---- The int64 sample indices of training part k (1-based) from partition.pt.
--- Every view is closed at once: one left to the GC would keep the whole partition alive in
--- every node (half a MiB each for Fashion-MNIST).
+--- The int64 sample indices of training part k (1-based) from partition.pt, read once per
+-- process (tensor.load_shared). Every view is closed at once, and the part cloned: nothing of
+-- the node's keeps the whole partition alive.
 function M.load_part(dir, k, parts_n)
-  local packed <close> = assert(tensor.load(dir .. "/partition.pt"))
+  local packed <close> = assert(tensor.load_shared(dir .. "/partition.pt"))
   local bounds <close> = packed:narrow(0, k - 1, 2)
   local a, b = table.unpack(bounds:totable())
   local part <close> = packed:narrow(0, parts_n + 1 + a, b - a)
