@@ -34,6 +34,8 @@ void dpy_preload_bindings(lua_State *L);
 /* Tab in GNU readline completes with the function at index: fn(text) -> { words } (index 0 or
 ** nil: no completion). L must outlive the editor (complete.c). */
 void dpy_readline_complete(lua_State *L, int index);
+/* Makes require load Lua modules compiled once per process (chunks.c). */
+void dpy_chunks_install(lua_State *L);
 /* The directory of the dpy Lua modules, set once by main() for every state of the process. */
 void dpy_set_lua_dir(const char *dir);
 const char *dpy_lua_dir(void);
@@ -103,5 +105,7 @@ void dpy_heap_trim(void);
 int dpy_heap_new_arena(void);
 /* Makes the calling thread allocate from that arena (-1: nothing changes). */
 void dpy_heap_use_arena(int index);
+/* Returns the calling thread's cached free blocks to their arenas (nothing under glibc). */
+void dpy_heap_flush_thread(void);
 
 #endif

@@ -31,3 +31,8 @@ void dpy_heap_use_arena(int index) {
     if (mallctl && index >= 0)
         mallctl("thread.arena", NULL, NULL, &u, sizeof u);
 }
+
+void dpy_heap_flush_thread(void) {
+    if (mallctl)
+        mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+}

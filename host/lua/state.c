@@ -76,6 +76,7 @@ static int boot(lua_State *L) {
     const char *lua_dir = lua_touserdata(L, 1);
     luaL_openlibs(L);
     dpy_preload_bindings(L);
+    dpy_chunks_install(L);
     if (lua_dir) {   /* package.path = <lua_dir>/?.lua;<lua_dir>/?/init.lua;<default> */
         lua_getglobal(L, "package");
         lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", lua_dir, lua_dir);

@@ -88,10 +88,7 @@ function M.prepare(cfg, dir)
     local spec = registry.spec("graph", cfg.graph)
     local g = registry.build("graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
     if not graph.connected(g) then error("the graph is not connected", 0) end
-    local adj = {}
-    for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
-    assert(host.write_atomic(dir .. "/graph.json", metrics.json.encode({ n = g.n, adj = adj,
-                                                                         dynamic = spec.dynamic })))
+    M.write_graph(dir, g, spec.dynamic)
     info.edges = graph.edges(g)
     info.spectral_gap = g.n <= 2048 and graph.spectral_gap(g) or nil
   end
@@ -112,23 +109,77 @@ function M.prepare(cfg, dir)
   return info
 end
 
---- The graph written by prepare: { n, adj = { [uid] = neighbours }, dynamic }.
-function M.load_graph(dir)
-  local t = assert(metrics.read(dir .. "/graph.json"))
-  local adj = {}
-  for i, list in ipairs(t.adj) do   -- uids as integers (JSON numbers decode as floats)
-    local uids = {}
-    for j, v in ipairs(list) do uids[j] = math.tointeger(v) end
-    adj[i - 1] = uids
+-- graph.json holds one line per node, padded to one width, after a first line that gives it:
+-- node u's list is at a known offset, and a node reads only the lists it uses (at 8192 nodes
+-- every node decoding all of them was O(n^2) time in all and a MiB of Lua heap a node). Whitespace
+-- in JSON: any reader still decodes it whole. Past 64 MiB padded (a dense graph) it is compact.
+local PADDED_MAX = 64 << 20
+
+--- layout.write_graph(dir, g [, dynamic]): dir/graph.json, { n, adj = the lists by uid + 1, dynamic }.
+function M.write_graph(dir, g, dynamic)
+  local lists, width = {}, 0
+  for u = 0, g.n - 1 do
+    lists[u + 1] = metrics.json.encode(g.adj[u])
+    width = math.max(width, #lists[u + 1] + 2)   -- the list, "," or " ", "\n"
   end
-  return { n = math.tointeger(t.n), adj = adj, dynamic = t.dynamic }
+  local path = dir .. "/graph.json"
+  if width * g.n > PADDED_MAX then
+    local adj = {}
+    for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
+    assert(host.write_atomic(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic })))
+    return
+  end
+  local out = { string.format('{"n":%d,%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "", width) }
+  for u = 1, g.n do
+    out[u + 1] = lists[u] .. (u < g.n and "," or " ") .. string.rep(" ", width - #lists[u] - 2) .. "\n"
+  end
+  out[#out + 1] = "]}\n"
+  assert(host.write_atomic(path, table.concat(out)))
 end
 
---- The int64 sample indices of training part k (1-based) from partition.pt.
--- Every view is closed at once: one left to the GC would keep the whole partition alive in
--- every node (half a MiB each for Fashion-MNIST).
+local function decode_list(s)
+  local list = {}
+  for v in s:gmatch("%d+") do list[#list + 1] = math.tointeger(tonumber(v)) end
+  return list
+end
+
+--- The graph written by prepare: { n, adj = { [uid] = neighbours }, dynamic }. A padded file's
+-- lists are read as they are first indexed (so pairs() over adj sees only those read so far).
+function M.load_graph(dir)
+  local path = dir .. "/graph.json"
+  local f = assert(io.open(path, "rb"))
+  local head = f:read("l") or ""
+  f:close()
+  local width = math.tointeger(tonumber(head:match('"width":(%d+)')))
+  if not width then
+    local t = assert(metrics.read(path))
+    local adj = {}
+    for i, list in ipairs(t.adj) do   -- uids as integers (JSON numbers decode as floats)
+      local uids = {}
+      for j, v in ipairs(list) do uids[j] = math.tointeger(v) end
+      adj[i - 1] = uids
+    end
+    return { n = math.tointeger(t.n), adj = adj, dynamic = t.dynamic }
+  end
+  local n, base = math.tointeger(tonumber(head:match('"n":(%d+)'))), #head + 1
+  local adj = setmetatable({}, { __index = function(t, key)
+    local u = math.tointeger(key)
+    if not u or u < 0 or u >= n then return nil end
+    local h = assert(io.open(path, "rb"))
+    assert(h:seek("set", base + u * width))
+    local list = decode_list(assert(h:read(width)))
+    h:close()
+    t[u] = list
+    return list
+  end })
+  return { n = n, adj = adj, dynamic = head:find('"dynamic":true', 1, true) and true or nil }
+end
+
+--- The int64 sample indices of training part k (1-based) from partition.pt, read once per
+-- process (tensor.load_shared). Every view is closed at once, and the part cloned: nothing of
+-- the node's keeps the whole partition alive.
 function M.load_part(dir, k, parts_n)
-  local packed <close> = assert(tensor.load(dir .. "/partition.pt"))
+  local packed <close> = assert(tensor.load_shared(dir .. "/partition.pt"))
   local bounds <close> = packed:narrow(0, k - 1, 2)
   local a, b = table.unpack(bounds:totable())
   local part <close> = packed:narrow(0, parts_n + 1 + a, b - a)

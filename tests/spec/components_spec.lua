@@ -183,7 +183,8 @@ describe("a user's components", function()
     -- a line: node 1 sends to 2 neighbours in one send, its modifier runs once a round
     assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, m.modifier_calls)
     assert.matches('"n":4', read_file(dir .. "/out/graph.json"))
-    assert.matches("%[%[1%],%[0,2%],%[1,3%],%[2%]%]", read_file(dir .. "/out/graph.json"))
+    local written = require("cjson").decode(read_file(dir .. "/out/graph.json"))
+    assert.are.same({ { 1 }, { 0, 2 }, { 1, 3 }, { 2 } }, written.adj)
     -- the tiny model: 784 x 8 + 8 + 8 x 10 + 10 values
     assert.are.equal(2 * (6370 * 4 + 40), m.bytes_sent[1][2])
   end)

@@ -237,6 +237,22 @@ describe("tensor conversion", function()
     assert.matches("cannot open", err)
   end)
 
+  it("loads a file once per process, read-only, and a changed file again (load_shared)", function()
+    local path = tmpdir() .. "/s.pt"
+    assert.is_true(T { 1, 2, 3 }:save(path))
+    local a = assert(tensor.load_shared(path))
+    same({ 1, 2, 3 }, a)
+    same({ 1, 2, 3 }, tensor.load_shared(path))
+    assert.has_error(function() a:fill_(0) end)   -- shared with every other state of the process
+    same({ 1, 2, 3 }, tensor.load_shared(path))
+    require("dpy.host.core").sleep(0.01)   -- a new mtime even where the file system's clock is coarse
+    assert.is_true(T { 4, 5, 6, 7 }:save(path))
+    same({ 4, 5, 6, 7 }, tensor.load_shared(path))
+    local t, err = tensor.load_shared(tmpdir() .. "/missing.pt")
+    assert.is_nil(t)
+    assert.matches("missing.pt: No such file", err)
+  end)
+
   it("prints a header and the values", function()
     local s = tostring(T { { 1.0, 2.5 } })
     assert.matches("^dpy.Tensor%(float32, cpu, %[1, 2%]%)\n", s)

@@ -1,0 +1,45 @@
+-- The run directory's graph.json (dpy.layout): one padded line per node, so that a node reads the
+-- adjacency lists it uses and not the whole graph (at 8192 nodes every node decoding every list
+-- was O(n^2) time in all and a MiB of Lua heap a node); still JSON that any reader decodes whole.
+local layout = require "dpy.layout"
+local graph = require "dpy.graph"
+local cjson = require "cjson"
+
+describe("layout's graph file", function()
+  local dir
+  before_each(function() dir = tmpdir() end)
+  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+
+  it("gives every node's list as the graph has it, reading a list only when it is asked for", function()
+    local g = graph.regular(64, 4, 7)
+    layout.write_graph(dir, g)
+    local back = layout.load_graph(dir)
+    assert.equal(64, back.n)
+    assert.is_nil(back.dynamic)
+    assert.is_nil(rawget(back.adj, 5))   -- nothing read yet
+    for u = 0, 63 do assert.same(g.adj[u], back.adj[u]) end
+    assert.is_table(rawget(back.adj, 5))
+    assert.is_nil(back.adj[64])
+    assert.is_nil(back.adj[-1])
+    assert.same(g.adj[3], back.adj[3.0])   -- a uid read as a float
+    for _, v in ipairs(back.adj[0]) do assert.equal("integer", math.type(v)) end
+  end)
+
+  it("is JSON that decodes whole to the same graph", function()
+    local g = graph.ring(5)
+    layout.write_graph(dir, g, true)
+    local t = cjson.decode(read_file(dir .. "/graph.json"))
+    assert.equal(5, t.n)
+    assert.is_true(t.dynamic)
+    assert.same({ { 1, 4 }, { 0, 2 }, { 1, 3 }, { 2, 4 }, { 0, 3 } }, t.adj)
+    assert.is_true(layout.load_graph(dir).dynamic)
+  end)
+
+  it("still reads a compact graph.json (a run directory written before)", function()
+    write_file(dir .. "/graph.json", '{"n":3,"adj":[[1],[0,2],[1]]}')
+    local back = layout.load_graph(dir)
+    assert.equal(3, back.n)
+    assert.same({ 0, 2 }, back.adj[1])
+    assert.same({ 1 }, back.adj[2])
+  end)
+end)

@@ -1,0 +1,51 @@
+-- require through the process's cache of compiled modules (host/lua/chunks.c): a module loads as
+-- from its file, with its file's name and lines in errors, and a changed file is compiled afresh.
+describe("require (modules compiled once per process)", function()
+  local dir, saved_path
+  before_each(function()
+    dir = tmpdir()
+    saved_path = package.path
+    package.path = dir .. "/?.lua;" .. package.path
+  end)
+  after_each(function()
+    package.path = saved_path
+    for _, m in ipairs { "chunks_a", "chunks_bad", "chunks_err" } do package.loaded[m] = nil end
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  local function fresh(name)
+    package.loaded[name] = nil
+    return require(name)
+  end
+
+  it("loads a module with its name and file, again and again, and sees a changed file", function()
+    write_file(dir .. "/chunks_a.lua", "local name, file = ...\nreturn { v = 1, name = name, file = file }\n")
+    local m = fresh("chunks_a")
+    assert.same({ v = 1, name = "chunks_a", file = dir .. "/chunks_a.lua" }, m)
+    assert.equal(1, fresh("chunks_a").v)   -- from the cache
+    write_file(dir .. "/chunks_a.lua", "return { v = 22 }\n")
+    assert.equal(22, fresh("chunks_a").v)
+  end)
+
+  it("keeps the file's name and lines in a runtime error", function()
+    write_file(dir .. "/chunks_err.lua", "local M = {}\n\nfunction M.f()\n  error('boom')\nend\nreturn M\n")
+    fresh("chunks_err")
+    local m = fresh("chunks_err")   -- the cached copy
+    local ok, err = pcall(m.f)
+    assert.is_false(ok)
+    assert.equal(dir .. "/chunks_err.lua:4: boom", err)
+    assert.equal("@" .. dir .. "/chunks_err.lua", debug.getinfo(m.f, "S").source)
+  end)
+
+  it("says what Lua says of a file that does not compile, and of a module not found", function()
+    write_file(dir .. "/chunks_bad.lua", "return {\n")
+    local ok, err = pcall(require, "chunks_bad")
+    assert.is_false(ok)
+    assert.truthy(err:find("error loading module 'chunks_bad' from file '" .. dir .. "/chunks_bad.lua':", 1, true))
+    assert.truthy(err:find("chunks_bad.lua:2:", 1, true))
+    ok, err = pcall(require, "chunks_none")
+    assert.is_false(ok)
+    assert.truthy(err:find("module 'chunks_none' not found:", 1, true))
+    assert.truthy(err:find("no file '" .. dir .. "/chunks_none.lua'", 1, true))
+  end)
+end)
