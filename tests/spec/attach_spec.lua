@@ -9,6 +9,18 @@ local CONFIG = "seed = 3\nnodes = 8\ngraph = 'ring'\nrounds = 5\nlocal_steps = 2
 
 local started = {}   -- the runs started here: one a failed test left paused is stopped after it
 
+-- Stops the runs a failed test left paused (nothing left running).
+local function stop_started()
+  for _, pid in ipairs(started) do
+    local ok, code = pcall(host.wait, pid, true)   -- not ours any more once waited for
+    if ok and code == nil then
+      host.kill(pid, 15)   -- a paused run stops at SIGTERM like any other, its processes with it
+      pcall(wait_exit, pid, 30)
+    end
+  end
+  started = {}
+end
+
 -- Starts config_text with --paused in the background; -> the run directory, its pid, its output file.
 -- opts: env (a list of NAME=VALUE for the run), ssh (the command the client reaches other hosts by)
 local function start_paused(config_text, extra, dir, opts)
@@ -55,16 +67,7 @@ local function rounds_recorded(out, uid)
 end
 
 describe("dpy-lua attach #e2e", function()
-  after_each(function()
-    for _, pid in ipairs(started) do
-      local ok, code = pcall(host.wait, pid, true)   -- not ours any more once waited for
-      if ok and code == nil then
-        host.kill(pid, 15)   -- a paused run stops at SIGTERM like any other, its processes with it
-        pcall(wait_exit, pid, 30)
-      end
-    end
-    started = {}
-  end)
+  after_each(stop_started)
 
   it("looks inside a node of a run in two processes, pauses, steps, changes one node and resumes", function()
     local out, pid, log = start_paused(CONFIG, "processes=2")
@@ -313,6 +316,7 @@ end)
 describe("dpy-lua attach to processes on another host #e2e", function()
   local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
   local keys, ssh
+  after_each(stop_started)
   setup(function()
     keys = tmpdir() .. "/keys"
     local port = 45000 + math.random(0, 9999)
