@@ -54,10 +54,7 @@ function Client:reach(p)
   local c, fwd = forward.connect { ssh = self.ssh, host = where.host, remote = where.socket,
                                    here = string.format("%s/p%d.sock", self.folder, p),
                                    log = string.format("%s/p%d.ssh.log", self.folder, p) }
-  if not c then
-    os.remove(string.format("%s/p%d.ssh.log", self.folder, p))
-    return nil, string.format("process %d of %s runs on %s: %s", p, self.dir, where.host, fwd)
-  end
+  if not c then return nil, string.format("process %d of %s runs on %s: %s", p, self.dir, where.host, fwd) end
   self.forwards[#self.forwards + 1] = fwd
   return c
 end

@@ -5,16 +5,15 @@
 -- keys, agent and known hosts decide who gets in.
 local core = require "dpy.attach.core"
 local host = require "dpy.host.core"
+local paths = require "dpy.paths"
 
 local M = {}
 local Forward = {}
 Forward.__index = Forward
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
 --- forward.folder() -> a new private folder (mode 0700) for the local ends | nil, message
 function M.folder()
-  local p = io.popen("mktemp -d /tmp/dpy-attach-forward.XXXXXX 2>&1")
+  local p = io.popen("mktemp -d /tmp/dpy-attach-forward.XXXXXX 2>&1")   -- mode 0700
   local dir = p:read("l")
   local ok = p:close()
   if not ok or not dir then return nil, "mktemp: " .. tostring(dir) end
@@ -23,7 +22,7 @@ end
 
 --- forward.connect{ ssh, host, remote, here, log, timeout } -> connection, forward | nil, message
 -- ssh: the command (words a shell splits: "ssh -J login"); remote: the socket's path on host;
--- here: the path of the local end; log: where ssh's messages go.
+-- here: the path of the local end; log: where ssh's messages go (removed when it fails).
 function M.connect(o)
   -- SIGINT ignored, which OpenSSH keeps: Ctrl-C at the prompt interrupts the node's code, not the
   -- forward; a hang-up of the terminal still ends it
@@ -40,7 +39,8 @@ function M.connect(o)
       local f = io.open(o.log)
       local said = f and f:read("a"):gsub("%s+$", ""):match("[^\n]*$") or ""
       if f then f:close() end
-      return nil, string.format("%s %s exited with %d%s", o.ssh, shell_quote(o.host), code,
+      os.remove(o.log)
+      return nil, string.format("%s %s exited with %d%s", o.ssh, paths.shell_quote(o.host), code,
                                 said ~= "" and ": " .. said or "")
     end
     local c = core.connect(o.here)
@@ -48,7 +48,7 @@ function M.connect(o)
     host.sleep(0.05)
   end
   self:close()
-  return nil, string.format("%s %s: no forward after %d s", o.ssh, shell_quote(o.host), o.timeout or 30)
+  return nil, string.format("%s %s: no forward after %d s", o.ssh, paths.shell_quote(o.host), o.timeout or 30)
 end
 
 --- forward:close(): ends ssh and removes the local end and the log
