@@ -5,8 +5,10 @@
 --   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET [TEST_SAMPLES]]]]]]]
 -- (defaults 64 7 200 3 10 0.8 2000: the issue's setting; every node evaluates on the first
 -- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows). The runs go
--- seed by seed into $TMPDIR/dpy_epidemic_<NODES>_<S>_<ROUNDS>_<LOCAL_STEPS>_<TEST_SAMPLES>: a run
--- found finished there is read, not run again, so a comparison stopped part way goes on from there.
+-- seed by seed into $TMPDIR/dpy_epidemic_<NODES>_<S>_<LOCAL_STEPS>_<TEST_SAMPLES>: a run found
+-- finished there is read, not run again, so a comparison stopped part way goes on from there; a
+-- finished run of more rounds is read up to ROUNDS (its first ROUNDS rounds are those of a run of
+-- ROUNDS: nothing in these configs depends on the total), so a shorter table costs no new run.
 local host = require "dpy.host.core"
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
@@ -22,7 +24,7 @@ local test_samples = math.tointeger(tonumber(arg and arg[7])) or 2000
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local base = paths.absolute(here .. "/../0_baseline.lua")
 local work = os.getenv("TMPDIR") or "/tmp"
-work = string.format("%s/dpy_epidemic_%d_%d_%d_%d_%d", work, nodes, s, rounds, local_steps, test_samples)
+work = string.format("%s/dpy_epidemic_%d_%d_%d_%d", work, nodes, s, local_steps, test_samples)
 assert(host.mkdir_p(work))
 
 local variants = {
@@ -32,17 +34,28 @@ local variants = {
   { label = "EL-Local", lines = string.format('algorithm = { "epidemic", variant = "local", s = %d }\n', s) },
 }
 
--- The mean test accuracy over the evaluated nodes at each evaluation round, and the MB a node
--- sent (mean over nodes).
+-- The config text of a run of variant v, seed and length r.
+local function config(v, seed, r)
+  return string.format('include %q\nseed = %d\nnodes = %d\npartition = { "dirichlet", alpha = 0.1 }\n'
+                       .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s',
+                       base, seed, nodes, r, local_steps, test_samples, v.lines)
+end
+
+-- The mean test accuracy over the evaluated nodes at each evaluation round up to ROUNDS, and the
+-- MB a node sent in those rounds (mean over nodes).
 local function read_run(dir)
   local sums, counts, sent = {}, {}, 0
   for uid = 0, nodes - 1 do
     local m = assert(metrics.read(string.format("%s/%d.metrics.json", dir, uid))).metrics
     for _, e in ipairs(m.test_accuracy or {}) do
-      sums[e[1]] = (sums[e[1]] or 0) + e[2]
-      counts[e[1]] = (counts[e[1]] or 0) + 1
+      if e[1] <= rounds then
+        sums[e[1]] = (sums[e[1]] or 0) + e[2]
+        counts[e[1]] = (counts[e[1]] or 0) + 1
+      end
     end
-    for _, e in ipairs(m.bytes_sent) do sent = sent + e[2] end
+    for _, e in ipairs(m.bytes_sent) do
+      if e[1] <= rounds then sent = sent + e[2] end
+    end
   end
   local curve = {}
   for r, sum in pairs(sums) do curve[#curve + 1] = { r, sum / counts[r] } end
@@ -55,19 +68,23 @@ local function first_reaching(curve, level)
   return string.format(">%d", rounds)
 end
 
--- Whether dir holds a finished run of config text cfg: the same config, every node's last round
--- evaluated.
-local function finished(dir, cfg)
+-- The length of the finished run of variant v and seed in dir when it is at least ROUNDS long, or
+-- nil: its config that of v and seed but for its rounds, every node evaluated at round ROUNDS and
+-- at its last.
+local function finished(dir, v, seed)
   local f = io.open(dir .. ".lua")
-  local same = f and f:read("a") == cfg
+  local text = f and f:read("a")
   if f then f:close() end
-  if not same then return false end
+  local had = text and math.tointeger(tonumber(text:match("\nrounds = (%d+)\n")))
+  if not had or had < rounds or text ~= config(v, seed, had) then return nil end
   for uid = 0, nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
-    local acc = m and m.metrics.test_accuracy
-    if not (acc and acc[#acc] and acc[#acc][1] == rounds) then return false end
+    local acc = m and m.metrics.test_accuracy or {}
+    local at = false
+    for _, e in ipairs(acc) do at = at or e[1] == rounds end
+    if not (at and acc[#acc][1] == had) then return nil end
   end
-  return true
+  return had
 end
 
 local bin = host.exe()
@@ -78,14 +95,11 @@ for seed = 1, seeds do
   for i, v in ipairs(variants) do
     local row = rows[i]
     local dir = string.format("%s/%s_%d", work, v.label:gsub("%W", "_"), seed)
-    local cfg = string.format('include %q\nseed = %d\nnodes = %d\npartition = { "dirichlet", alpha = 0.1 }\n'
-                              .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s',
-                              base, seed, nodes, rounds, local_steps, test_samples, v.lines)
     local t0 = host.clock()
-    local again = finished(dir, cfg)
-    if not again then
+    local had = finished(dir, v, seed)
+    if not had then
       local f = assert(io.open(dir .. ".lua", "w"))
-      f:write(cfg)
+      f:write(config(v, seed, rounds))
       f:close()
       local ok = os.execute(string.format("rm -rf %q && %q run %q.lua --out %q -q >%q.out 2>&1", dir, bin, dir, dir,
                                           dir))
@@ -98,7 +112,8 @@ for seed = 1, seeds do
     row.mb = row.mb + mb / seeds
     io.stderr:write(string.format("%s, seed %d: %s rounds to %.2f, final %.4f (%s)\n", v.label, seed,
                                   tostring(row.reached[seed]), target, row.final[seed],
-                                  again and "finished before" or string.format("%.0f s", host.clock() - t0)))
+                                  had and string.format("finished before, %d rounds", had)
+                                  or string.format("%.0f s", host.clock() - t0)))
   end
 end
 print(string.format("%d nodes, s = %d, %d local steps of batch 32 a round, Dirichlet alpha = 0.1, cnn, "

@@ -172,22 +172,33 @@ return registry.register { kind = "sharing", name = "checked",
 ]]
 
 describe("configs/epidemic/compare.lua #e2e", function()
-  it("prints the rounds to the target per seed for the three topologies, and goes on where it stopped", function()
+  it("prints the rounds to the target per seed for the three topologies, goes on where it stopped, and reads "
+     .. "a shorter table from longer runs", function()
+    local function compare(tmp, rounds)
+      local code, o, e = sh(string.format("TMPDIR=%s %s %s 6 2 %d 1 1 0.3 100", tmp, shell_quote(DPY_BIN),
+                                          shell_quote(REPO .. "/configs/epidemic/compare.lua"), rounds))
+      assert.are.equal(0, code, e)
+      local _, read = e:gsub("finished before, 10 rounds", "")
+      return (o:gsub("%(%d+ s%)", "")), e, read
+    end
     local tmp = tmpdir()
-    local cmd = string.format("TMPDIR=%s %s %s 6 2 4 1 1 0.3 100", tmp, shell_quote(DPY_BIN),
-                              shell_quote(REPO .. "/configs/epidemic/compare.lua"))
-    local code, o, e = sh(cmd)
-    assert.are.equal(0, code, e)
+    local o, e, read = compare(tmp, 10)
     for _, label in ipairs { "static 2%-regular %(D%-PSGD%)", "EL%-Oracle", "EL%-Local" } do
       assert.matches("\n| " .. label .. " | [>%d]+ | [>%d]+ | ", o)
     end
     assert.matches("EL%-Local, seed 1: .* s%)", e)
+    assert.are.equal(0, read, e)
     -- run again: every run is found finished and read, the table the same
-    local code2, o2, e2 = sh(cmd)
-    assert.are.equal(0, code2, e2)
-    local _, read = e2:gsub("finished before", "")
-    assert.are.equal(3, read, e2)
-    assert.are.equal((o:gsub("%(%d+ s%)", "")), (o2:gsub("%(%d+ s%)", "")))
+    local o2, e2, read2 = compare(tmp, 10)
+    assert.are.equal(3, read2, e2)
+    assert.are.equal(o, o2)
+    -- 5 rounds: read from the 10-round runs, the table that of fresh 5-round runs
+    local o5, e5, read5 = compare(tmp, 5)
+    assert.are.equal(3, read5, e5)
+    local fresh, e6, read6 = compare(tmpdir(), 5)
+    assert.are.equal(0, read6, e6)
+    assert.are.equal(fresh, o5)
+    assert.are_not.equal(o, o5)
   end)
 end)
 
