@@ -2,10 +2,11 @@
 -- of the nodes reaches TARGET, for D-PSGD on a static random S-regular graph, EL-Oracle and
 -- EL-Local with the same S (every node sends S models a round in all three), on Fashion-MNIST with
 -- the cnn split by Dirichlet alpha = 0.1 (non-IID, where topology matters). Prints a Markdown table.
---   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET [TEST_SAMPLES]]]]]]]
+--   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET [TEST_SAMPLES [KEY=VALUE...]]]]]]]]
 -- (defaults 64 7 200 3 10 0.8 2000: the issue's setting; every node evaluates on the first
--- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows). The runs go
--- seed by seed into $TMPDIR/dpy_epidemic_<NODES>_<S>_<LOCAL_STEPS>_<TEST_SAMPLES>: a run found
+-- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows). KEY=VALUE
+-- lines go into every run's config: a variant of the shared setting, 'optimizer={"sgd",lr=0.05}'.
+-- The runs go seed by seed into $TMPDIR/dpy_epidemic_<NODES>_<S>_<LOCAL_STEPS>_<TEST_SAMPLES>[_<KEY_VALUE...>]: a run found
 -- finished there is read, not run again, so a comparison stopped part way goes on from there; a
 -- finished run of more rounds is read up to ROUNDS (its first ROUNDS rounds are those of a run of
 -- ROUNDS: nothing in these configs depends on the total), so a shorter table costs no new run.
@@ -20,11 +21,13 @@ local seeds = math.tointeger(tonumber(arg and arg[4])) or 3
 local local_steps = math.tointeger(tonumber(arg and arg[5])) or 10
 local target = tonumber(arg and arg[6]) or 0.8
 local test_samples = math.tointeger(tonumber(arg and arg[7])) or 2000
+local extra = table.move(arg or {}, 8, math.max(#(arg or {}), 7), 1, {})
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local base = paths.absolute(here .. "/../0_baseline.lua")
 local work = os.getenv("TMPDIR") or "/tmp"
 work = string.format("%s/dpy_epidemic_%d_%d_%d_%d", work, nodes, s, local_steps, test_samples)
+if #extra > 0 then work = work .. "_" .. table.concat(extra, "_"):gsub("%W+", "_") end
 assert(host.mkdir_p(work))
 
 local variants = {
@@ -37,8 +40,9 @@ local variants = {
 -- The config text of a run of variant v, seed and length r.
 local function config(v, seed, r)
   return string.format('include %q\nseed = %d\nnodes = %d\npartition = { "dirichlet", alpha = 0.1 }\n'
-                       .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s',
-                       base, seed, nodes, r, local_steps, test_samples, v.lines)
+                       .. 'rounds = %d\nlocal_steps = %d\neval_every = 5\ntest_samples = %d\n%s%s',
+                       base, seed, nodes, r, local_steps, test_samples, v.lines,
+                       #extra > 0 and table.concat(extra, "\n") .. "\n" or "")
 end
 
 -- The mean test accuracy over the evaluated nodes at each evaluation round up to ROUNDS, and the
@@ -117,8 +121,8 @@ for seed = 1, seeds do
   end
 end
 print(string.format("%d nodes, s = %d, %d local steps of batch 32 a round, Dirichlet alpha = 0.1, cnn, "
-                    .. "%d seed(s), up to %d rounds (%.0f s)", nodes, s, local_steps, seeds, rounds,
-                    host.clock() - t_all))
+                    .. "%d seed(s), up to %d rounds%s (%.0f s)", nodes, s, local_steps, seeds, rounds,
+                    #extra > 0 and ", " .. table.concat(extra, ", ") or "", host.clock() - t_all))
 print(string.format("| topology | rounds to %.0f %% mean test accuracy (per seed) | rounds to %.0f %% "
                     .. "| final accuracy (mean) | MB sent per node |", target * 100, target * 100 - 10))
 print("| --- | --- | --- | --- | --- |")

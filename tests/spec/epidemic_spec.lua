@@ -174,9 +174,10 @@ return registry.register { kind = "sharing", name = "checked",
 describe("configs/epidemic/compare.lua #e2e", function()
   it("prints the rounds to the target per seed for the three topologies, goes on where it stopped, and reads "
      .. "a shorter table from longer runs", function()
-    local function compare(tmp, rounds)
-      local code, o, e = sh(string.format("TMPDIR=%s %s %s 6 2 %d 1 1 0.3 100", tmp, shell_quote(DPY_BIN),
-                                          shell_quote(REPO .. "/configs/epidemic/compare.lua"), rounds))
+    local function compare(tmp, rounds, extra)
+      local code, o, e = sh(string.format("TMPDIR=%s %s %s 6 2 %d 1 1 0.3 100 %s", tmp, shell_quote(DPY_BIN),
+                                          shell_quote(REPO .. "/configs/epidemic/compare.lua"), rounds,
+                                          extra or ""))
       assert.are.equal(0, code, e)
       local _, read = e:gsub("finished before, 10 rounds", "")
       return (o:gsub("%(%d+ s%)", "")), e, read
@@ -199,6 +200,14 @@ describe("configs/epidemic/compare.lua #e2e", function()
     assert.are.equal(0, read6, e6)
     assert.are.equal(fresh, o5)
     assert.are_not.equal(o, o5)
+    -- KEY=VALUE: a line of every run's config, runs of their own (a folder named by it)
+    local ol, el, readl = compare(tmp, 5, [['optimizer={"sgd",lr=0.01}']])
+    assert.are.equal(0, readl, el)
+    assert.matches('5 rounds, optimizer={"sgd",lr=0.01}', ol, 1, true)
+    assert.are_not.equal(o5:match("\n.*"), ol:match("\n.*"))
+    local f = assert(io.open(tmp .. "/dpy_epidemic_6_2_1_100_optimizer_sgd_lr_0_01_/EL_Local_1.lua"))
+    assert.matches('\noptimizer={"sgd",lr=0.01}\n$', f:read("a"))
+    f:close()
   end)
 end)
 
