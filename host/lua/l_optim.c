@@ -106,6 +106,12 @@ static int o_kind(lua_State *L) {
     return 1;
 }
 
+/* o:reset(): drops the momentum buffers, moments and step counts (the learning rate stays) */
+static int o_reset(lua_State *L) {
+    dpy_optim_reset(checkoptim(L, 1));
+    return 0;
+}
+
 /* o:state() -> string: momentum buffers, moments and step counts (libtorch archive bytes) */
 static int o_state(lua_State *L) {
     dpy_optim *o = checkoptim(L, 1);
@@ -147,7 +153,7 @@ static int o_tostring(lua_State *L) {
 
 static const luaL_Reg methods[] = {
     {"step", o_step}, {"zero_grad", o_zero_grad}, {"lr", o_lr}, {"set_lr", o_set_lr},
-    {"kind", o_kind}, {"state", o_state}, {"set_state", o_set_state}, {"free", o_free},
+    {"kind", o_kind}, {"reset", o_reset}, {"state", o_state}, {"set_state", o_set_state}, {"free", o_free},
     {NULL, NULL}};
 static const luaL_Reg meta[] = {{"__gc", o_free}, {"__close", o_free},
                                 {"__tostring", o_tostring}, {NULL, NULL}};

@@ -332,6 +332,7 @@ DPY_API dpy_err dpy_optim_step(dpy_optim *o) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_optim_zero_grad(dpy_optim *o) DPY_NOEXCEPT;
 DPY_API double dpy_optim_lr(const dpy_optim *o) DPY_NOEXCEPT;
 DPY_API void dpy_optim_set_lr(dpy_optim *o, double lr) DPY_NOEXCEPT;
+DPY_API void dpy_optim_reset(dpy_optim *o) DPY_NOEXCEPT;   /* drops the state, keeps the lr */
 DPY_API const char *dpy_optim_kind_name(const dpy_optim *o) DPY_NOEXCEPT;
 /* The optimizer's state (momentum buffers, moments, step counts) as bytes in libtorch's archive
 ** format; *buf is freed with dpy_torch_free. */

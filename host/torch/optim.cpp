@@ -75,6 +75,10 @@ void dpy_optim_set_lr(dpy_optim *o, double lr) noexcept {
         g.options().set_lr(lr);
 }
 
+// Drops the per-parameter state (momentum buffers, Adam's moments and step counts), as
+// DecentralizePy's reset_optimizer re-creates the optimizer; the learning rate stays.
+void dpy_optim_reset(dpy_optim *o) noexcept { o->o->state().clear(); }
+
 const char *dpy_optim_kind_name(const dpy_optim *o) noexcept {
     switch (o->kind) {
     case DPY_SGD: return "sgd";

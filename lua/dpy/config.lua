@@ -51,6 +51,9 @@ M.SCHEMA = {
   rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds" },
   local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round" },
   local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)" },
+  reset_optimizer = { type = "boolean", default = false,
+                      doc = "drop the optimizer's state (momentum, moments) before each round's training, "
+                            .. "as DecentralizePy's reset_optimizer (its default there)" },
   algorithm = { kind = "algorithm", default = "dpsgd",
                 doc = "dpsgd (gossip averaging), fedavg (server = node 0), ps (parameter server = node 0), "
                       .. "or the path of a Lua file" },

@@ -248,9 +248,11 @@ end
 --- exchange.train(node, steps) -> mean loss, seconds: trains in a compute slot (acquired unless
 -- already held) and keeps it: the caller releases it once its compute is done. A straggler (see
 -- dpy.simclock) takes its slowdown times as long: on the simulated clock, or in real time by
--- waiting (without the slot) after its training.
+-- waiting (without the slot) after its training. With reset_optimizer the optimizer's state goes
+-- first (DecentralizePy's reset_optimizer).
 function M.train(node, steps)
   node.endpoint:acquire(node.round)
+  if node.cfg.reset_optimizer then node.optimizer:reset() end
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
   local clock = node.simclock

@@ -80,6 +80,10 @@ function M.prepare(cfg, dir)
     error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
                         alg.name), 0)
   end
+  if cfg.reset_optimizer and alg.name == "ps" then   -- ps's workers send gradients: no state of theirs to drop
+    error("reset_optimizer: drops a node's optimizer state before its round's training, not ps's (its "
+          .. "server steps the one optimizer)", 0)
+  end
   if cfg.sim_clock and not (alg.simulated and not registry.spec("sharing", cfg.sharing).exchange) then
     error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
                         .. "not %s", alg.name), 0)

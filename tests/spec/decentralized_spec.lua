@@ -210,3 +210,30 @@ describe("decentralized runs", function()
     assert.matches("noisy_model: sending models with noise", read_file(out .. "/1.log"))
   end)
 end)
+
+describe("reset_optimizer #e2e", function()
+  -- DecentralizePy's reset_optimizer: the optimizer's state goes before each round's training. With
+  -- one local step a round, SGD's momentum then never acts: the run is plain SGD's, bit for bit.
+  it("drops the optimizer's state before each round: one local step with momentum is plain SGD", function()
+    local function series(lines)
+      local code, _, err, out = run(TINY .. "local_steps = 1\n" .. lines)
+      assert.are.equal(0, code, err)
+      return { node_metrics(out, 0), node_metrics(out, 3) }
+    end
+    local plain = series("optimizer = { 'sgd', lr = 0.05 }\n")
+    local reset = series("optimizer = { 'sgd', lr = 0.05, momentum = 0.9 }\nreset_optimizer = true\n")
+    local kept = series("optimizer = { 'sgd', lr = 0.05, momentum = 0.9 }\n")
+    for i = 1, 2 do
+      assert.are.same(plain[i].train_loss, reset[i].train_loss)
+      assert.are.same(plain[i].test_accuracy, reset[i].test_accuracy)
+      assert.are.equal(plain[i].train_loss[1][2], kept[i].train_loss[1][2])   -- round 1: a fresh state in all
+      assert.are_not.equal(plain[i].train_loss[3][2], kept[i].train_loss[3][2])
+    end
+  end)
+
+  it("is refused with ps, whose workers do not train (the server steps its optimizer)", function()
+    local code, _, err = run(TINY .. "algorithm = 'ps'\nreset_optimizer = true\n")
+    assert.are.equal(1, code)
+    assert.matches("reset_optimizer: .*not ps", err)
+  end)
+end)

@@ -95,6 +95,26 @@ describe("optimizers", function()
     assert.is_string(err)
   end)
 
+  it("reset drops the state: the next step is a fresh optimizer's, the learning rate stays", function()
+    local _, opt, w = steps(function(p) return optim.sgd(p, { lr = 0.1, momentum = 0.9 }) end, 2)
+    opt:set_lr(0.05)
+    opt:reset()
+    opt:zero_grad()
+    ;(w * 2):sum():backward()
+    opt:step()
+    -- buf = 2 again (no 0.9 * 3.8 carried over): w = 0.42 - 0.05 * 2
+    near({ 0.32 }, { w:item() })
+    assert.are.equal(0.05, opt:lr())
+    -- adam's step count too: its first step after a reset is lr again
+    local _, a, wa = steps(function(p) return optim.adam(p, { lr = 0.1 }) end, 3)
+    local before = wa:item()
+    a:reset()
+    a:zero_grad()
+    ;(wa * 2):sum():backward()
+    a:step()
+    near({ before - 0.1 }, { wa:item() })
+  end)
+
   it("names unknown options and bad values", function()
     assert.error_matches(function() optim.sgd({}, { lr = 0.1, momentun = 0.9 }) end,
                          "optim.sgd: unknown option 'momentun' %(did you mean 'momentum'%?%)")
