@@ -2,11 +2,13 @@
 -- of the nodes reaches TARGET, for D-PSGD on a static random S-regular graph, EL-Oracle and
 -- EL-Local with the same S (every node sends S models a round in all three), on Fashion-MNIST with
 -- the cnn split by Dirichlet alpha = 0.1 (non-IID, where topology matters). Prints a Markdown table.
---   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET [TEST_SAMPLES [KEY=VALUE...]]]]]]]]
+--   scripts/dpy configs/epidemic/compare.lua [NODES [S [ROUNDS [SEEDS [LOCAL_STEPS [TARGET
+--     [TEST_SAMPLES [KEY=VALUE...]]]]]]]]
 -- (defaults 64 7 200 3 10 0.8 2000: the issue's setting; every node evaluates on the first
 -- TEST_SAMPLES test images every 5 rounds; the README's table names the run it shows). KEY=VALUE
 -- lines go into every run's config: a variant of the shared setting, 'optimizer={"sgd",lr=0.05}'.
--- The runs go seed by seed into $TMPDIR/dpy_epidemic_<NODES>_<S>_<LOCAL_STEPS>_<TEST_SAMPLES>[_<KEY_VALUE...>]: a run found
+-- The runs go seed by seed into
+-- $TMPDIR/dpy_epidemic_<NODES>_<S>_<LOCAL_STEPS>_<TEST_SAMPLES>[_<KEY_VALUE...>]: a run found
 -- finished there is read, not run again, so a comparison stopped part way goes on from there; a
 -- finished run of more rounds is read up to ROUNDS (its first ROUNDS rounds are those of a run of
 -- ROUNDS: nothing in these configs depends on the total), so a shorter table costs no new run.
