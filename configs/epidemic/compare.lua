@@ -47,12 +47,15 @@ local function config(v, seed, r)
                        #extra > 0 and table.concat(extra, "\n") .. "\n" or "")
 end
 
--- The mean test accuracy over the evaluated nodes at each evaluation round up to ROUNDS, and the
--- MB a node sent in those rounds (mean over nodes).
+-- The mean test accuracy over the evaluated nodes at each evaluation round up to ROUNDS, the MB a
+-- node sent in those rounds (mean over nodes), and the first round by then in which a node's loss
+-- went NaN or Inf (nil if none).
 local function read_run(dir)
-  local sums, counts, sent = {}, {}, 0
+  local sums, counts, sent, diverged = {}, {}, 0, nil
   for uid = 0, nodes - 1 do
     local m = assert(metrics.read(string.format("%s/%d.metrics.json", dir, uid))).metrics
+    local at = metrics.diverged_at(m)
+    if at and at <= rounds then diverged = math.min(diverged or at, at) end
     for _, e in ipairs(m.test_accuracy or {}) do
       if e[1] <= rounds then
         sums[e[1]] = (sums[e[1]] or 0) + e[2]
@@ -66,12 +69,13 @@ local function read_run(dir)
   local curve = {}
   for r, sum in pairs(sums) do curve[#curve + 1] = { r, sum / counts[r] } end
   table.sort(curve, function(a, b) return a[1] < b[1] end)
-  return curve, sent / nodes / 1e6
+  return curve, sent / nodes / 1e6, diverged
 end
 
-local function first_reaching(curve, level)
+-- The first evaluation round at which the curve reaches level, else unreached (or ">ROUNDS").
+local function first_reaching(curve, level, unreached)
   for _, e in ipairs(curve) do if e[2] >= level then return e[1] end end
-  return string.format(">%d", rounds)
+  return unreached or string.format(">%d", rounds)
 end
 
 -- The length of the finished run of variant v and seed in dir when it is at least ROUNDS long, or
@@ -109,15 +113,20 @@ for seed = 1, seeds do
       f:close()
       local ok = os.execute(string.format("rm -rf %q && %q run %q.lua --out %q -q >%q.out 2>&1", dir, bin, dir, dir,
                                           dir))
-      if not ok then error(string.format("%s, seed %d: the run failed (see %s.out)", v.label, seed, dir), 0) end
+      -- a run whose every node diverged exits 1 but is finished: a result, not a failure
+      if not (ok or finished(dir, v, seed)) then
+        error(string.format("%s, seed %d: the run failed (see %s.out)", v.label, seed, dir), 0)
+      end
     end
-    local curve, mb = read_run(dir)
-    row.reached[seed] = first_reaching(curve, target)
-    row.lower[seed] = first_reaching(curve, target - 0.1)
+    local curve, mb, diverged = read_run(dir)
+    local unreached = diverged and string.format("diverged (round %d)", diverged)
+    row.reached[seed] = first_reaching(curve, target, unreached)
+    row.lower[seed] = first_reaching(curve, target - 0.1, unreached)
     row.final[seed] = curve[#curve][2]
     row.mb = row.mb + mb / seeds
-    io.stderr:write(string.format("%s, seed %d: %s rounds to %.2f, final %.4f (%s)\n", v.label, seed,
-                                  tostring(row.reached[seed]), target, row.final[seed],
+    local reach = row.reached[seed]
+    io.stderr:write(string.format("%s, seed %d: %s %s %.2f, final %.4f (%s)\n", v.label, seed, tostring(reach),
+                                  reach == unreached and "before" or "rounds to", target, row.final[seed],
                                   had and string.format("finished before, %d rounds", had)
                                   or string.format("%.0f s", host.clock() - t0)))
   end

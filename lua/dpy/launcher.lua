@@ -112,22 +112,6 @@ local function failures(results)
   return list
 end
 
--- The first round whose train or test loss is not finite (written as null), or nil.
-local function diverged_at(s)
-  local first
-  for _, key in ipairs { "train_loss", "test_loss" } do
-    for _, e in ipairs(s[key] or {}) do
-      local v = e[2]
-      if not (math.type(v) == "float" or math.type(v) == "integer") or v ~= v or v == math.huge
-         or v == -math.huge then
-        first = math.min(first or e[1], e[1])
-        break
-      end
-    end
-  end
-  return first
-end
-
 -- Reads every node's metrics; returns the summary table's numbers (accuracy: the honest nodes';
 -- diverged: { uid, round } of the nodes whose loss went NaN or Inf; trained: nodes with a loss).
 function M.summarize(cfg, dir, seconds)
@@ -141,7 +125,7 @@ function M.summarize(cfg, dir, seconds)
     if m then
       local s = m.metrics
       if s.train_loss and #s.train_loss > 0 then trained = trained + 1 end
-      local at = diverged_at(s)
+      local at = metrics.diverged_at(s)
       if at then diverged[#diverged + 1] = { uid = u, round = at } end
       if honest.set[u] and s.test_accuracy and #s.test_accuracy > 0 then
         accs[#accs + 1] = s.test_accuracy[#s.test_accuracy][2]

@@ -48,5 +48,22 @@ function M.read(path)
   return t
 end
 
+--- metrics.diverged_at(series) -> the first round whose train or test loss is not finite (written
+-- as null), or nil; series: a node's metrics table (metrics.read(path).metrics)
+function M.diverged_at(series)
+  local first
+  for _, key in ipairs { "train_loss", "test_loss" } do
+    for _, e in ipairs(series[key] or {}) do
+      local v = e[2]
+      if not (math.type(v) == "float" or math.type(v) == "integer") or v ~= v or v == math.huge
+         or v == -math.huge then
+        first = math.min(first or e[1], e[1])
+        break
+      end
+    end
+  end
+  return first
+end
+
 M.json = cjson
 return M

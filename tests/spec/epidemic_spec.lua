@@ -208,6 +208,12 @@ describe("configs/epidemic/compare.lua #e2e", function()
     local f = assert(io.open(tmp .. "/dpy_epidemic_6_2_1_100_optimizer_sgd_lr_0_01_/EL_Local_1.lua"))
     assert.matches('\noptimizer={"sgd",lr=0.01}\n$', f:read("a"))
     f:close()
+    -- a run that diverges is a result, not a failure: the table says from which round
+    local od, ed = compare(tmp, 5, [['optimizer={"sgd",lr=1e6}']])
+    for _, label in ipairs { "static 2%-regular %(D%-PSGD%)", "EL%-Oracle", "EL%-Local" } do
+      assert.matches("\n| " .. label .. " | diverged %(round %d%) | ", od, 1)
+    end
+    assert.matches("EL%-Local, seed 1: diverged %(round %d%)", ed)
   end)
 end)
 
