@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,9 +13,21 @@
 #include "bytes.h"
 #include "dpy_core.h"
 
+static EVP_MAC *poly1305;   /* OpenSSL's, fetched once */
+static pthread_once_t started = PTHREAD_ONCE_INIT;
+static int start_rc;
+
+static void start(void) {
+    poly1305 = EVP_MAC_fetch(NULL, "POLY1305", NULL);
+    start_rc = sodium_init() < 0 ? -1 : poly1305 ? 0 : -2;
+}
+
 int dpy_auth_init(char *err, size_t errlen) {
-    if (sodium_init() < 0)
+    pthread_once(&started, start);
+    if (start_rc == -1)
         return dpy_fail(err, errlen, "libsodium cannot start");
+    if (start_rc == -2)
+        return dpy_fail(err, errlen, "OpenSSL has no POLY1305 MAC");
     return 0;
 }
 
@@ -119,9 +132,26 @@ void dpy_auth_session(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs,
 
 static const uint8_t zeros[16];
 
-void dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], size_t len,
-                    dpy_auth_stream *s) {
-    memset(s, 0, sizeof *s);
+static void mac_update(dpy_auth_stream *s, const uint8_t *data, size_t n) {
+    if (n)
+        EVP_MAC_update(s->mac, data, n);
+}
+
+/* Clears what a finished packet leaves in s (its keys and position), keeping its MAC context. */
+static void wipe(dpy_auth_stream *s) {
+    EVP_MAC_CTX *mac = s->mac;
+    sodium_memzero(s, sizeof *s);
+    s->mac = mac;
+}
+
+int dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], size_t len,
+                   dpy_auth_stream *s) {
+    wipe(s);
+    if (!s->mac) {
+        char err[80];
+        if (dpy_auth_init(err, sizeof err) != 0 || !(s->mac = EVP_MAC_CTX_new(poly1305)))
+            return -1;
+    }
     s->dir = d;
     s->encrypt = encrypt;
     s->len = len;
@@ -130,11 +160,17 @@ void dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], s
     put64(s->nonce, s->seq);
     uint8_t otk[crypto_onetimeauth_poly1305_KEYBYTES];
     crypto_stream_chacha20_ietf(otk, sizeof otk, s->nonce, d->key);
-    crypto_onetimeauth_poly1305_init(&s->mac, otk);
+    int rc = EVP_MAC_init(s->mac, otk, sizeof otk, NULL) == 1 ? 0 : -1;
     sodium_memzero(otk, sizeof otk);
-    crypto_onetimeauth_poly1305_update(&s->mac, hdr, 40);
+    mac_update(s, hdr, 40);
     if (encrypt)
-        crypto_onetimeauth_poly1305_update(&s->mac, zeros, (16 - 40 % 16) % 16);
+        mac_update(s, zeros, (16 - 40 % 16) % 16);
+    return rc;
+}
+
+void dpy_auth_stream_free(dpy_auth_stream *s) {
+    EVP_MAC_CTX_free(s->mac);
+    sodium_memzero(s, sizeof *s);
 }
 
 /* out = in XOR the keystream, for n payload bytes from offset at (a multiple of 64: whole blocks) */
@@ -145,16 +181,16 @@ static void xor_stream(const dpy_auth_stream *s, uint8_t *out, const uint8_t *in
 void dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n) {
     if (s->encrypt) {   /* pieces are whole keystream blocks, but for the last */
         xor_stream(s, out, in, n, s->done);
-        crypto_onetimeauth_poly1305_update(&s->mac, out, n);
+        mac_update(s, out, n);
     } else {
-        crypto_onetimeauth_poly1305_update(&s->mac, in, n);
+        mac_update(s, in, n);
     }
     s->done += n;
 }
 
 void dpy_auth_open_upto(dpy_auth_stream *s, uint8_t *data, size_t got) {
     if (got > s->done)
-        crypto_onetimeauth_poly1305_update(&s->mac, data + s->done, got - s->done);
+        mac_update(s, data + s->done, got - s->done);
     s->done = got;
     if (s->encrypt) {   /* deciphered a whole block at a time; the tail once it is all there */
         size_t upto = got == s->len ? got : got - got % 64;
@@ -169,17 +205,19 @@ static void finish(dpy_auth_stream *s, uint8_t tag[DPY_TAG_BYTES]) {
         uint8_t lengths[16];
         put64(lengths, 40);
         put64(lengths + 8, s->len);
-        crypto_onetimeauth_poly1305_update(&s->mac, zeros, (16 - s->len % 16) % 16);
-        crypto_onetimeauth_poly1305_update(&s->mac, lengths, sizeof lengths);
+        mac_update(s, zeros, (16 - s->len % 16) % 16);
+        mac_update(s, lengths, sizeof lengths);
     }
-    crypto_onetimeauth_poly1305_final(&s->mac, tag);
+    size_t n = 0;
+    if (EVP_MAC_final(s->mac, tag, &n, DPY_TAG_BYTES) != 1 || n != DPY_TAG_BYTES)
+        memset(tag, 0, DPY_TAG_BYTES);   /* never happens with a keyed context; fails the check */
 }
 
 void dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]) {
     put64(trailer, s->seq);
     finish(s, trailer + 8);
     d->seq = s->seq + 1;
-    sodium_memzero(s, sizeof *s);
+    wipe(s);
 }
 
 int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
@@ -195,7 +233,10 @@ int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
         at.seq = seq;
         uint8_t hdr[40];
         memcpy(hdr, s->hdr, sizeof hdr);
-        dpy_auth_begin(&at, s->encrypt, hdr, s->len, s);
+        if (dpy_auth_begin(&at, s->encrypt, hdr, s->len, s) != 0) {
+            wipe(s);
+            return DPY_AUTH_MEMORY;
+        }
         s->dir = d;
         dpy_auth_open_upto(s, data, s->len);
     }
@@ -208,22 +249,30 @@ int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
     }
     if (rc == DPY_AUTH_OK)
         d->seq = seq + 1;
-    sodium_memzero(s, sizeof *s);
+    wipe(s);
     return rc;
 }
 
-void dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uint8_t *in,
-                   uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]) {
-    dpy_auth_stream s;
-    dpy_auth_begin(d, encrypt, hdr, len, &s);
-    dpy_auth_seal_piece(&s, in, out, len);
-    dpy_auth_seal_end(d, &s, trailer);
+int dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uint8_t *in,
+                  uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]) {
+    dpy_auth_stream s = {0};
+    int rc = dpy_auth_begin(d, encrypt, hdr, len, &s);
+    if (rc == 0) {
+        dpy_auth_seal_piece(&s, in, out, len);
+        dpy_auth_seal_end(d, &s, trailer);
+    }
+    dpy_auth_stream_free(&s);
+    return rc;
 }
 
 int dpy_auth_open(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], uint8_t *data, size_t len,
                   const uint8_t trailer[DPY_TRAILER_BYTES]) {
-    dpy_auth_stream s;
-    dpy_auth_begin(d, encrypt, hdr, len, &s);
-    dpy_auth_open_upto(&s, data, len);
-    return dpy_auth_open_end(d, &s, data, trailer);
+    dpy_auth_stream s = {0};
+    int rc = DPY_AUTH_MEMORY;
+    if (dpy_auth_begin(d, encrypt, hdr, len, &s) == 0) {
+        dpy_auth_open_upto(&s, data, len);
+        rc = dpy_auth_open_end(d, &s, data, trailer);
+    }
+    dpy_auth_stream_free(&s);
+    return rc;
 }

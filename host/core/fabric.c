@@ -344,6 +344,10 @@ void dpy_fabric_close(dpy_fabric *f) {
     for (uint32_t u = 0; u < f->o.nodes; u++)
         dpy_inbox_destroy(&f->inboxes[u]);
     free(f->inboxes);
+    for (int p = 0; p < f->o.processes; p++) {
+        dpy_auth_stream_free(&f->peers[p].ts);
+        pthread_mutex_destroy(&f->peers[p].write_mu);
+    }
     free(f->peers);
     for (uint32_t u = 0; u < f->o.nodes; u++)
         free(f->gone_why[u]);

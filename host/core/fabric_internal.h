@@ -147,6 +147,7 @@ typedef struct {
     int alive;                      /* under the fabric's mu */
     pthread_mutex_t write_mu;       /* one writer at a time per connection */
     dpy_auth_dir tx;                /* sending: this connection's key and sequence (write_mu) */
+    dpy_auth_stream ts;             /* sending: the tag of the packet being written (write_mu) */
 } peer;
 
 enum { CONN_HELLO, CONN_PROOF, CONN_READY };   /* waiting for its HELLO, for its PROOF; ready */

@@ -46,8 +46,8 @@ int dpy_frame_got(dpy_frame *fr, size_t n, const dpy_frame_rules *r, char *why, 
     if (!r->ready && !handshake)   /* before allocating anything */
         return DPY_FRAME_EARLY;
     fr->got = fr->tag_got = 0;
-    if (!handshake)
-        dpy_auth_begin(r->rx, r->encrypt, fr->hdr, fr->h.length, &fr->rs);
+    if (!handshake && dpy_auth_begin(r->rx, r->encrypt, fr->hdr, fr->h.length, &fr->rs) != 0)
+        return DPY_FRAME_MEMORY;
     fr->pending = dpy_payload_new(fr->h.length, 1);   /* at most max_payload */
     if (!fr->pending)
         return DPY_FRAME_MEMORY;
@@ -62,6 +62,7 @@ payload *dpy_frame_take(dpy_frame *fr) {
 }
 
 void dpy_frame_clear(dpy_frame *fr) {
+    dpy_auth_stream_free(&fr->rs);
     free(fr->pending);
     fr->pending = NULL;
     fr->hdr_got = 0;

@@ -46,7 +46,7 @@ size_t dpy_frame_want(dpy_frame *fr, uint8_t **at);
 int dpy_frame_got(dpy_frame *fr, size_t n, const dpy_frame_rules *r, char *why, size_t whylen);
 /* After DPY_FRAME_PACKET: its payload (the caller's now), and the frame is ready for the next. */
 payload *dpy_frame_take(dpy_frame *fr);
-/* Frees what a frame holds (a packet cut off midway). */
+/* Frees what a frame holds (a packet cut off midway, the context of its tag). */
 void dpy_frame_clear(dpy_frame *fr);
 
 #endif

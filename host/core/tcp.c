@@ -77,32 +77,37 @@ static int send_handshake(dpy_fabric *f, int fd, uint16_t channel, int from, int
 ** one piece while the next travels (a multiple of 64: whole keystream blocks). */
 #define PIECE (256 << 10)
 
-/* Writes one sealed packet to fd: header, payload (enciphered into scratch with encrypt), trailer. */
+/* Writes one sealed packet to fd: header, payload (enciphered into scratch with encrypt), trailer.
+** The peer's stream (write_mu held) computes the tag; -1 with errno ENOMEM if it cannot. */
 static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], const uint8_t *data,
                         size_t len, uint8_t *scratch) {
     uint8_t tag[DPY_TRAILER_BYTES];
+    dpy_auth_stream *s = &pe->ts;
+    if (dpy_auth_begin(&pe->tx, enc, hdr, len, s) != 0) {
+        errno = ENOMEM;
+        return -1;
+    }
     if (len <= PIECE) {   /* one write */
-        dpy_auth_seal(&pe->tx, enc, hdr, data, scratch, len, tag);
+        dpy_auth_seal_piece(s, data, scratch, len);
+        dpy_auth_seal_end(&pe->tx, s, tag);
         struct iovec iov[3] = {{(void *)hdr, DPY_WIRE_HEADER}, {enc ? scratch : (void *)data, len},
                                {tag, sizeof tag}};
         return send_all(pe->fd, iov, 3);
     }
-    dpy_auth_stream s;
-    dpy_auth_begin(&pe->tx, enc, hdr, len, &s);
     for (size_t off = 0; off < len; off += PIECE) {
         size_t n = len - off < PIECE ? len - off : PIECE;
         const uint8_t *piece = data + off;
         if (enc) {
-            dpy_auth_seal_piece(&s, piece, scratch, n);
+            dpy_auth_seal_piece(s, piece, scratch, n);
             piece = scratch;
         }
         struct iovec iov[2] = {{(void *)hdr, off == 0 ? DPY_WIRE_HEADER : 0}, {(void *)piece, n}};
         if (send_all(pe->fd, iov, 2) != 0)
             return -1;
         if (!enc)   /* after the write: the bytes are in cache */
-            dpy_auth_seal_piece(&s, piece, NULL, n);
+            dpy_auth_seal_piece(s, piece, NULL, n);
     }
-    dpy_auth_seal_end(&pe->tx, &s, tag);
+    dpy_auth_seal_end(&pe->tx, s, tag);
     struct iovec iov[1] = {{tag, sizeof tag}};
     return send_all(pe->fd, iov, 1);
 }
@@ -112,7 +117,7 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
 static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, size_t len, fate d,
                        char *err, size_t errlen) {
     int enc = f->o.encrypt;
-    h->checksum = enc ? 0 : dpy_wire_checksum(data, len);
+    h->checksum = 0;   /* the tag covers the payload (wire.h) */
     h->flags = enc ? DPY_FLAG_ENCRYPTED : 0;
     uint8_t hdr[DPY_WIRE_HEADER];
     dpy_wire_encode(hdr, h);
@@ -403,7 +408,6 @@ static int on_packet(dpy_fabric *f, conn *c) {
         free(pl);
         return rc;
     }
-    int enc = f->o.encrypt;
     int auth = dpy_auth_open_end(&c->rx, &c->fr.rs, pl->data, c->fr.tag);
     if (auth != DPY_AUTH_OK) {
         free(pl);
@@ -413,7 +417,7 @@ static int on_packet(dpy_fabric *f, conn *c) {
         reject(f, c, DPY_REJECT_AUTH, why);
         return 0;   /* never mixed in; the framing is intact */
     }
-    if ((enc ? 0 : dpy_wire_checksum(pl->data, h->length)) != h->checksum) {
+    if (h->checksum != 0) {   /* a damaged packet its sender's tag covers (injected faults) */
         free(pl);
         snprintf(why, sizeof why, "checksum mismatch from node %u (round %u)", h->sender, h->round);
         reject(f, c, DPY_REJECT_CHECKSUM, why);

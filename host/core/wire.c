@@ -2,7 +2,6 @@
 #include "wire.h"
 
 #include <stdio.h>
-#include <xxhash.h>
 
 #include "auth.h"
 #include "bytes.h"
@@ -74,9 +73,4 @@ int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t r
         return -1;
     }
     return 0;
-}
-
-/* XXH3 (libxxhash): a checksum at memory speed, so checking every packet costs next to nothing. */
-uint32_t dpy_wire_checksum(const void *payload, size_t len) {
-    return (uint32_t)XXH3_64bits(payload, len);
 }

@@ -2,11 +2,13 @@
 ** wire.h: the packet format between nodes. A packet is a fixed 40-byte header, little-endian,
 ** then `length` payload bytes:
 **   0 magic "DPYL"  4 version  5 flags  6 channel  8 run id  16 sender  20 receiver
-**  24 round  28 length  32 checksum of the payload (XXH3, low 32 bits)
+**  24 round  28 length  32 checksum: 0 (version 2 held the payload's XXH3 here; since every
+**     packet carries a tag over its payload, a nonzero field marks a damaged packet: how the
+**     `corrupt` fault is emulated)
 **  36 encoding: which transform chain encoded the payload (0: raw values)
-** The receiver checks every header field before it trusts any, and the checksum before it hands
-** the payload on. Between processes, a packet is followed by a 16-byte tag (auth.h) over header
-** and payload; with flag DPY_FLAG_ENCRYPTED the payload is encrypted (its checksum field is 0).
+** The receiver checks every header field before it trusts any. Between processes, a packet is
+** followed by a 16-byte tag (auth.h) over header and payload, checked before the payload is
+** handed on; with flag DPY_FLAG_ENCRYPTED the payload is encrypted.
 ** A connection opens with three handshake packets (no tag): HELLO (connector -> acceptor, its
 ** nonce), CHALLENGE (the acceptor's nonce and proof), PROOF (the connector's proof); sender and
 ** receiver are then process indices.
@@ -18,7 +20,7 @@
 #include <stdint.h>
 
 #define DPY_WIRE_MAGIC 0x4C595044u   /* "DPYL" read little-endian */
-#define DPY_WIRE_VERSION 2
+#define DPY_WIRE_VERSION 3
 #define DPY_WIRE_HEADER 40
 #define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
 #define DPY_CHANNEL_CHALLENGE 0xFFFEu
@@ -44,6 +46,5 @@ void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h);
 int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t run_id,
                     uint32_t nodes, uint32_t max_len, char *why, size_t whylen);
 
-uint32_t dpy_wire_checksum(const void *payload, size_t len);
 
 #endif
