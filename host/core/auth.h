@@ -9,7 +9,8 @@
 ** the last accepted) is refused before it; a packet of another connection fails under its key. The tag is Poly1305 under a one-time key
 ** from ChaCha20 (as in ChaCha20-Poly1305, RFC 8439); with encrypt, the payload is encrypted by
 ** ChaCha20-Poly1305 (IETF) with the header as associated data. Poly1305 over the payload is
-** OpenSSL's (its AVX2 code, twice libsodium's speed here); the rest is libsodium's.
+** OpenSSL's (its AVX2 code, twice libsodium's speed here), and so is the payload's ChaCha20;
+** the rest is libsodium's.
 */
 #ifndef DPY_AUTH_H
 #define DPY_AUTH_H
@@ -73,16 +74,18 @@ int dpy_auth_open(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], uint8_t *
                   const uint8_t trailer[DPY_TRAILER_BYTES]);
 
 /* The same, a piece at a time, so that a packet is checked while it travels. A stream is
-** zeroed before its first use and kept from packet to packet (its MAC context is allocated once);
+** zeroed before its first use and kept from packet to packet (its contexts are allocated once);
 ** dpy_auth_stream_free releases it. */
 typedef struct {
     const dpy_auth_dir *dir;
     EVP_MAC_CTX *mac;
+    EVP_CIPHER_CTX *cipher;   /* with encrypt */
     uint8_t nonce[12], hdr[40];
     uint64_t seq;        /* the number the tag is computed under */
     size_t len, done;    /* payload bytes: all, and those in the tag so far */
     size_t clear;        /* opening with encrypt: bytes deciphered so far */
     int encrypt;
+    int failed;          /* OpenSSL refused a step (never with keyed contexts): the tag fails */
 } dpy_auth_stream;
 
 /* Starts the tag of a packet of len payload bytes with header hdr, under d's next number:
