@@ -1,5 +1,5 @@
 /* tcp_exchange.c: a model of SIZE bytes sent between two processes on loopback, through the
-** fabric (framing, checksum, tag, the I/O thread, the inbox), through the fabric with encrypted
+** fabric (framing, tag, the I/O thread, the inbox), through the fabric with encrypted
 ** payloads, and through a plain socket copy of the same bytes, measured the same way: COUNT
 ** ping-pongs of SIZE bytes out and 4 bytes back. Then the tag and the encryption alone on one
 ** core (seal and open of SIZE bytes), as a share of the fabric's exchange time.

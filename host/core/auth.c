@@ -134,13 +134,32 @@ void dpy_auth_session(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs,
 
 static const uint8_t zeros[16];
 
+/* Once a step failed, no more OpenSSL calls on the stream: OpenSSL 3.0 crashes on an unkeyed
+** Poly1305 context rather than refusing. */
 static void mac_update(dpy_auth_stream *s, const uint8_t *data, size_t n) {
-    if (n)
-        s->failed |= EVP_MAC_update(s->mac, data, n) != 1;
+    if (n && !s->failed)
+        s->failed = EVP_MAC_update(s->mac, data, n) != 1;
 }
 
-/* Clears what a finished packet leaves in s (its keys and position), keeping its contexts. */
+/* The tag, which also clears the context's key (OpenSSL frees a Poly1305 context without
+** clearing it; only its final step does); a failed stream gives random bytes no one accepts. */
+static void mac_final(dpy_auth_stream *s, uint8_t tag[DPY_TAG_BYTES]) {
+    size_t n = 0;
+    if (s->keyed)   /* keyed: final is safe, and clears the key even after a failed step */
+        s->failed |= EVP_MAC_final(s->mac, tag, &n, DPY_TAG_BYTES) != 1 || n != DPY_TAG_BYTES;
+    s->keyed = 0;
+    if (s->failed)
+        dpy_auth_random(tag, DPY_TAG_BYTES);
+}
+
+/* Clears what a packet leaves in s (its keys and position, the MAC's key included, whether or
+** not the packet was finished), keeping its contexts. */
 static void wipe(dpy_auth_stream *s) {
+    if (s->keyed) {
+        uint8_t tag[DPY_TAG_BYTES];
+        mac_final(s, tag);
+        sodium_memzero(tag, sizeof tag);
+    }
     EVP_MAC_CTX *mac = s->mac;
     EVP_CIPHER_CTX *cipher = s->cipher;
     sodium_memzero(s, sizeof *s);
@@ -166,8 +185,12 @@ int dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], si
     put64(s->nonce, s->seq);
     uint8_t otk[crypto_onetimeauth_poly1305_KEYBYTES];
     crypto_stream_chacha20_ietf(otk, sizeof otk, s->nonce, d->key);
-    s->failed = EVP_MAC_init(s->mac, otk, sizeof otk, NULL) != 1;
+    s->keyed = EVP_MAC_init(s->mac, otk, sizeof otk, NULL) == 1;
     sodium_memzero(otk, sizeof otk);
+    if (!s->keyed) {
+        wipe(s);
+        return -1;
+    }
     mac_update(s, hdr, 40);
     if (encrypt)
         mac_update(s, zeros, (16 - 40 % 16) % 16);
@@ -175,6 +198,7 @@ int dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], si
 }
 
 void dpy_auth_stream_free(dpy_auth_stream *s) {
+    wipe(s);
     EVP_MAC_CTX_free(s->mac);
     EVP_CIPHER_CTX_free(s->cipher);
     sodium_memzero(s, sizeof *s);
@@ -182,21 +206,26 @@ void dpy_auth_stream_free(dpy_auth_stream *s) {
 
 /* out = in XOR the keystream, for n payload bytes from offset at (a multiple of 64: whole blocks).
 ** OpenSSL's ChaCha20 (its AVX2 code, 1.6 times libsodium's here): the IV is the block counter
-** (little-endian), then the nonce, as in RFC 8439. */
+** (little-endian), then the nonce, as in RFC 8439. The cipher is set once per context; later
+** calls only set the key and the IV. */
 static void xor_stream(dpy_auth_stream *s, uint8_t *out, const uint8_t *in, size_t n, size_t at) {
+    if (s->failed)
+        return;
     uint8_t iv[16];
     put32(iv, (uint32_t)(1 + at / 64));
     memcpy(iv + 4, s->nonce, 12);
-    int ok = EVP_EncryptInit_ex2(s->cipher, chacha20, s->dir->key, iv, NULL) == 1;
+    const EVP_CIPHER *c = EVP_CIPHER_CTX_get0_cipher(s->cipher) ? NULL : chacha20;
+    int ok = EVP_EncryptInit_ex2(s->cipher, c, s->dir->key, iv, NULL) == 1;
     for (size_t off = 0; ok && off < n;) {
         int step = n - off < (1u << 30) ? (int)(n - off) : 1 << 30, got = 0;
         ok = EVP_EncryptUpdate(s->cipher, out + off, &got, in + off, step) == 1 && got == step;
         off += (size_t)step;
     }
-    s->failed |= !ok;   /* never with a keyed context */
+    sodium_memzero(iv, sizeof iv);
+    s->failed = !ok;   /* never with a keyed context */
 }
 
-void dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n) {
+int dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n) {
     if (s->encrypt) {   /* pieces are whole keystream blocks, but for the last */
         xor_stream(s, out, in, n, s->done);
         mac_update(s, out, n);
@@ -204,6 +233,7 @@ void dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, si
         mac_update(s, in, n);
     }
     s->done += n;
+    return s->failed ? -1 : 0;
 }
 
 void dpy_auth_open_upto(dpy_auth_stream *s, uint8_t *data, size_t got) {
@@ -226,17 +256,16 @@ static void finish(dpy_auth_stream *s, uint8_t tag[DPY_TAG_BYTES]) {
         mac_update(s, zeros, (16 - s->len % 16) % 16);
         mac_update(s, lengths, sizeof lengths);
     }
-    size_t n = 0;
-    s->failed |= EVP_MAC_final(s->mac, tag, &n, DPY_TAG_BYTES) != 1 || n != DPY_TAG_BYTES;
-    if (s->failed)   /* a tag no receiver accepts (sealing), or a packet refused (opening) */
-        dpy_auth_random(tag, DPY_TAG_BYTES);
+    mac_final(s, tag);
 }
 
-void dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]) {
+int dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]) {
     put64(trailer, s->seq);
     finish(s, trailer + 8);
+    int rc = s->failed ? -1 : 0;
     d->seq = s->seq + 1;
     wipe(s);
+    return rc;
 }
 
 int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
@@ -248,6 +277,7 @@ int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
         ** began under the next number: begin again under this one (a rare, slower path). */
         if (s->encrypt)
             xor_stream(s, data, data, s->clear, 0);   /* back to the ciphertext */
+        int failed = s->failed;
         dpy_auth_dir at = *d;
         at.seq = seq;
         uint8_t hdr[40];
@@ -256,6 +286,7 @@ int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
             wipe(s);
             return DPY_AUTH_MEMORY;
         }
+        s->failed = failed;   /* data may not be the ciphertext any more */
         s->dir = d;
         dpy_auth_open_upto(s, data, s->len);
     }
@@ -277,8 +308,8 @@ int dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uin
     dpy_auth_stream s = {0};
     int rc = dpy_auth_begin(d, encrypt, hdr, len, &s);
     if (rc == 0) {
-        dpy_auth_seal_piece(&s, in, out, len);
-        dpy_auth_seal_end(d, &s, trailer);
+        rc = dpy_auth_seal_piece(&s, in, out, len);
+        rc |= dpy_auth_seal_end(d, &s, trailer);
     }
     dpy_auth_stream_free(&s);
     return rc;

@@ -1,5 +1,5 @@
 /*
-** auth.h: the run key and what the tcp path does with it (libsodium).
+** auth.h: the run key and what the tcp path does with it (libsodium, and OpenSSL for the payload).
 ** Every run has a fresh 32-byte random key in a 0600 file. A connection starts with a
 ** challenge-response under the key (fresh nonces from both ends, so a recorded handshake cannot
 ** be replayed); both ends then derive a key per direction of that connection. Every packet after
@@ -85,19 +85,22 @@ typedef struct {
     size_t len, done;    /* payload bytes: all, and those in the tag so far */
     size_t clear;        /* opening with encrypt: bytes deciphered so far */
     int encrypt;
+    int keyed;           /* the MAC context holds this packet's one-time key */
     int failed;          /* OpenSSL refused a step (never with keyed contexts): the tag fails */
 } dpy_auth_stream;
 
 /* Starts the tag of a packet of len payload bytes with header hdr, under d's next number:
-** 0, or -1 when there is no memory for the stream's MAC context. */
+** 0, or -1 when the stream's contexts cannot be made or keyed (no memory). */
 int dpy_auth_begin(const dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], size_t len,
                    dpy_auth_stream *s);
+/* Clears s (the MAC's key too, for a packet left unfinished) and frees its contexts. */
 void dpy_auth_stream_free(dpy_auth_stream *s);
 /* Sealing: the next n payload bytes, in order (encrypt: enciphered from in to out, and every
-** piece but the last a multiple of 64 bytes). */
-void dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n);
-/* The trailer; d's next number moves on. */
-void dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]);
+** piece but the last a multiple of 64 bytes). 0, or -1 when OpenSSL failed (never with keyed
+** contexts): out is then not to be sent. */
+int dpy_auth_seal_piece(dpy_auth_stream *s, const uint8_t *in, uint8_t *out, size_t n);
+/* The trailer; d's next number moves on. 0, or -1 as for a piece (the tag is then random). */
+int dpy_auth_seal_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t trailer[DPY_TRAILER_BYTES]);
 /* Opening: the payload data[0, got) has arrived (got only grows); encrypt: deciphered in place
 ** as far as whole blocks allow. */
 void dpy_auth_open_upto(dpy_auth_stream *s, uint8_t *data, size_t got);

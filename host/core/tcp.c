@@ -1,7 +1,7 @@
 /* tcp.c: the path between processes. One connection per pair of processes (the higher index
 ** connects and proves it holds the run key: HELLO, CHALLENGE, PROOF; auth.h); an I/O thread per
 ** process reads every connection (epoll, non-blocking), frames packets (wire.h) straight into
-** their payloads, and checks each one (header, tag, checksum) before it reaches an inbox.
+** their payloads, and checks each one (header, tag) before it reaches an inbox.
 ** A connection that has not completed its handshake is held at most hello_timeout seconds, and
 ** at most max_pending of them at once (past it, the oldest goes): file descriptors stay bounded,
 ** and nothing is allocated for a packet larger than a handshake's before the handshake. */
@@ -88,8 +88,10 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
         return -1;
     }
     if (len <= PIECE) {   /* one write */
-        dpy_auth_seal_piece(s, data, scratch, len);
-        dpy_auth_seal_end(&pe->tx, s, tag);
+        if (dpy_auth_seal_piece(s, data, scratch, len) != 0 || dpy_auth_seal_end(&pe->tx, s, tag) != 0) {
+            errno = EIO;
+            return -1;
+        }
         struct iovec iov[3] = {{(void *)hdr, DPY_WIRE_HEADER}, {enc ? scratch : (void *)data, len},
                                {tag, sizeof tag}};
         return send_all(pe->fd, iov, 3);
@@ -98,7 +100,10 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
         size_t n = len - off < PIECE ? len - off : PIECE;
         const uint8_t *piece = data + off;
         if (enc) {
-            dpy_auth_seal_piece(s, piece, scratch, n);
+            if (dpy_auth_seal_piece(s, piece, scratch, n) != 0) {
+                errno = EIO;
+                return -1;
+            }
             piece = scratch;
         }
         struct iovec iov[2] = {{(void *)hdr, off == 0 ? DPY_WIRE_HEADER : 0}, {(void *)piece, n}};
@@ -107,7 +112,10 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
         if (!enc)   /* after the write: the bytes are in cache */
             dpy_auth_seal_piece(s, piece, NULL, n);
     }
-    dpy_auth_seal_end(&pe->tx, s, tag);
+    if (dpy_auth_seal_end(&pe->tx, s, tag) != 0) {   /* the tag is random: the receiver refuses it */
+        errno = EIO;
+        return -1;
+    }
     struct iovec iov[1] = {{tag, sizeof tag}};
     return send_all(pe->fd, iov, 1);
 }
@@ -409,6 +417,11 @@ static int on_packet(dpy_fabric *f, conn *c) {
         return rc;
     }
     int auth = dpy_auth_open_end(&c->rx, &c->fr.rs, pl->data, c->fr.tag);
+    if (auth == DPY_AUTH_MEMORY) {
+        free(pl);
+        reject(f, c, DPY_REJECT_MEMORY, "out of memory checking a packet's tag");
+        return 0;
+    }
     if (auth != DPY_AUTH_OK) {
         free(pl);
         snprintf(why, sizeof why, "a %s packet (node %u -> %u, round %u)",
