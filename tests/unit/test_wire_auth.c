@@ -519,6 +519,40 @@ static void test_pieces(void) {
     }
 }
 
+/* A connection's stream outlives its packets: one cut off midway (the peer went) or refused as a
+** replay must leave no one-time key behind in OpenSSL's context (which OpenSSL frees without
+** clearing), and the next packet on the same stream must be tagged as if the stream were new. */
+static void test_stream_reuse(void) {
+    enum { N = 1000 };
+    static uint8_t plain[N], sealed[N], ref[N], got[N];
+    uint8_t hdr[DPY_WIRE_HEADER] = {1, 2, 3}, tr[DPY_TRAILER_BYTES], ref_tr[DPY_TRAILER_BYTES];
+    for (int i = 0; i < N; i++)
+        plain[i] = (uint8_t)(i * 5 + 3);
+    for (int enc = 0; enc <= 1; enc++) {
+        dpy_auth_dir tx = {{6}, 0}, tx_ref = {{6}, 0}, rx = {{6}, 0};
+        dpy_auth_stream st = {0};
+        CHECK(dpy_auth_begin(&tx, !enc, hdr, N, &st) == 0);   /* the other mode, cut off midway */
+        CHECK(dpy_auth_seal_piece(&st, plain, sealed, 128) == 0);
+        CHECK(st.keyed);
+        CHECK(dpy_auth_begin(&tx, enc, hdr, N, &st) == 0);
+        CHECK(dpy_auth_seal_piece(&st, plain, sealed, N) == 0 && dpy_auth_seal_end(&tx, &st, tr) == 0);
+        CHECK(!st.keyed);
+        CHECK(dpy_auth_seal(&tx_ref, enc, hdr, plain, ref, N, ref_tr) == 0);
+        CHECK(memcmp(tr, ref_tr, sizeof tr) == 0 && (!enc || memcmp(sealed, ref, N) == 0));
+        memcpy(got, enc ? sealed : plain, N);
+        CHECK(dpy_auth_begin(&rx, enc, hdr, N, &st) == 0);
+        dpy_auth_open_upto(&st, got, N);
+        CHECK(dpy_auth_open_end(&rx, &st, got, tr) == DPY_AUTH_OK && !st.keyed);
+        memcpy(got, enc ? sealed : plain, N);
+        CHECK(dpy_auth_begin(&rx, enc, hdr, N, &st) == 0);   /* the same packet again: a replay */
+        dpy_auth_open_upto(&st, got, N);
+        CHECK(dpy_auth_open_end(&rx, &st, got, tr) == DPY_AUTH_REPLAYED && !st.keyed);
+        CHECK(dpy_auth_begin(&rx, enc, hdr, N, &st) == 0 && st.keyed);   /* cut off, then freed */
+        dpy_auth_stream_free(&st);
+        CHECK(!st.keyed && !st.mac && !st.cipher);
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     port_base = 20000 + (getpid() * 7) % 20000;
@@ -533,5 +567,6 @@ int main(void) {
     test_key_file();
     test_seal();
     test_pieces();
+    test_stream_reuse();
     return check_report("wire_auth");
 }
