@@ -13,11 +13,16 @@ end)()
 -- The dpy-lua binary under test (set by ctest), for specs that run it as a process.
 DPY_BIN = os.getenv("DPY_BIN") or REPO .. "/build/dpy-lua"
 
+-- Specs draw ports and names from math.random. Lua seeds it from the time and the addresses of
+-- its state, and the sanitizer build runs without address randomization: two specs started in
+-- the same second (ctest -j) drew the same ports and directories. The process id tells them apart.
+math.randomseed(os.time(), host.pid())
+
 local counter = 0
---- A fresh empty directory under /tmp.
+--- A fresh empty directory under /tmp (its name has the process id too).
 function tmpdir()
   counter = counter + 1
-  local dir = string.format("/tmp/dpy_spec_%d_%d_%d", os.time(), math.random(1 << 30), counter)
+  local dir = string.format("/tmp/dpy_spec_%d_%d_%d_%d", host.pid(), os.time(), math.random(1 << 30), counter)
   assert(host.mkdir_p(dir))
   return dir
 end
