@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <string.h>
@@ -282,10 +283,8 @@ int dpy_auth_open_end(dpy_auth_dir *d, dpy_auth_stream *s, uint8_t *data,
         at.seq = seq;
         uint8_t hdr[40];
         memcpy(hdr, s->hdr, sizeof hdr);
-        if (dpy_auth_begin(&at, s->encrypt, hdr, s->len, s) != 0) {
-            wipe(s);
-            return DPY_AUTH_MEMORY;
-        }
+        if (dpy_auth_begin(&at, s->encrypt, hdr, s->len, s) != 0)
+            return DPY_AUTH_MEMORY;   /* begin left s wiped */
         s->failed = failed;   /* data may not be the ciphertext any more */
         s->dir = d;
         dpy_auth_open_upto(s, data, s->len);

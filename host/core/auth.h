@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <openssl/evp.h>
+#include <openssl/types.h>   /* EVP_MAC_CTX, EVP_CIPHER_CTX */
 #include <sodium.h>
 
 #define DPY_KEY_BYTES 32
@@ -66,7 +66,7 @@ void dpy_auth_session(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs,
 ** encrypt: the payload is encrypted from in to out (may be the same buffer); else out is unused.
 ** 0, or -1 when there is no memory for it. */
 int dpy_auth_seal(dpy_auth_dir *d, int encrypt, const uint8_t hdr[40], const uint8_t *in,
-                   uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]);
+                  uint8_t *out, size_t len, uint8_t trailer[DPY_TRAILER_BYTES]);
 /* Checks one received packet by its trailer (encrypt: decrypts it in place): DPY_AUTH_OK (and
 ** the next packet must have the next number), DPY_AUTH_REPLAYED, or DPY_AUTH_FORGED (then data
 ** holds garbage, to be dropped); DPY_AUTH_MEMORY when it could not be checked. */

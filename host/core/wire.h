@@ -46,5 +46,4 @@ void dpy_wire_encode(uint8_t out[DPY_WIRE_HEADER], const dpy_header *h);
 int dpy_wire_decode(const uint8_t in[DPY_WIRE_HEADER], dpy_header *h, uint64_t run_id,
                     uint32_t nodes, uint32_t max_len, char *why, size_t whylen);
 
-
 #endif
