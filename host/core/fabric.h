@@ -73,6 +73,11 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
 ** (NULL when out of memory). Its owner gives it back with dpy_fabric_release. */
 void *dpy_fabric_buffer(size_t len);
 
+/* Whether anyone but its owner still holds a dpy_fabric_buffer (a message to a local receiver
+** that has not given it back). Only the owner adds references: once false, it stays false until
+** the owner sends the buffer again. */
+int dpy_fabric_buffer_shared(const void *buffer);
+
 /* dpy_fabric_send_many for the whole of a dpy_fabric_buffer: local receivers share the buffer
 ** itself, so the sender must not write to it afterwards. */
 int dpy_fabric_send_buffer(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, size_t n,

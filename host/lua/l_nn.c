@@ -206,9 +206,69 @@ static int m_grad_flat(lua_State *L) {
     return 1;
 }
 
+/* {==== a model that is its own sent copy ====}
+** m:share_flat() makes the parameters views of one fabric buffer, which ep:send hands to local
+** receivers as it is. Until they give it back, whatever this module writes to its parameters
+** (m:mix, m:set_flat, m:own_flat) moves them to a new buffer first: copy on write. */
+
+/* A fabric buffer for m's parameters, or a raised error. */
+static void *model_buffer(lua_State *L, dpy_module *m, size_t *bytes) {
+    *bytes = (size_t)dpy_module_numel(m) * sizeof(float);
+    void *buf = dpy_fabric_buffer(*bytes);
+    if (!buf)
+        luaL_error(L, "out of memory for a copy of the model (%d values)", (int)dpy_module_numel(m));
+    return buf;
+}
+
+/* The buffer m's parameters are views of, when local receivers still read it; else NULL. */
+static void *read_by_others(dpy_module *m) {
+    void *buf = dpy_module_flat_buffer(m);
+    return buf && dpy_fabric_buffer_shared(buf) ? buf : NULL;
+}
+
+/* m's parameters in a buffer no one else reads: moved, values and all, when others do. */
+static void own_buffer(lua_State *L, dpy_module *m) {
+    if (!read_by_others(m))
+        return;
+    size_t bytes;
+    void *fresh = model_buffer(L, m, &bytes);
+    if (dpy_module_adopt_flat(m, fresh, bytes, 1, dpy_fabric_release) != DPY_OK)
+        dpy_torch_error(L);
+}
+
+/* m:share_flat() -> the parameters as one read-only float32 vector, without a copy: ep:send hands
+** it to local receivers as it is. A copy (as m:get_flat) when they are not plain float32 cpu
+** tensors. */
+static int m_share_flat(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    if (!dpy_module_plain(m))
+        return m_get_flat(L);
+    if (!dpy_module_flat_buffer(m)) {   /* the first call, or the parameters moved since */
+        size_t bytes;
+        void *buf = model_buffer(L, m, &bytes);
+        if (dpy_module_adopt_flat(m, buf, bytes, 1, dpy_fabric_release) != DPY_OK)
+            return dpy_torch_error(L);
+    }
+    dpy_tensor_box *b = dpy_newtensor(L);
+    if (dpy_module_flat_view(&b->h, m) != DPY_OK)
+        return dpy_torch_error(L);
+    b->flags = DPY_TF_SENDABLE | DPY_TF_READONLY;
+    dpy_tensor_filled(L, b);
+    return 1;
+}
+
+/* m:own_flat(): the parameters moved to a buffer of their own if local receivers still read the
+** one m:share_flat sent (before writing to them by any other means than m:mix or m:set_flat). */
+static int m_own_flat(lua_State *L) {
+    own_buffer(L, dpy_checkmodule(L, 1));
+    return 0;
+}
+
 static int set_flat(lua_State *L, int grads) {
     dpy_module *m = dpy_checkmodule(L, 1);
     dpy_tensor *t = dpy_checktensor(L, 2);
+    if (!grads)
+        own_buffer(L, m);
     if (dpy_module_set_flat(m, t, grads) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
@@ -220,7 +280,8 @@ static int m_set_flat(lua_State *L) { return set_flat(L, 0); }
 static int m_set_grad_flat(lua_State *L) { return set_flat(L, 1); }
 
 /* m:mix(self_weight, {x1, ...}, {w1, ...}): each parameter p <- self_weight * p + sum w_j x_j
-** (x_j flat vectors of m:numel() values), in place; raises on a size mismatch */
+** (x_j flat vectors of m:numel() values), in place (into a new buffer while local receivers
+** read the one m:share_flat sent); raises on a size mismatch */
 static int m_mix(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
     double self_weight = luaL_checknumber(L, 2);
@@ -238,8 +299,14 @@ static int m_mix(lua_State *L) {
         ws[i] = luaL_checknumber(L, -1);
         lua_pop(L, 1);
     }
-    if (dpy_module_mix(m, self_weight, xs, ws, n) != DPY_OK)
+    if (read_by_others(m)) {   /* the sum goes into a new buffer: no copy of the model first */
+        size_t bytes;
+        void *fresh = model_buffer(L, m, &bytes);
+        if (dpy_module_mix_into(m, fresh, bytes, dpy_fabric_release, self_weight, xs, ws, n) != DPY_OK)
+            return dpy_torch_error(L);
+    } else if (dpy_module_mix(m, self_weight, xs, ws, n) != DPY_OK) {
         return dpy_torch_error(L);
+    }
     return 0;
 }
 
@@ -401,6 +468,7 @@ static int n_is_module(lua_State *L) {
 static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"named_buffers", m_named_buffers}, {"numel", m_numel}, {"get_flat", m_get_flat},
+    {"share_flat", m_share_flat}, {"own_flat", m_own_flat},
     {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"set_grad_flat", m_set_grad_flat},
     {"per_sample_grads", m_per_sample_grads}, {"private_grad", m_private_grad}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},

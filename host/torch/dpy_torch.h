@@ -257,6 +257,22 @@ DPY_API dpy_err dpy_module_set_flat(dpy_module *m, const dpy_tensor *flat,
 ** dpy_module_numel values (parameter order, as dpy_module_get_flat). */
 DPY_API dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
                                const double *weights, size_t n) DPY_NOEXCEPT;
+/* Whether every parameter is a contiguous float32 cpu tensor (what a flat buffer can hold). */
+DPY_API int dpy_module_plain(const dpy_module *m) DPY_NOEXCEPT;
+/* The parameters become views of buf (nbytes: 4 x dpy_module_numel, plain parameters only), in
+** parameter order (the layout of dpy_module_get_flat), their values copied in (copy = 1) or left
+** to the caller (copy = 0: the caller fills buf at once); release(buf) runs when the last view
+** is gone, or at once when the call fails (the parameters then unchanged). The mix variant writes its weighted sum into buf instead of in place, the parameters'
+** current values as the own term: a model whose buffer others still read moves to a new one. */
+DPY_API dpy_err dpy_module_adopt_flat(dpy_module *m, void *buf, size_t nbytes, int copy,
+                                      dpy_release_fn release) DPY_NOEXCEPT;
+DPY_API dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release_fn release,
+                                    double self_weight, const dpy_tensor *const *xs,
+                                    const double *weights, size_t n) DPY_NOEXCEPT;
+/* The buffer of the last adoption while the parameters are still exactly its views, else NULL. */
+DPY_API void *dpy_module_flat_buffer(const dpy_module *m) DPY_NOEXCEPT;
+/* A float32 vector over that buffer (the parameters themselves, no copy); NULL when there is none. */
+DPY_API dpy_err dpy_module_flat_view(dpy_tensor **out, const dpy_module *m) DPY_NOEXCEPT;
 DPY_API int64_t dpy_module_numel(const dpy_module *m) DPY_NOEXCEPT;
 /* The buffers (batchnorm's running statistics), as dpy_module_nparams / dpy_module_param. */
 DPY_API size_t dpy_module_nbuffers(const dpy_module *m) DPY_NOEXCEPT;

@@ -26,6 +26,9 @@ struct dpy_module {
     std::function<torch::Tensor(const torch::Tensor &)> forward;
     std::string kind = {};            // a layer's kind ("linear", ...); empty for containers
     std::vector<dpy_module> layers = {};   // a native sequential's children, in order
+    // The buffer dpy_module_adopt_flat made the parameters views of (kept, so that its address
+    // names it until the next adoption, even once the parameters have moved elsewhere).
+    c10::Storage flat = {};
 };
 
 // The loss of dpy_loss (reduction as at::Reduction).

@@ -310,35 +310,153 @@ static bool plain_floats(const torch::Tensor &t) {
     return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
 }
 
+// The parameters become views of flat, in parameter order, and the module keeps its storage.
+static void repoint(dpy_module *m, std::vector<torch::Tensor> &params, const torch::Tensor &flat) {
+    int64_t off = 0;
+    for (auto &p : params) {
+        p.set_data(flat.narrow(0, off, p.numel()).view(p.sizes()));
+        off += p.numel();
+    }
+    m->flat = flat.storage();
+}
+
+// A float32 vector over buf (nbytes), released with its storage's last reference; released at
+// once when it cannot hold the parameters. Either way buf is no longer the caller's.
+static torch::Tensor over(void *buf, size_t nbytes, const std::vector<torch::Tensor> &params,
+                          dpy_release_fn release) {
+    try {
+        int64_t total = 0;
+        for (const auto &p : params) {
+            if (!plain_floats(p))
+                dpy_invalid("a flat buffer holds contiguous float32 cpu parameters only");
+            total += p.numel();
+        }
+        if (nbytes != (size_t)total * sizeof(float))
+            dpy_invalid("a flat buffer of " + std::to_string(nbytes) + " bytes for " +
+                        std::to_string(total) + " parameters");
+        return torch::from_blob(buf, {total}, [release](void *d) { release(d); },
+                                torch::TensorOptions().dtype(torch::kFloat32));
+    } catch (...) {
+        release(buf);
+        throw;
+    }
+}
+
+// self_weight * (p, from `from`'s parameters) + sum_j w_j x_j into `into`'s parameters (the same
+// tensors, or the same shapes in a new buffer), parameter by parameter: p stays in cache while
+// it mixes.
+static void mix(std::vector<torch::Tensor> &from, std::vector<torch::Tensor> *into, double self_weight,
+                const dpy_tensor *const *xs, const double *weights, size_t n) {
+    bool fast = true;
+    for (size_t j = 0; j < n; j++) {
+        check_flat(from, xs[j]->v, "mix");
+        fast = fast && plain_floats(xs[j]->v);
+    }
+    for (const auto &p : from)
+        fast = fast && plain_floats(p);
+    std::vector<const float *> x(n);
+    std::vector<float> w(weights, weights + n);
+    int64_t off = 0;
+    for (size_t i = 0; i < from.size(); i++) {
+        auto &p = from[i];
+        auto &d = into ? (*into)[i] : p;
+        if (fast) {
+            for (size_t j = 0; j < n; j++)
+                x[j] = xs[j]->v.data_ptr<float>() + off;
+            dpy_mix_floats_into(d.data_ptr<float>(), p.data_ptr<float>(), x.data(), w.data(), n,
+                                p.numel(), (float)self_weight);
+            d.unsafeGetTensorImpl()->bump_version();   // as an in-place op would
+        } else {
+            if (into)
+                d.copy_(p);
+            d.mul_(self_weight);
+            for (size_t j = 0; j < n; j++)
+                d.add_(xs[j]->v.narrow(0, off, p.numel()).view(p.sizes()), weights[j]);
+        }
+        off += p.numel();
+    }
+}
+
 dpy_err dpy_module_mix(dpy_module *m, double self_weight, const dpy_tensor *const *xs,
                        const double *weights, size_t n) noexcept {
     return dpy_guard([&] {
         torch::NoGradGuard no_grad;
         auto params = m->m->parameters();
-        bool fast = true;
-        for (size_t j = 0; j < n; j++) {
-            check_flat(params, xs[j]->v, "mix");
-            fast = fast && plain_floats(xs[j]->v);
-        }
-        for (const auto &p : params)
-            fast = fast && plain_floats(p);
-        std::vector<const float *> x(n);
-        std::vector<float> w(weights, weights + n);
-        int64_t off = 0;
-        for (auto &p : params) {   // parameter by parameter: p stays in cache while it mixes
-            if (fast) {
-                for (size_t j = 0; j < n; j++)
-                    x[j] = xs[j]->v.data_ptr<float>() + off;
-                dpy_mix_floats(p.data_ptr<float>(), x.data(), w.data(), n, p.numel(),
-                           (float)self_weight);
-                p.unsafeGetTensorImpl()->bump_version();   // as an in-place op would
-            } else {
-                p.mul_(self_weight);
-                for (size_t j = 0; j < n; j++)
-                    p.add_(xs[j]->v.narrow(0, off, p.numel()).view(p.sizes()), weights[j]);
+        mix(params, nullptr, self_weight, xs, weights, n);
+    });
+}
+
+int dpy_module_plain(const dpy_module *m) noexcept {
+    try {
+        for (const auto &p : m->m->parameters())
+            if (!plain_floats(p))
+                return 0;
+        return 1;
+    } catch (...) {
+        return 0;
+    }
+}
+
+dpy_err dpy_module_adopt_flat(dpy_module *m, void *buf, size_t nbytes, int copy,
+                              dpy_release_fn release) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto params = m->m->parameters();
+        auto flat = over(buf, nbytes, params, release);
+        if (copy) {
+            int64_t off = 0;
+            for (const auto &p : params) {
+                flat.narrow(0, off, p.numel()).copy_(p.reshape(-1));
+                off += p.numel();
             }
+        }
+        repoint(m, params, flat);
+    });
+}
+
+dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release_fn release,
+                            double self_weight, const dpy_tensor *const *xs, const double *weights,
+                            size_t n) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        auto params = m->m->parameters();
+        auto flat = over(buf, nbytes, params, release);
+        std::vector<torch::Tensor> into;
+        int64_t off = 0;
+        for (const auto &p : params) {
+            into.push_back(flat.narrow(0, off, p.numel()).view(p.sizes()));
             off += p.numel();
         }
+        mix(params, &into, self_weight, xs, weights, n);
+        repoint(m, params, flat);
+    });
+}
+
+void *dpy_module_flat_buffer(const dpy_module *m) noexcept {
+    try {
+        if (!m->flat)
+            return nullptr;
+        auto base = static_cast<float *>(m->flat.data());
+        int64_t off = 0;
+        for (const auto &p : m->m->parameters()) {
+            if (!plain_floats(p) || !p.storage().is_alias_of(m->flat) || p.data_ptr<float>() != base + off)
+                return nullptr;
+            off += p.numel();
+        }
+        return (size_t)off * sizeof(float) == m->flat.nbytes() ? base : nullptr;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+dpy_err dpy_module_flat_view(dpy_tensor **out, const dpy_module *m) noexcept {
+    *out = nullptr;
+    return dpy_guard([&] {
+        if (!dpy_module_flat_buffer(m))
+            dpy_invalid("flat_view: the parameters are not views of one flat buffer");
+        auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+        *out = dpy_wrap(torch::empty({0}, opts).set_(m->flat, 0,
+                                                     {(int64_t)(m->flat.nbytes() / sizeof(float))}, {1}));
     });
 }
 

@@ -149,6 +149,47 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("sends the parameters themselves (share_flat), and copies them on write while a receiver reads them", function()
+    -- each write below comes while the node's own inbox still holds what it sent: the message must
+    -- keep the values it had when sent, and the model must take the write
+    local share = action_file("share", "post_train", [[
+      local m, uid, parts = node.model, node.uid, {}
+      local function check(what, write, want)
+        local flat = m:share_flat()
+        local sent = flat:clone()
+        parts[#parts + 1] = what .. " read-only " .. tostring(not pcall(flat.add_, flat, 1))
+        node.endpoint:send(uid, 7, r, flat)
+        flat:free()
+        write(sent)
+        local got = node.endpoint:recv(uid, 7, r, 10, "float32")
+        local now = m:get_flat()
+        parts[#parts + 1] = string.format("%s kept %s took %s", what, tostring((got - sent):abs():max():item() == 0),
+                                          tostring((now - want(sent)):abs():max():item() == 0))
+        got:free()
+      end
+      check("mix", function(s) m:mix(0.5, { s + 2 }, { 0.5 }) end, function(s) return s * 0.5 + (s + 2) * 0.5 end)
+      check("set_flat", function(s) m:set_flat(s + 3) end, function(s) return s + 3 end)
+      check("own_flat", function()
+              m:own_flat()   -- then a write that does not copy on its own
+              tensor.no_grad(function() for _, p in ipairs(m:parameters()) do p:add_(1) end end)
+            end,
+            function(s) return s + 1 end)
+      check("free", function() end, function(s) return s end)   -- read and given back: nothing moved
+      m:mix(1, {}, {})
+      node.log:write("round %d: %s", r, table.concat(parts, ", "))]], 'local tensor = require "dpy.tensor"')
+    local code, _, err, out = run(TINY .. share)
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local log = read_file(out .. "/" .. uid .. ".log")
+      for _, what in ipairs { "mix", "set_flat", "own_flat", "free" } do
+        local _, ro = log:gsub(what .. " read%-only true", "")
+        local _, ok = log:gsub(what .. " kept true took true", "")
+        assert.are.equal(3, ro, what .. ": " .. log)
+        assert.are.equal(3, ok, what .. ": " .. log)
+      end
+    end
+  end)
+
   it("buffers delayed and duplicated messages by round: the same numbers as without faults", function()
     local code, _, err, clean = run(TINY)
     assert.are.equal(0, code, err)

@@ -10,7 +10,8 @@ return registry.register {
   kind = "sharing", name = "average",
   doc = "weighted average with Metropolis-Hastings weights (a dropped peer's weight stays home)",
   new = function()
-    return { combine = function(node, _, got, weights, own_weight)
+    return { mixes = true,   -- writes the model by model:mix alone (see dpsgd)
+             combine = function(node, _, got, weights, own_weight)
       node.model:mix(own_weight, got, weights)   -- in place, no copy of the model
     end }
   end,
