@@ -399,7 +399,12 @@ dpy_err dpy_pickle_tensors(char **buf, size_t *len, const char *const *names,
         for (size_t i = 0; i < n; i++) {
             if (d.contains(names[i]))
                 dpy_invalid(std::string("the name '") + names[i] + "' twice");
-            d.insert(names[i], ts[i]->v.detach().to(torch::kCPU));
+            auto t = ts[i]->v.detach().to(torch::kCPU);
+            // a view (a parameter of a model's flat buffer) is written as a tensor of its own, as
+            // torch.save would write a clone: the file holds each tensor's values alone
+            if (t.storage().nbytes() != t.nbytes() || !t.is_contiguous())
+                t = t.clone(at::MemoryFormat::Contiguous);
+            d.insert(names[i], t);
         }
         auto bytes = torch::pickle_save(d);
         *buf = static_cast<char *>(std::malloc(bytes.size() ? bytes.size() : 1));
