@@ -187,6 +187,23 @@ local function encode(node, flat, r, codec)
   return payload
 end
 
+--- exchange.model_flat(node) -> the node's model as one flat vector to send: the parameters
+-- themselves (model:share_flat, local receivers read them as they are) when nothing rewrites the
+-- vector on the way (no outgoing modifier, no payload of the sharing rule's own), else a copy.
+-- Pair it with exchange.combine, which copies the model on write while a receiver still reads it.
+function M.model_flat(node)
+  if #node.modifiers == 0 and not node.sharing.encode then return node.model:share_flat() end
+  return node.model:get_flat()
+end
+
+--- exchange.combine(node, r, got, weights, own_weight): the sharing rule's combine. A rule that
+-- may write the model other than by model:mix or model:set_flat (which copy on write) gets it
+-- to itself first; the average rule (mixes = true) writes its sum straight into a new buffer.
+function M.combine(node, r, got, weights, own_weight)
+  if not node.sharing.mixes then node.model:own_flat() end
+  node.sharing.combine(node, r, got, weights, own_weight)
+end
+
 --- exchange.send_model(node, peer, r, flat [, codec]): what the node shares of flat (modifiers, then
 -- transforms) to peer (a uid or a list), then frees what encoding made. codec: see M.receive.
 function M.send_model(node, peer, r, flat, codec)

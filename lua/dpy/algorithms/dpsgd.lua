@@ -20,10 +20,7 @@ local function round(node, r)
     node:fire("post_exchange", r)
     return loss, secs
   end
-  -- the model goes out as it is when nothing rewrites it on the way (local receivers read the
-  -- parameters themselves; the combine below writes a new buffer while one of them still does)
-  local as_is = #node.modifiers == 0 and not node.sharing.encode
-  local flat = as_is and node.model:share_flat() or node.model:get_flat()
+  local flat = exchange.model_flat(node)
   if #peers > 0 then exchange.send_model(node, peers, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
   node.endpoint:release()
@@ -41,9 +38,7 @@ local function round(node, r)
   -- the combine opens the node's next round of compute: it keeps the slot through the next
   -- training and sending, so that a node computes only while it holds a slot
   node.endpoint:acquire(r + 1)
-  -- a rule that may write the model other than by model:mix or set_flat gets it to itself first
-  if not node.sharing.mixes then node.model:own_flat() end
-  node.sharing.combine(node, r, got, weights, w[node.uid] + kept)
+  exchange.combine(node, r, got, weights, w[node.uid] + kept)
   for _, x in ipairs(got) do x:free() end
   node.exchange_seconds = host.clock() - t0
   node:fire("post_exchange", r)

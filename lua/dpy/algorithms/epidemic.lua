@@ -45,7 +45,7 @@ local function round(o, node, r)
   local cfg = node.cfg   -- churn: no model to or from a node absent this round
   local to = churn.present(cfg, live(node, g.out[node.uid]), r)
   local from = churn.present(cfg, live(node, g.from[node.uid]), r)
-  local flat = node.model:get_flat()
+  local flat = exchange.model_flat(node)
   if #to > 0 then exchange.send_model(node, to, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
   node.endpoint:release()
@@ -58,7 +58,7 @@ local function round(o, node, r)
   local w, weights = 1 / (#got + 1), {}
   for i = 1, #got do weights[i] = w end
   node.metrics:add("models_received", r, #got)
-  node.sharing.combine(node, r, got, weights, w)
+  exchange.combine(node, r, got, weights, w)
   for _, x in ipairs(got) do x:free() end
   node.exchange_seconds = host.clock() - t0
   node:fire("post_exchange", r)
