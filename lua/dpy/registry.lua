@@ -64,12 +64,13 @@ local function dpy_dir()
   return path and path:match("^(.*)/registry%.lua$")
 end
 
--- Loads the built-ins of kind: its module (which registers a family), then the file of one name
--- in its folder, or (name nil) every file there. A name found by its file lists no folder, so a
+-- Loads the built-ins of kind: the file of one name in its folder, or (name nil) its module
+-- (which registers a family) and every file there. A name found by its file lists no folder, so a
 -- node's start-up reads no directory.
 local function load_builtins(kind, name)
   local home = M.KINDS[kind]
-  if home.module then require(home.module) end
+  -- a kind with a folder needs its family only for names without a file (sharing: the robust rules)
+  if home.module and not (home.folder and name) then require(home.module) end
   if not home.folder or loaded_kinds[kind] then return end
   local module = "dpy." .. home.folder .. "."
   if name then
