@@ -134,6 +134,7 @@ end
 
 --- node:fire(event, ...) runs the actions' handlers of event.
 function Node:fire(event, ...)
+  self.model:own_flat()   -- a handler may write the model: never the parameters a receiver still reads
   for _, h in ipairs(self.handlers[event] or {}) do h(self, ...) end
   attach.event(self, event)   -- what an attached client queued, and its breakpoints
 end

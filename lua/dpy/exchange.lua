@@ -269,6 +269,7 @@ end
 -- first (DecentralizePy's reset_optimizer).
 function M.train(node, steps)
   node.endpoint:acquire(node.round)
+  node.model:own_flat()   -- the optimizer writes the parameters in place: not what a receiver reads
   if node.cfg.reset_optimizer then node.optimizer:reset() end
   local t0 = host.clock()
   local loss = node.trainer:run(steps)

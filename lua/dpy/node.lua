@@ -92,6 +92,7 @@ local function run(node, resume)
     node.round = r
     local t0 = host.clock()
     local loss, secs = algorithm(node, r)
+    node.model:own_flat()   -- what runs between rounds (a client's code, a checkpoint) has it alone
     record(node, r, loss, secs, t0, before)
     local acc
     if node.evaluates and (r % eval_every == 0 or r == cfg.rounds) then acc = evaluate(node, r) end

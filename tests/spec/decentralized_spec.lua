@@ -190,6 +190,52 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("gives a user's algorithm that trains after sharing the model its own copy first", function()
+    -- no combine between the send and the training: the optimizer's in-place step must not reach
+    -- the message the node's own inbox still holds, nor may an action's handler
+    local path = tmpdir() .. "/share_then_train.lua"
+    write_file(path, [[
+      local registry = require "dpy.registry"
+      local exchange = require "dpy.exchange"
+      return registry.register { kind = "algorithm", name = "share_then_train", graph = true,
+        new = function() return function(node, r)
+          local flat = exchange.model_flat(node)
+          local sent = flat:clone()
+          node.endpoint:send(node.uid, 3, r, flat)
+          flat:free()
+          local loss, secs = exchange.train(node, node.local_steps)
+          node:fire("post_train", r)
+          local got = node.endpoint:recv(node.uid, 3, r, 10, "float32")
+          node.log:write("round %d: kept %s", r, tostring((got - sent):abs():max():item() == 0))
+          got:free()
+          flat = exchange.model_flat(node)   -- and a round that ends with its model still shared
+          node.endpoint:send(node.uid, 4, r, flat)
+          flat:free()
+          return loss, secs
+        end end }]])
+    local poke = action_file("poke", "post_train", [[
+      local flat = exchange.model_flat(node)
+      node.endpoint:send(node.uid, 5, r, flat)
+      flat:free()
+      node:fire("post_exchange", r)   -- a handler that writes the model in place
+      local got = node.endpoint:recv(node.uid, 5, r, 10, "float32")
+      node.log:write("round %d: poked %s", r, tostring((got - node.model:get_flat()):abs():max():item() ~= 0))]],
+      'local exchange = require "dpy.exchange"')
+    local bump = action_file("bump", "post_exchange", [[
+      tensor.no_grad(function() for _, p in ipairs(node.model:parameters()) do p:add_(1) end end)]],
+      'local tensor = require "dpy.tensor"')
+    local actions = string.format("actions = { '%s', '%s' }\n", poke:match("'(.-)'"), bump:match("'(.-)'"))
+    local code, _, err, out = run(TINY .. "algorithm = '" .. path .. "'\n" .. actions)
+    assert.are.equal(0, code, err)
+    for uid = 0, 3 do
+      local log = read_file(out .. "/" .. uid .. ".log")
+      local _, kept = log:gsub("kept true", "")
+      local _, poked = log:gsub("poked true", "")
+      assert.are.equal(3, kept, log)
+      assert.are.equal(3, poked, log)
+    end
+  end)
+
   it("buffers delayed and duplicated messages by round: the same numbers as without faults", function()
     local code, _, err, clean = run(TINY)
     assert.are.equal(0, code, err)
