@@ -216,6 +216,17 @@ static void *node_main(void *arg) {
     /* OpenMP's thread count is per thread: a new thread starts from the default (every core),
     ** so each node thread sets its own, or every node would run a team of its own */
     dpy_torch_set_threads(n->g->threads);
+    /* building the node is compute too: in a slot, as "round 0", so that a few nodes build at a
+    ** time instead of thousands of threads at once fighting for the cores and the page-fault lock,
+    ** and all are built before any trains (dpy.node gives the slot back once the node is ready) */
+    slot_acquire(n, n->uid);
+    pthread_mutex_lock(&n->g->mu);
+    int interrupted = n->g->interrupted;   /* Ctrl-C while it waited: nothing to build */
+    pthread_mutex_unlock(&n->g->mu);
+    if (interrupted) {
+        finish(n, "interrupted!");
+        return NULL;
+    }
     dpy_state st;
     memset(&st, 0, sizeof st);
     st.uid = (int)n->uid;

@@ -85,6 +85,7 @@ local function run(node, resume)
   elseif node.t0 then
     node.metrics:add("ready_seconds", 0, host.clock() - node.t0)
   end
+  node.endpoint:release()   -- the slot it was built in (l_nodes.c): the others' turn to build
   node:fire("startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
   for r = (resume or 0) + 1, cfg.rounds do
