@@ -155,7 +155,11 @@ function M.check(kind, entry, base, used)
   else
     load_builtins(kind, name)
     spec = (specs[kind] or {})[name]
-    if not spec then   -- a file of the folder may register several (sharing/robust.lua)
+    if not spec and M.KINDS[kind].module then   -- a family (the robust rules), without listing the folder
+      require(M.KINDS[kind].module)
+      spec = (specs[kind] or {})[name]
+    end
+    if not spec then   -- a file of the folder may register several
       load_builtins(kind)
       spec = (specs[kind] or {})[name]
     end
