@@ -175,16 +175,23 @@ static int m_numel(lua_State *L) {
     return 1;
 }
 
+/* A fabric buffer for m's parameters, or a raised error. */
+static void *model_buffer(lua_State *L, dpy_module *m, size_t *bytes) {
+    *bytes = (size_t)dpy_module_numel(m) * sizeof(float);
+    void *buf = dpy_fabric_buffer(*bytes);
+    if (!buf)
+        luaL_error(L, "out of memory for a flat copy of the model (%d values)", (int)dpy_module_numel(m));
+    return buf;
+}
+
 /* m:get_flat() -> float32 1-d dpy.Tensor of every parameter, in parameter order (a copy). The
 ** copy lies in a fabric buffer: sent whole, local receivers share it rather than a second copy. */
 static int m_get_flat(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
     dpy_tensor_box *b = dpy_newtensor(L);
     int64_t shape[1] = {dpy_module_numel(m)};
-    size_t bytes = (size_t)shape[0] * sizeof(float);
-    void *buf = dpy_fabric_buffer(bytes);
-    if (!buf)
-        return luaL_error(L, "get_flat: out of memory for %d values", (int)shape[0]);
+    size_t bytes;
+    void *buf = model_buffer(L, m, &bytes);
     if (dpy_tensor_wrap(&b->h, buf, bytes, DPY_FLOAT32, shape, 1, dpy_fabric_release) != DPY_OK) {
         dpy_fabric_release(buf);
         return dpy_torch_error(L);
@@ -210,15 +217,6 @@ static int m_grad_flat(lua_State *L) {
 ** m:share_flat() makes the parameters views of one fabric buffer, which ep:send hands to local
 ** receivers as it is. Until they give it back, whatever this module writes to its parameters
 ** (m:mix, m:set_flat, m:own_flat) moves them to a new buffer first: copy on write. */
-
-/* A fabric buffer for m's parameters, or a raised error. */
-static void *model_buffer(lua_State *L, dpy_module *m, size_t *bytes) {
-    *bytes = (size_t)dpy_module_numel(m) * sizeof(float);
-    void *buf = dpy_fabric_buffer(*bytes);
-    if (!buf)
-        luaL_error(L, "out of memory for a copy of the model (%d values)", (int)dpy_module_numel(m));
-    return buf;
-}
 
 /* The buffer m's parameters are views of, when local receivers still read it; else NULL. */
 static void *read_by_others(dpy_module *m) {

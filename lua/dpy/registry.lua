@@ -64,21 +64,23 @@ local function dpy_dir()
   return path and path:match("^(.*)/registry%.lua$")
 end
 
--- Loads the built-ins of kind: the file of one name in its folder, or (name nil) its module
--- (which registers a family) and every file there. A name found by its file lists no folder, so a
--- node's start-up reads no directory.
+-- Loads the built-ins of kind: for one name, its file in the kind's folder, else the kind's module
+-- (which registers a family: sharing's robust rules); without a name, the module and every file
+-- of the folder. A name found by its file or the module lists no folder, so a node's start-up
+-- reads no directory.
 local function load_builtins(kind, name)
   local home = M.KINDS[kind]
-  -- a kind with a folder needs its family only for names without a file (sharing: the robust rules)
-  if home.module and not (home.folder and name) then require(home.module) end
-  if not home.folder or loaded_kinds[kind] then return end
-  local module = "dpy." .. home.folder .. "."
-  if name then
+  local module = home.folder and "dpy." .. home.folder .. "."
+  if module and name and not loaded_kinds[kind] then
     if type(name) == "string" and name:match("^[%w_]+$") and package.searchpath(module .. name, package.path) then
       require(module .. name)
+    elseif home.module then
+      require(home.module)
     end
     return
   end
+  if home.module then require(home.module) end
+  if not home.folder or loaded_kinds[kind] then return end
   local _, files = require("dpy.data.core").list_dir(assert(dpy_dir()) .. "/" .. home.folder)
   for _, file in ipairs(files or {}) do
     local base = file:match("^([%w_]+)%.lua$")
@@ -155,10 +157,6 @@ function M.check(kind, entry, base, used)
   else
     load_builtins(kind, name)
     spec = (specs[kind] or {})[name]
-    if not spec and M.KINDS[kind].module then   -- a family (the robust rules), without listing the folder
-      require(M.KINDS[kind].module)
-      spec = (specs[kind] or {})[name]
-    end
     if not spec then   -- a file of the folder may register several
       load_builtins(kind)
       spec = (specs[kind] or {})[name]
