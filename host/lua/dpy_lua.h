@@ -107,5 +107,7 @@ int dpy_heap_new_arena(void);
 void dpy_heap_use_arena(int index);
 /* Returns the calling thread's cached free blocks to their arenas (nothing under glibc). */
 void dpy_heap_flush_thread(void);
+/* Gives back the calling thread's static TLS pages that are all zero: a new thread, first thing. */
+void dpy_heap_drop_zero_tls(void);
 
 #endif

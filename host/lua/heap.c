@@ -1,9 +1,15 @@
 /*
-** heap.c: the few allocator controls the host uses. dpy-lua links jemalloc (see main.c); the
-** sanitizer builds keep glibc's malloc, where these fall back to what glibc offers or do nothing.
+** heap.c: the few allocator and memory controls the host uses. dpy-lua links jemalloc (see
+** main.c); the sanitizer builds keep glibc's malloc, where these fall back to what glibc offers
+** or do nothing.
 */
+#define _GNU_SOURCE   /* dl_iterate_phdr */
+#include <link.h>
 #include <malloc.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "dpy_lua.h"
 
@@ -35,4 +41,42 @@ void dpy_heap_use_arena(int index) {
 void dpy_heap_flush_thread(void) {
     if (mallctl)
         mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+}
+
+/*
+** Every thread gets its own copy of each library's static thread-local block, copied or zeroed at
+** pthread_create, so each node thread starts with ~108 KiB of resident TLS (Debian's libtorch
+** brings openblas, glog and ~290 other libraries). Most of it stays zero: openblas's and glog's
+** buffers, which node threads never use, were 0.08 MiB a node (bench/decentralized scale). A
+** page wholly inside one library's block that is all zero is given back; a later write faults in
+** a fresh zero page, the same contents. Safe because only the thread itself writes its blocks:
+** it runs this first, before the libraries' code runs in it, and dl_iterate_phdr holds off
+** dlopen meanwhile. Best effort: a failed madvise keeps the page.
+*/
+static int drop_zero_pages(struct dl_phdr_info *info, size_t size, void *ud) {
+    (void)size;
+    uintptr_t page = *(uintptr_t *)ud;
+    if (!info->dlpi_tls_data)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_TLS)
+            continue;
+        uintptr_t start = (uintptr_t)info->dlpi_tls_data;
+        uintptr_t end = (start + info->dlpi_phdr[i].p_memsz) & ~(page - 1);
+        for (uintptr_t p = (start + page - 1) & ~(page - 1); p + page <= end; p += page) {
+            const uint64_t *w = (const uint64_t *)p;
+            size_t k = 0;
+            while (k < page / sizeof *w && w[k] == 0)
+                k++;
+            if (k == page / sizeof *w)
+                madvise((void *)p, page, MADV_DONTNEED);
+        }
+    }
+    return 0;
+}
+
+void dpy_heap_drop_zero_tls(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t p = page > 0 ? (uintptr_t)page : 4096;
+    dl_iterate_phdr(drop_zero_pages, &p);
 }

@@ -31,7 +31,8 @@ typedef struct {
     int held;                       /* holds a compute slot */
     int slot;                       /* which one, while held */
     int waiting, granted;           /* waiting for a slot; given one by a releaser */
-    int64_t priority;               /* lower first: (round, uid) of the waiting node */
+    int64_t priority;               /* lower first: (round, rank) of the waiting node */
+    int32_t rank;                   /* its place in the slots' order in a round (default: uid) */
     pthread_cond_t slot_cv;
     int ok;                         /* finished without error */
     char *err;                      /* malloc'd message when !ok */
@@ -101,8 +102,10 @@ static void run_on_slot(group *g, pthread_t thread, int slot) {
 
 /*
 ** Compute slots. Synchronous rounds are a dependency graph: a node that is a round behind holds
-** up its neighbours. So a free slot goes to the waiting node with the lowest (round, uid), the
-** critical path first, not to whichever thread the scheduler wakes. Caller holds g->mu.
+** up its neighbours. So a free slot goes to the waiting node with the lowest (round, rank), the
+** critical path first, not to whichever thread the scheduler wakes. The rank is the node's place
+** in the launcher's order (graph.frontier_order: fewer models alive at once), else its uid.
+** Caller holds g->mu.
 */
 static void slot_release_locked(group *g, int slot) {
     node_ctx *best = NULL;
@@ -213,13 +216,14 @@ static int node_boot(lua_State *L) {
 
 static void *node_main(void *arg) {
     node_ctx *n = arg;
+    dpy_heap_drop_zero_tls();   /* before any library's code runs in this thread */
     /* OpenMP's thread count is per thread: a new thread starts from the default (every core),
     ** so each node thread sets its own, or every node would run a team of its own */
     dpy_torch_set_threads(n->g->threads);
     /* building the node is compute too: in a slot, as "round 0", so that a few nodes build at a
     ** time instead of thousands of threads at once fighting for the cores and the page-fault lock,
     ** and all are built before any trains (dpy.node gives the slot back once the node is ready) */
-    slot_acquire(n, n->uid);
+    slot_acquire(n, n->rank);
     pthread_mutex_lock(&n->g->mu);
     int interrupted = n->g->interrupted;   /* Ctrl-C while it waited: nothing to build */
     pthread_mutex_unlock(&n->g->mu);
@@ -322,7 +326,8 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 ** With attach = true and one uid, no thread starts: the second result is that node's endpoint,
 ** for a node driven from the calling state (the REPL).
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
-**   uids = {local uids}, addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
+**   uids = {local uids}, ranks = {their order in a round's slots} (default: uid),
+**   addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
 **   bandwidth, bandwidth_min,
 **   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
@@ -368,6 +373,9 @@ static int n_start(lua_State *L) {
     size_t count = (size_t)luaL_len(L, -1);
     lua_pop(L, 1);
     int32_t *uids = int_list(L, 1, "uids", count);
+    lua_getfield(L, 1, "ranks");
+    int32_t *ranks = lua_isnil(L, -1) ? NULL : int_list(L, 1, "ranks", count);
+    lua_pop(L, 1);
     const char **addresses = NULL;
     if (o.processes > 1) {
         addresses = lua_newuserdatauv(L, (size_t)o.processes * sizeof *addresses, 0);
@@ -478,6 +486,7 @@ static int n_start(lua_State *L) {
         node_ctx *n = &g->nodes[i];
         n->g = g;
         n->uid = (uint32_t)uids[i];
+        n->rank = ranks ? ranks[i] : uids[i];
         pthread_cond_init(&n->slot_cv, NULL);
         n->accuracy = NAN;
         n->round = -1;
@@ -827,7 +836,7 @@ static int e_acquire(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
     int64_t round = (int64_t)luaL_optinteger(L, 2, 0);
     if (!e->node->held)
-        slot_acquire(e->node, round * 1048576 + e->node->uid);
+        slot_acquire(e->node, round * 1048576 + e->node->rank);
     return 0;
 }
 

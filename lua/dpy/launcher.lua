@@ -6,6 +6,7 @@
 -- finished rounds stay, the manifest says so); a child process that fails to stop, or stops
 -- answering, is sent SIGTERM and then SIGKILL, stop_grace seconds apart.
 local nodes_core = require "dpy.nodes.core"
+local graph = require "dpy.graph"
 local host = require "dpy.host.core"
 local layout = require "dpy.layout"
 local metrics = require "dpy.metrics"
@@ -53,6 +54,19 @@ local function say_where(dir, p)
                                                .. "find it)\n", p, err)) end
 end
 
+-- The rank of each of uids in the order the nodes take the process's compute slots: the graph's
+-- frontier_order, which keeps fewer models alive at once than uid order; nil (uid order) without
+-- a fixed graph.
+local function slot_ranks(cfg, dir, uids)
+  if not layout.algorithm(cfg).graph then return nil end
+  local g = layout.load_graph(dir)
+  local order = not g.dynamic and graph.frontier_order(g)
+  if not order then return nil end
+  local ranks = {}
+  for i, u in ipairs(uids) do ranks[i] = order[u] end
+  return ranks
+end
+
 --- Hosts process p's nodes until they finish; calls tick(group) twice a second. A signal caught
 -- by host.catch_interrupt stops every node at once.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
@@ -67,6 +81,7 @@ function M.host_process(cfg, p, opts, tick)
   local group, err = nodes_core.start {
     nodes = cfg.nodes, process = p, processes = cfg.processes,
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
+    ranks = slot_ranks(cfg, opts.dir, uids),
     addresses = cfg.processes > 1 and (opts.addresses or layout.addresses(cfg, opts.run_id)) or nil,
     run_id = opts.run_id, max_payload = max_payload,
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,

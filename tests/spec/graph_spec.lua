@@ -177,6 +177,62 @@ describe("graphs", function()
     end
   end)
 
+  describe("frontier_order", function()
+    -- the most nodes taken, in order, with a neighbour not yet taken: the definition, counted
+    -- directly (each such node holds two models, l_nodes.c)
+    local function worst_open(g, rank)
+      local by_rank = {}
+      for u = 0, g.n - 1 do by_rank[rank[u] + 1] = u end
+      local worst = 0
+      for k = 1, g.n do
+        local open = 0
+        for j = 1, k do
+          for _, v in ipairs(g.adj[by_rank[j]]) do
+            if rank[v] >= k then open = open + 1 break end
+          end
+        end
+        worst = math.max(worst, open)
+      end
+      return worst
+    end
+    local function is_permutation(g, rank)
+      local seen = {}
+      for u = 0, g.n - 1 do
+        local r = rank[u]
+        if math.type(r) ~= "integer" or r < 0 or r >= g.n or seen[r] then return false end
+        seen[r] = true
+      end
+      return true
+    end
+    local function uid_order(g)
+      local rank = {}
+      for u = 0, g.n - 1 do rank[u] = u end
+      return rank
+    end
+
+    it("orders every node once, graphs in pieces too, and leaves dense graphs to uid order", function()
+      local two = { n = 8, adj = {} }   -- two rings of 4, 0-3 and 4-7
+      for u = 0, 7 do
+        local base = u < 4 and 0 or 4
+        two.adj[u] = { base + (u - base + 3) % 4, base + (u - base + 1) % 4 }
+      end
+      for _, g in ipairs { graph.ring(9), graph.star(7), graph.erdos_renyi(40, 0.1, 2), two,
+                           graph.regular(256, 4, 3) } do
+        assert.is_true(is_permutation(g, graph.frontier_order(g)))
+      end
+      assert.are.same(graph.frontier_order(graph.regular(64, 4, 1)), graph.frontier_order(graph.regular(64, 4, 1)))
+      assert.is_nil(graph.frontier_order(graph.full(80)))
+    end)
+
+    it("keeps far fewer nodes open than uid order on a random regular graph", function()
+      local g = graph.regular(512, 4, 1)
+      local by_uid, ours = worst_open(g, uid_order(g)), worst_open(g, graph.frontier_order(g))
+      assert.is_true(by_uid > 0.45 * g.n, "uid order: " .. by_uid)
+      assert.is_true(ours < 0.3 * g.n, "frontier order: " .. ours)
+      assert.is_true(worst_open(graph.ring(50), graph.frontier_order(graph.ring(50))) <= 3)
+    end)
+  end)
+
   it("reports the spectral gap of the mixing matrix", function()
     assert.is_true(math.abs(graph.spectral_gap(graph.full(6)) - 1) < 1e-6)
     assert.is_true(math.abs(graph.spectral_gap(graph.ring(4)) - 2 / 3) < 1e-6)
