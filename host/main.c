@@ -346,12 +346,13 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
 */
 #ifdef DPY_JEMALLOC
 /*
-** jemalloc reads this at start: keep freed pages for 10 s before returning them to the system.
-** A round's buffers are freed and taken again well within that, so rounds keep their pages
-** (16 and 64 nodes: the same seconds per round as keeping them for good, alternated runs), and
-** what only a peak or the nodes' start used goes back: 1024 nodes 2.84 -> 2.75 MiB a node, 64
-** nodes 4.6 -> 4.3 (bench/decentralized scale). Purged pages are dropped at once (muzzy 0),
-** not left to the kernel. 0.5 s cost rounds 8-23 % (docs/performance.md).
+** jemalloc reads this at start: freed pages go back to the system gradually over about 10 s
+** (decay, done as the arena is used: no background thread). A round's buffers are freed and
+** taken again well within that, so rounds keep their pages (16 and 64 nodes: the same seconds per
+** round as keeping them for good, alternated runs), and what only a peak or the nodes' start used
+** goes back: 1024 nodes 2.84 -> 2.75 MiB a node, 64 nodes 4.6 -> 4.3 (bench/decentralized
+** scale). Purged pages are dropped at once (muzzy 0), not left to the kernel. A 0.5 s decay cost
+** rounds 8-23 % (docs/performance.md).
 */
 const char *malloc_conf = "dirty_decay_ms:10000,muzzy_decay_ms:0";
 #endif

@@ -6,6 +6,8 @@
 #define _GNU_SOURCE   /* dl_iterate_phdr */
 #include <link.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -49,9 +51,11 @@ void dpy_heap_flush_thread(void) {
 ** brings openblas, glog and ~290 other libraries). Most of it stays zero: openblas's and glog's
 ** buffers, which node threads never use, were 0.08 MiB a node (bench/decentralized scale). A
 ** page wholly inside one library's block that is all zero is given back; a later write faults in
-** a fresh zero page, the same contents. Safe because only the thread itself writes its blocks:
-** it runs this first, before the libraries' code runs in it, and dl_iterate_phdr holds off
-** dlopen meanwhile. Best effort: a failed madvise keeps the page.
+** a fresh zero page, the same contents. Safe because nothing else writes a thread's blocks: the
+** thread runs this first, before the libraries' code runs in it, with its signals blocked (a
+** handler's write between the check and the madvise would be lost), and a library still being
+** loaded by another thread has no block listed for it yet. Best effort: a failed madvise keeps
+** the page.
 */
 static int drop_zero_pages(struct dl_phdr_info *info, size_t size, void *ud) {
     (void)size;
@@ -78,5 +82,9 @@ static int drop_zero_pages(struct dl_phdr_info *info, size_t size, void *ud) {
 void dpy_heap_drop_zero_tls(void) {
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t p = page > 0 ? (uintptr_t)page : 4096;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     dl_iterate_phdr(drop_zero_pages, &p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

@@ -374,8 +374,9 @@ static int n_start(lua_State *L) {
     lua_pop(L, 1);
     int32_t *uids = int_list(L, 1, "uids", count);
     lua_getfield(L, 1, "ranks");
-    int32_t *ranks = lua_isnil(L, -1) ? NULL : int_list(L, 1, "ranks", count);
+    int has_ranks = !lua_isnil(L, -1);
     lua_pop(L, 1);
+    int32_t *ranks = has_ranks ? int_list(L, 1, "ranks", count) : NULL;   /* stays on the stack */
     const char **addresses = NULL;
     if (o.processes > 1) {
         addresses = lua_newuserdatauv(L, (size_t)o.processes * sizeof *addresses, 0);
@@ -391,6 +392,9 @@ static int n_start(lua_State *L) {
     for (size_t i = 0; i < count; i++)
         if (uids[i] < 0 || (uint32_t)uids[i] >= o.nodes || o.node_process[uids[i]] != o.process)
             return luaL_error(L, "nodes.start: uid %d is not mapped to process %d", (int)uids[i], o.process);
+    for (size_t i = 0; ranks && i < count; i++)
+        if (ranks[i] < 0 || (uint32_t)ranks[i] >= o.nodes)
+            return luaL_error(L, "nodes.start: rank %d is not in 0 .. %d", (int)ranks[i], (int)o.nodes - 1);
     lua_getfield(L, 1, "attach_socket");
     const char *attach_socket = luaL_optstring(L, -1, NULL);
     lua_pop(L, 1);   /* the table keeps the string */

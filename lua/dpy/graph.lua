@@ -455,16 +455,19 @@ local function heap_pop(h)
 end
 
 local FRONTIER_MAX_DEGREE = 64   -- denser graphs: every node neighbours so many that order hardly matters
+local FRONTIER_MAX_NODES = 1048576   -- a key holds the uid in 20 bits, as the slots' priority does
 
 --- graph.frontier_order(g) -> { [uid] = rank } over 0 .. n - 1, or nil for a graph with a node of
--- more than 64 neighbours. The order in which a process's nodes take its compute slots each round
--- (l_nodes.c): a D-PSGD node keeps the model it sent until its last neighbour has combined, so the
--- nodes taken with a neighbour not yet taken ("open") each hold two models. Greedily, the next node
--- is the one that leaves the fewest open (ties: the most neighbours taken, then the lowest uid):
--- on a random 4-regular graph about a quarter of the nodes are open at the worst point instead of
--- a half in uid order. Deterministic, O(n d^3 log n).
+-- more than 64 neighbours (or of more than 2^20 nodes). The order in which a process's nodes take
+-- its compute slots each round (l_nodes.c): a D-PSGD node keeps the model it sent until its last
+-- neighbour has combined, so the nodes taken with a neighbour not yet taken ("open") each hold two
+-- models. Greedily, the next node is the neighbour of a taken one that leaves the fewest open
+-- (ties: the most neighbours taken, then the lowest uid; with none, the lowest uid not taken): on a
+-- random 4-regular graph about a quarter of the nodes are open at the worst point instead of a half
+-- in uid order. Deterministic, O(n d^2 log n).
 function M.frontier_order(g)
   local n, adj = g.n, g.adj
+  if n > FRONTIER_MAX_NODES then return nil end
   for u = 0, n - 1 do
     if #adj[u] > FRONTIER_MAX_DEGREE then return nil end
   end
@@ -494,9 +497,10 @@ function M.frontier_order(g)
     for _, u in ipairs(adj[v]) do
       untaken_near[u], taken_near[u] = untaken_near[u] - 1, taken_near[u] + 1
     end
-    for _, u in ipairs(adj[v]) do   -- the keys v changed: its neighbours', and theirs (closes)
-      if not taken[u] then heap_push(heap, key(u)) end
-      if taken[u] then
+    for _, u in ipairs(adj[v]) do   -- the keys v changed: its neighbours', and the one node a
+      if not taken[u] then          -- taken neighbour left with a single untaken one now closes
+        heap_push(heap, key(u))
+      elseif untaken_near[u] == 1 then
         for _, w in ipairs(adj[u]) do
           if not taken[w] then heap_push(heap, key(w)) end
         end

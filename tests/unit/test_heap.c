@@ -9,29 +9,35 @@
 #include "check.h"
 #include "dpy_lua.h"
 
-#define PAGES 16
-static __thread unsigned char zeros[PAGES * 4096];          /* .tbss: zeroed at thread start */
-static __thread unsigned char data[2 * 4096] = {1};         /* .tdata: copied, first byte 1 */
+#define ZEROS (256 << 10)   /* room for a whole page inside it with pages up to 64 KiB */
+static __thread unsigned char zeros[ZEROS];          /* .tbss: zeroed at thread start */
+static __thread unsigned char data[ZEROS] = {1};     /* .tdata: copied, first byte 1 */
+
+static uintptr_t page_size(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (uintptr_t)p : 4096;
+}
 
 static int resident(void *p) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t page = page_size();
     unsigned char v = 0;
     return mincore((void *)((uintptr_t)p & ~(page - 1)), page, &v) == 0 && (v & 1);
 }
 
 static void *thread(void *arg) {
     int *out = arg;
-    unsigned char *middle = zeros + PAGES / 2 * 4096;   /* a page wholly inside the block */
-    out[0] = resident(middle);                          /* glibc zeroed it: touched */
+    uintptr_t page = page_size();   /* a page wholly inside the block */
+    unsigned char *middle = (unsigned char *)(((uintptr_t)zeros + page) & ~(page - 1));
+    out[0] = resident(middle);      /* glibc zeroed it: touched */
     dpy_heap_drop_zero_tls();
     out[1] = resident(middle);
     int all_zero = 1;
     for (size_t i = 0; i < sizeof zeros; i++)
         all_zero &= zeros[i] == 0;
     out[2] = all_zero;
-    middle[7] = 42;                                     /* a write faults in a page of its own */
+    middle[7] = 42;                 /* a write faults in a page of its own */
     out[3] = middle[7] == 42 && resident(middle);
-    out[4] = resident(data) && data[0] == 1;            /* data is kept */
+    out[4] = resident(data) && data[0] == 1;   /* data is kept */
     return NULL;
 }
 
