@@ -43,3 +43,24 @@ describe("layout's graph file", function()
     assert.same({ 1 }, back.adj[2])
   end)
 end)
+
+describe("nodes.core.start's slot ranks", function()
+  local nodes_core = require "dpy.nodes.core"
+  local function start(ranks)
+    return nodes_core.start { nodes = 4, process = 0, processes = 1, node_process = { 0, 0, 0, 0 },
+                              uids = { 2 }, ranks = ranks, attach = true, run_id = 1, slots = 1, args = {} }
+  end
+
+  it("takes a rank per local node, and its slots then work", function()
+    local group, ep = start { 3 }
+    assert.is_truthy(group, ep)
+    ep:acquire(1)
+    ep:release()
+    group:close()
+  end)
+
+  it("refuses a rank out of range, naming it", function()
+    assert.error_matches(function() start { 7 } end, "rank 7 is not in 0 .. 3")
+    assert.error_matches(function() start { 0, 1 } end, "'ranks' needs 1 entries")
+  end)
+end)
