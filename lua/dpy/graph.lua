@@ -473,7 +473,7 @@ function M.frontier_order(g)
   end
   local taken, untaken_near, taken_near = {}, {}, {}
   for u = 0, n - 1 do untaken_near[u], taken_near[u] = #adj[u], 0 end
-  local function key(v)   -- (open after v - closed by v, -taken_near[v], v) as one integer
+  local function key_of(v)   -- (open after v - closed by v, -taken_near[v], v) as one integer
     local delta = untaken_near[v] > 0 and 1 or 0
     for _, u in ipairs(adj[v]) do
       if taken[u] and untaken_near[u] == 1 then delta = delta - 1 end
@@ -487,7 +487,7 @@ function M.frontier_order(g)
       local k = heap_pop(heap)
       if k then
         local u = k % 1048576
-        if not taken[u] and key(u) == k then v = u end
+        if not taken[u] and key_of(u) == k then v = u end
       else   -- nothing open left: the lowest uid not taken starts afresh
         while taken[next_fresh] do next_fresh = next_fresh + 1 end
         v = next_fresh
@@ -499,10 +499,10 @@ function M.frontier_order(g)
     end
     for _, u in ipairs(adj[v]) do   -- the keys v changed: its neighbours', and the one node a
       if not taken[u] then          -- taken neighbour left with a single untaken one now closes
-        heap_push(heap, key(u))
+        heap_push(heap, key_of(u))
       elseif untaken_near[u] == 1 then
         for _, w in ipairs(adj[u]) do
-          if not taken[w] then heap_push(heap, key(w)) end
+          if not taken[w] then heap_push(heap, key_of(w)) end
         end
       end
     end
