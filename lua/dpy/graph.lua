@@ -478,7 +478,7 @@ function M.frontier_order(g)
     for _, u in ipairs(adj[v]) do
       if taken[u] and untaken_near[u] == 1 then delta = delta - 1 end
     end
-    return ((delta + 128) * 256 + (128 - taken_near[v])) * 1048576 + v
+    return ((delta + 128) * 256 + (128 - taken_near[v])) * FRONTIER_MAX_NODES + v
   end
   local heap, rank, next_fresh = {}, {}, 0
   for r = 0, n - 1 do
@@ -486,7 +486,7 @@ function M.frontier_order(g)
     repeat   -- skip the taken and the stale (a key that changed was pushed again)
       local k = heap_pop(heap)
       if k then
-        local u = k % 1048576
+        local u = k % FRONTIER_MAX_NODES
         if not taken[u] and key_of(u) == k then v = u end
       else   -- nothing open left: the lowest uid not taken starts afresh
         while taken[next_fresh] do next_fresh = next_fresh + 1 end
