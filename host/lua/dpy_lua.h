@@ -99,12 +99,17 @@ int luaopen_dpy_attach_core(lua_State *L);
 
 /* {==== the allocator (heap.c) ====} */
 
+/* "jemalloc" when it is linked (every build but the sanitizers'), else "glibc". */
+const char *dpy_heap_allocator(void);
 /* Gives freed memory back to the system (the allocator keeps it otherwise: see main.c). */
 void dpy_heap_trim(void);
 /* A new jemalloc arena's index, or -1 (glibc's malloc, or a failure). */
 int dpy_heap_new_arena(void);
 /* Makes the calling thread allocate from that arena (-1: nothing changes). */
 void dpy_heap_use_arena(int index);
+/* Whether the process takes transparent huge pages from now on (0: 4 KiB pages, less memory
+** beside what is used); 0, or -1 when the kernel refused. */
+int dpy_heap_huge_pages(int on);
 /* Returns the calling thread's cached free blocks to their arenas (nothing under glibc). */
 void dpy_heap_flush_thread(void);
 /* Gives back the calling thread's static TLS pages that are all zero: a new thread, first thing. */

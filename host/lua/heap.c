@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "dpy_lua.h"
@@ -18,6 +19,8 @@
 /* jemalloc's control entry when it is linked (weak: NULL under glibc's malloc) */
 extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
     __attribute__((weak));
+
+const char *dpy_heap_allocator(void) { return mallctl ? "jemalloc" : "glibc"; }
 
 void dpy_heap_trim(void) {
     if (mallctl)
@@ -38,6 +41,15 @@ void dpy_heap_use_arena(int index) {
     unsigned u = (unsigned)index;
     if (mallctl && index >= 0)
         mallctl("thread.arena", NULL, NULL, &u, sizeof u);
+}
+
+/*
+** jemalloc asks for transparent huge pages on its memory (main.c); the kernel gives them unless the
+** process opts out, which it checks at every fault: turning them off keeps what is mapped and
+** takes 4 KiB pages from then on.
+*/
+int dpy_heap_huge_pages(int on) {
+    return prctl(PR_SET_THP_DISABLE, on ? 0 : 1, 0, 0, 0) == 0 ? 0 : -1;
 }
 
 void dpy_heap_flush_thread(void) {

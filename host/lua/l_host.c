@@ -91,9 +91,11 @@ static int h_memory(lua_State *L) {
     return 1;
 }
 
-/* host.versions() -> { torch, lua, cuda_devices, threads } */
+/* host.versions() -> { torch, lua, cuda_devices, threads, allocator } */
 static int h_versions(lua_State *L) {
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 5);
+    lua_pushstring(L, dpy_heap_allocator());
+    lua_setfield(L, -2, "allocator");
     lua_pushstring(L, dpy_torch_version());
     lua_setfield(L, -2, "torch");
     lua_pushstring(L, LUA_RELEASE);
@@ -102,6 +104,15 @@ static int h_versions(lua_State *L) {
     lua_setfield(L, -2, "cuda_devices");
     lua_pushinteger(L, dpy_torch_num_threads());
     lua_setfield(L, -2, "threads");
+    return 1;
+}
+
+/* host.huge_pages(on) -> true | nil, err: whether this process takes transparent huge pages */
+static int h_huge_pages(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    if (dpy_heap_huge_pages(lua_toboolean(L, 1)) != 0)
+        return luaL_fileresult(L, 0, "huge_pages");
+    lua_pushboolean(L, 1);
     return 1;
 }
 
@@ -227,7 +238,7 @@ static const luaL_Reg functions[] = {
     {"pid", h_pid}, {"catch_interrupt", h_catch_interrupt}, {"interrupted", h_interrupted},
     {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
-    {"set_threads", h_set_threads}, {NULL, NULL}};
+    {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {NULL, NULL}};
 
 int luaopen_dpy_host_core(lua_State *L) {
     luaL_newlib(L, functions);

@@ -40,6 +40,26 @@ describe("decentralized runs", function()
     assert.matches("round 3: test loss", read_file(out .. "/1.log"))
   end)
 
+  -- The kernel's word for each process that hosts nodes: /proc/self/status's THP_enabled.
+  it("takes huge pages in every node process unless huge_pages = false", function()
+    local probe = action_config("thp", "startup", [[
+      if node.uid % 2 == 0 then
+        for line in io.lines("/proc/self/status") do
+          local on = line:match("^THP_enabled:%s+(%d)")
+          if on then node.log:write("THP_enabled %s", on) end
+        end
+      end]])
+    for setting, want in pairs { [""] = "1", ["huge_pages = false\n"] = "0" } do
+      for _, p in ipairs { 1, 2 } do
+        local code, _, err, out = run(TINY .. probe .. setting .. "processes = " .. p .. "\n")
+        assert.are.equal(0, code, err)
+        for uid = 0, 2, 2 do
+          assert.matches("THP_enabled " .. want, read_file(out .. "/" .. uid .. ".log"), 1, true)
+        end
+      end
+    end
+  end)
+
   it("runs federated averaging and a parameter server, the server evaluating", function()
     for _, alg in ipairs { "fedavg", "ps" } do
       local code, stdout, err, out = run(TINY .. "algorithm = '" .. alg .. "'\nfraction = 0.5\n")

@@ -362,6 +362,35 @@ describe("tensor memory", function()
     assert.is_true(grown < 100 * 2 ^ 20, string.format("rss grew by %.0f MiB", grown / 2 ^ 20))
   end)
 
+  -- The kernel's own accounting (AnonHugePages) says which pages came: jemalloc asks for huge
+  -- ones (main.c), and a run with huge_pages = false turns them off for its process (heap.c).
+  it("comes in transparent huge pages, and in 4 KiB pages once huge_pages is off", function()
+    local host = require "dpy.host.core"
+    local f = io.open("/sys/kernel/mm/transparent_hugepage/enabled")
+    local mode = f and f:read("a") or "[never]"
+    if f then f:close() end
+    if host.versions().allocator ~= "jemalloc" or mode:find("[never]", 1, true) then
+      pending("no huge pages: allocator " .. host.versions().allocator .. ", kernel " .. mode) return
+    end
+    local function huge_kib()
+      for line in io.lines("/proc/self/smaps_rollup") do
+        local kib = line:match("^AnonHugePages:%s+(%d+)")
+        if kib then return tonumber(kib) end
+      end
+    end
+    local before = huge_kib()
+    local on <close> = tensor.ones(1 << 22)   -- 16 MiB, written
+    local grown_on = huge_kib() - before
+    assert.is_true(host.huge_pages(false))
+    before = huge_kib()
+    local off <close> = tensor.ones(1 << 22)
+    local grown_off = huge_kib() - before
+    assert.is_true(host.huge_pages(true))
+    assert.are.equal(2 * (1 << 22), on:sum():item() + off:sum():item())
+    assert.is_true(grown_on >= 8192, string.format("%d KiB of 16 MiB in huge pages", grown_on))
+    assert.are.equal(0, grown_off)
+  end)
+
   it("refuses a dim of a 0-d tensor", function()
     assert.error_matches(function() return tensor.new(1.5):size(0) end, "dim 0 out of range for a 0%-d tensor")
   end)
