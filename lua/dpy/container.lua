@@ -21,7 +21,6 @@ local random = require "dpy.random"
 local transforms = require "dpy.transforms"
 local options = require "dpy.options"
 local simclock = require "dpy.simclock"
-local attach = require "dpy.attach.node"
 
 local M = {}
 
@@ -136,7 +135,8 @@ end
 function Node:fire(event, ...)
   self.model:own_flat()   -- a handler may write the model: never the parameters a receiver still reads
   for _, h in ipairs(self.handlers[event] or {}) do h(self, ...) end
-  attach.event(self, event)   -- what an attached client queued, and its breakpoints
+  local conn, id, code, kind = self.endpoint:attach_poll()   -- what an attached client queued
+  if conn or self.attach_breaks then require("dpy.attach.node").event(self, event, conn, id, code, kind) end
 end
 
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).

