@@ -110,8 +110,9 @@ void dpy_heap_use_arena(int index);
 /* Whether the process takes transparent huge pages from now on (0: 4 KiB pages, less memory
 ** beside what is used); 0, or -1 when the kernel refused. */
 int dpy_heap_huge_pages(int on);
-/* Returns the calling thread's cached free blocks to their arenas (nothing under glibc). */
-void dpy_heap_flush_thread(void);
+/* Gives the calling thread a cache of freed blocks (on) or returns the one it has, with the
+** blocks in it, to its arena (off); nothing under glibc. */
+void dpy_heap_thread_cache(int on);
 /* Gives back the calling thread's static TLS pages that are all zero: a new thread, first thing. */
 void dpy_heap_drop_zero_tls(void);
 

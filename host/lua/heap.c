@@ -8,6 +8,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -52,9 +53,10 @@ int dpy_heap_huge_pages(int on) {
     return prctl(PR_SET_THP_DISABLE, on ? 0 : 1, 0, 0, 0) == 0 ? 0 : -1;
 }
 
-void dpy_heap_flush_thread(void) {
+void dpy_heap_thread_cache(int on) {
+    bool b = on != 0;
     if (mallctl)
-        mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+        mallctl("thread.tcache.enabled", NULL, NULL, &b, sizeof b);
 }
 
 /*

@@ -127,7 +127,7 @@ static void slot_release_locked(group *g, int slot) {
 
 static void slot_acquire(node_ctx *n, int64_t priority) {
     group *g = n->g;
-    dpy_heap_flush_thread();   /* what it freed unheld (receiving, Lua) goes back too: it may wait */
+    dpy_heap_thread_cache(0);   /* what it freed unheld (receiving, Lua) goes back too: it may wait */
     pthread_mutex_lock(&g->mu);
     int ahead = 0;   /* another waiter with a lower priority goes first */
     for (size_t i = 0; i < g->count && !ahead; i++)
@@ -152,17 +152,19 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     if (at_once)   /* a slot handed over came with its core */
         run_on_slot(g, pthread_self(), n->slot);
     dpy_heap_use_arena(g->slot_arena[n->slot]);
+    dpy_heap_thread_cache(1);
 }
 
 /*
-** A node that gives its slot back, or asks for one, first returns its thread's cache of freed
-** blocks to their arenas: jemalloc keeps up to a few hundred KiB per thread, and with hundreds of
-** node threads mostly asleep those caches were 0.7 MiB a node that nothing used (bench/decentralized
-** scale).
+** A node thread has a cache of freed blocks only while it holds a slot: one that gives its slot
+** back, or asks for one, returns its cache and the blocks in it to the arena. jemalloc keeps up to
+** a few hundred KiB per thread, and with hundreds of node threads mostly asleep those caches were
+** 0.7 MiB a node that nothing used; flushed, their empty slots still took 0.03 MiB a node
+** (bench/decentralized scale). Unheld, a node allocates little (receiving, Lua), uncached.
 */
 static void slot_release(node_ctx *n) {
     if (n->held)   /* only the node's own thread changes held */
-        dpy_heap_flush_thread();
+        dpy_heap_thread_cache(0);
     pthread_mutex_lock(&n->g->mu);
     if (n->held) {
         n->held = 0;
