@@ -1,11 +1,11 @@
 --- dpy.partition: splitting a dataset's samples among nodes, seeded and deterministic.
 -- Each partitioner takes the labels (a tensor or a Lua list of class ids), the number of nodes
 -- and options, and returns a list with one int64 tensor of sample indices (0-based) per node:
--- parts[uid + 1] belongs to node uid.
+-- parts[uid + 1] belongs to node uid. dpy.partitioners names them for configs.
 local tensor = require "dpy.tensor"
 local random = require "dpy.random"
 local options = require "dpy.options"
-local registry = require "dpy.registry"
+local partitioners = require "dpy.partitioners"
 
 local M = {}
 
@@ -43,7 +43,7 @@ end
 --- partition.iid(labels, nodes [, {seed = 0}]): a seeded shuffle cut into equal parts (the
 -- first n % nodes parts get one more sample)
 function M.iid(labels, nodes, opts)
-  opts = options.check(opts or {}, M.OPTIONS.iid, "partition.iid", 2)
+  opts = options.check(opts or {}, partitioners.OPTIONS.iid, "partition.iid", 2)
   local y = label_list(labels)
   check_nodes(nodes, #y, "partition.iid")
   local order = {}
@@ -70,7 +70,7 @@ end
 -- proportions over the nodes drawn from Dirichlet(alpha) (small alpha: skewed label mixes);
 -- redrawn until every node has min_size samples
 function M.dirichlet(labels, nodes, opts)
-  opts = options.check(opts or {}, M.OPTIONS.dirichlet, "partition.dirichlet", 2)
+  opts = options.check(opts or {}, partitioners.OPTIONS.dirichlet, "partition.dirichlet", 2)
   options.check_type(opts.alpha, "number", "partition.dirichlet: alpha", 2)
   if opts.alpha <= 0 then error("partition.dirichlet: alpha must be > 0", 2) end
   local y = label_list(labels)
@@ -104,7 +104,7 @@ end
 -- cut into nodes * shards_per_node shards, each node given shards_per_node at random (the
 -- pathological non-IID split of McMahan et al.)
 function M.shards(labels, nodes, opts)
-  opts = options.check(opts or {}, M.OPTIONS.shards, "partition.shards", 2)
+  opts = options.check(opts or {}, partitioners.OPTIONS.shards, "partition.shards", 2)
   local k = opts.shards_per_node or 2
   options.check_type(k, "integer", "partition.shards: shards_per_node", 2)
   local y = label_list(labels)
@@ -134,7 +134,7 @@ end
 -- (a seeded choice) split IID, the rest sorted by label and cut into contiguous parts: gamma = 1
 -- is IID, gamma = 0 gives each node a few classes (as in Karimireddy et al.'s Byzantine studies)
 function M.gamma_similarity(labels, nodes, opts)
-  opts = options.check(opts or {}, M.OPTIONS.gamma_similarity, "partition.gamma_similarity", 2)
+  opts = options.check(opts or {}, partitioners.OPTIONS.gamma_similarity, "partition.gamma_similarity", 2)
   local gamma = opts.gamma
   if type(gamma) ~= "number" or gamma < 0 or gamma > 1 then
     error("partition.gamma_similarity: gamma must be a number in [0, 1]", 2)
@@ -160,7 +160,7 @@ end
 -- an equal share of the samples of each class in classes[k] (a class listed by several nodes is
 -- split among them at random)
 function M.class_list(labels, nodes, opts)
-  opts = options.check(opts or {}, M.OPTIONS.class_list, "partition.class_list", 2)
+  opts = options.check(opts or {}, partitioners.OPTIONS.class_list, "partition.class_list", 2)
   local lists_of = opts.classes
   if type(lists_of) ~= "table" or #lists_of ~= nodes then
     error(string.format("partition.class_list: classes must list one class list per node (%d)", nodes), 2)
@@ -240,41 +240,6 @@ function M.natural(groups, nodes, opts)
                         tostring(assign)), 2)
   end
   return to_tensors(lists)
-end
-
-registry.register {
-  kind = "partitioner", name = "natural",
-  options = { assign = { type = "string", one_of = { "contiguous", "balanced" }, default = "contiguous",
-                         doc = "how groups map to nodes when there are more groups than nodes" } },
-  doc = "partition.natural: the dataset's groups (writers, hospitals), each whole on one node",
-  new = function(cfg, ctx)
-    if ctx.groups == nil then
-      error(string.format("partition 'natural' needs a dataset with natural groups (femnist: writers, "
-                          .. "camelyon17: hospitals); %s has none", ctx.dataset or "this dataset"), 0)
-    end
-    return M.natural(ctx.groups, ctx.nodes, { assign = cfg.assign })
-  end,
-}
-
--- config components: partition = { "dirichlet", alpha = 0.5 }
-local SEED = { type = "integer", doc = "the seed (the run's)" }
-M.OPTIONS = {
-  iid = { seed = SEED },
-  dirichlet = { alpha = { type = "number", above = 0, doc = "concentration: small is skewed" },
-                min_size = { type = "integer", min = 0, doc = "redraw until every node has this many" }, seed = SEED },
-  shards = { shards_per_node = { type = "integer", min = 1, doc = "label-sorted shards per node" }, seed = SEED },
-  gamma_similarity = { gamma = { type = "number", min = 0, max = 1, doc = "the IID fraction" }, seed = SEED },
-  class_list = { classes = { type = "list", of = "table", doc = "per node, the classes it gets" }, seed = SEED },
-}
-for name, opts in pairs(M.OPTIONS) do
-  registry.register {
-    kind = "partitioner", name = name, options = opts, doc = "partition." .. name,
-    new = function(cfg, ctx)
-      local o = { seed = ctx.seed }
-      for k in pairs(opts) do if cfg[k] ~= nil then o[k] = cfg[k] end end
-      return M[name](ctx.labels, ctx.nodes, o)
-    end,
-  }
 end
 
 return M

@@ -131,8 +131,8 @@ function M.boundary(node, r, conn, id, code, kind)
   end
   -- the sessions of clients gone go (with their watches and breakpoints); with a client attached,
   -- the round's received vectors are kept (a copy) for `received`
-  for conn in pairs(node.attach_sessions or {}) do
-    if not ep:attach_alive(conn) then drop_session(node, conn) end
+  for session_conn in pairs(node.attach_sessions or {}) do
+    if not ep:attach_alive(session_conn) then drop_session(node, session_conn) end
   end
   node.received = node.attach_sessions and next(node.attach_sessions) and {} or nil
 end
