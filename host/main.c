@@ -355,7 +355,7 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
 ** rounds 8-23 % (docs/performance.md).
 ** Its memory is asked for in transparent huge pages (thp): a node's start is mostly page faults
 ** on its fresh model and Lua state, and one fault maps 2 MiB instead of 4 KiB (1024 nodes: ready
-** 2x sooner, rounds a few % faster) for about 6 % more memory (the untouched tails of size
+** 2x sooner, rounds a few % faster) for about 5 % more memory (the untouched tails of size
 ** classes come resident). The config's huge_pages = false turns them off (heap.c).
 */
 const char *malloc_conf = "dirty_decay_ms:10000,muzzy_decay_ms:0,thp:always";

@@ -99,7 +99,8 @@ int luaopen_dpy_attach_core(lua_State *L);
 
 /* {==== the allocator (heap.c) ====} */
 
-/* "jemalloc" when it is linked (every build but the sanitizers'), else "glibc". */
+/* "jemalloc" when it is linked (every build but the sanitizers'), else "libc" (glibc's malloc,
+** or the sanitizer's in its place). */
 const char *dpy_heap_allocator(void);
 /* Gives freed memory back to the system (the allocator keeps it otherwise: see main.c). */
 void dpy_heap_trim(void);

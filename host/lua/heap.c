@@ -21,7 +21,7 @@
 extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
     __attribute__((weak));
 
-const char *dpy_heap_allocator(void) { return mallctl ? "jemalloc" : "glibc"; }
+const char *dpy_heap_allocator(void) { return mallctl ? "jemalloc" : "libc"; }
 
 void dpy_heap_trim(void) {
     if (mallctl)

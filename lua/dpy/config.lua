@@ -105,7 +105,7 @@ M.SCHEMA = {
   slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
   huge_pages = { type = "boolean", default = true,
                  doc = "memory in transparent huge pages: nodes start about 2x sooner and train a little "
-                       .. "faster, for about 6 % more memory (false: for runs at the edge of the machine's memory)" },
+                       .. "faster, for about 5 % more memory (false: for runs at the edge of the machine's memory)" },
   pin_slots = { type = "boolean", default = true,
                 doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
   port = { type = "integer", min = 1024, max = 65535,

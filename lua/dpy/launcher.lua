@@ -76,7 +76,9 @@ function M.host_process(cfg, p, opts, tick)
   -- one intra-op thread per node: parallelism comes from the nodes (compute slots), and the
   -- same thread count in every layout keeps results bit-identical across layouts
   host.set_threads(cfg.threads or 1)
-  host.huge_pages(cfg.huge_pages)   -- before the nodes take their memory
+  -- before the nodes take their memory
+  local huge, refused = host.huge_pages(cfg.huge_pages ~= false)
+  if not huge and cfg.huge_pages == false then io.stderr:write("dpy-lua: huge_pages = false: " .. refused .. "\n") end
   local f = cfg.faults or {}
   local max_payload = opts.max_payload or payload.limit(cfg)
   local group, err = nodes_core.start {

@@ -172,10 +172,12 @@ return {
                       host.kill(host.pid(), 9)]], marker, marker)))
       return sub
     end
-    -- the reference: the same run, uninterrupted (one local process: every layout gives the same numbers)
+    -- the reference: the same run, uninterrupted, dispatched too: the remote's processes run in the
+    -- environment its SSH sessions get, which may pick other BLAS kernels than this shell's (an
+    -- OPENBLAS_CORETYPE set here and not there: other bits on a CPU with AVX-512)
     local ref = job("ref", dir .. "/ref/never")
     write_file(dir .. "/ref/never", "")
-    local code, _, err = sh("cd " .. ref .. " && " .. BIN .. " run c.lua -q --out out")
+    local code, _, err = sh("cd " .. ref .. " && " .. BIN .. " dispatch c.lua --remotes ../remotes.lua -q --out out")
     assert.are.equal(0, code, err)
 
     local sub = job("again", dir .. "/again/killed")

@@ -378,6 +378,7 @@ describe("tensor memory", function()
         if kib then return tonumber(kib) end
       end
     end
+    assert.is_true(host.huge_pages(true))   -- whatever this process inherited
     local before = huge_kib()
     local on <close> = tensor.ones(1 << 22)   -- 16 MiB, written
     local grown_on = huge_kib() - before
