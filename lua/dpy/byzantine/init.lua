@@ -27,7 +27,6 @@ local options = require "dpy.options"
 local trainer = require "dpy.trainer"
 local aggregators = require "dpy.aggregators"
 local attacks = require "dpy.byzantine.attacks"
-require "dpy.partitioners"
 
 local M = { attacks = attacks }
 
