@@ -1,5 +1,6 @@
 /* test_heap.c: a new thread's static TLS pages that are all zero are given back (mincore says
-** not resident), read as zeros after, take writes, and a page with data is kept. */
+** not resident), every one of a run of them, read as zeros after, take writes, and a page with
+** data is kept. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -31,6 +32,10 @@ static void *thread(void *arg) {
     out[0] = resident(middle);      /* glibc zeroed it: touched */
     dpy_heap_drop_zero_tls();
     out[1] = resident(middle);
+    out[5] = 1;   /* each page wholly inside the block: one run, given back whole */
+    uintptr_t end = (uintptr_t)zeros + ZEROS;
+    for (uintptr_t p = ((uintptr_t)zeros + page - 1) & ~(page - 1); p + page <= end; p += page)
+        out[5] &= !resident((void *)p);
     int all_zero = 1;
     for (size_t i = 0; i < sizeof zeros; i++)
         all_zero &= zeros[i] == 0;
@@ -42,7 +47,7 @@ static void *thread(void *arg) {
 }
 
 int main(void) {
-    int r[5] = {0};
+    int r[6] = {0};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, thread, r) == 0);
     CHECK(pthread_join(t, NULL) == 0);
@@ -51,5 +56,6 @@ int main(void) {
     CHECK(r[2] == 1);   /* still reads as zeros */
     CHECK(r[3] == 1);
     CHECK(r[4] == 1);
+    CHECK(r[5] == 1);
     return check_report("heap");
 }
