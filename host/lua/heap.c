@@ -66,10 +66,9 @@ typedef struct {
     uintptr_t page, from, to;
 } zero_run;
 
-static void give_back(zero_run *r) {
+static void give_back(const zero_run *r) {
     if (r->to > r->from)
         madvise((void *)r->from, r->to - r->from, MADV_DONTNEED);
-    r->from = r->to = 0;
 }
 
 /*
@@ -102,10 +101,10 @@ static int drop_zero_pages(struct dl_phdr_info *info, size_t size, void *ud) {
                 k++;
             if (k < page / sizeof *w)
                 continue;
-            if (p != r->to)   /* not adjacent to the run: the run goes, a new one starts */
+            if (p != r->to) {   /* not adjacent to the run: the run goes, a new one starts */
                 give_back(r);
-            if (r->to == 0)
                 r->from = p;
+            }
             r->to = p + page;
         }
     }
