@@ -239,7 +239,9 @@ describe("simulated time #e2e", function()
   end)
 
   it("slows a straggler down in real time without a simulated clock", function()
-    local code, _, err, out = run(TINY .. "local_steps = 20\nstragglers = { factors = { 1, 1, 1, 6 } }\n")
+    -- factor 12 against a bar of 2.5: the others' times swing with the machine's load (other specs
+    -- side by side), and at 6 one busy spell in their rounds brought the ratio under the bar
+    local code, _, err, out = run(TINY .. "local_steps = 20\nstragglers = { factors = { 1, 1, 1, 12 } }\n")
     assert.are.equal(0, code, err)
     local function mean(uid)
       local s, m = 0, node_metrics(out, uid).train_seconds
