@@ -1,11 +1,16 @@
 /* tcp_exchange.c: a model of SIZE bytes sent between two processes on loopback, through the
 ** fabric (framing, tag, the I/O thread, the inbox), through the fabric with encrypted
 ** payloads, and through a plain socket copy of the same bytes, measured the same way: COUNT
-** ping-pongs of SIZE bytes out and 4 bytes back. Then the tag and the encryption alone on one
-** core (seal and open of SIZE bytes), as a share of the fabric's exchange time.
-** Prints "fabric_ms", "encrypted_ms", "socket_ms" (per message), "mac_MBps", "aead_MBps" (one
-** core, seal + open), "mac_share", "aead_share".
-** usage: bench_tcp SIZE_BYTES COUNT PORT */
+** ping-pongs of SIZE bytes out and 4 bytes back, after one untimed (the first pays for fresh
+** buffers: its page faults). TRIES rounds of the three, alternated, each on new connections: this
+** machine's speed drifts from one try to the next by up to 2x for all three alike, so each try's
+** ratios are taken within it and the medians reported. Then the tag and the encryption alone on
+** one core (seal and open of SIZE bytes), as a share of the fabric's exchange time.
+** Prints per try "try K fabric_ms F socket_ms S encrypted_ms E", then the medians "fabric_ms",
+** "encrypted_ms", "socket_ms" (per message), "fabric_over_socket", "encrypted_over_socket" (the
+** medians of the tries' ratios), "mac_MBps", "aead_MBps" (one core, seal + open), "mac_share",
+** "aead_share".
+** usage: bench_tcp SIZE_BYTES COUNT TRIES PORT */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -58,18 +63,21 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf, 
         exit(1);
     }
     uint32_t me = (uint32_t)proc, other = 1 - me;
-    double t0 = now();
-    for (int i = 0; i < count; i++) {
+    double t0 = 0;
+    for (int i = -1; i < count; i++) {   /* i = -1: untimed */
+        if (i == 0)
+            t0 = now();
         void *data;
         size_t len;
+        uint32_t round = (uint32_t)(i + 1);
         if (proc == 0) {
-            dpy_fabric_send(f, me, other, 0, (uint32_t)i, buf, size, err, sizeof err);
-            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len, NULL) != DPY_RECV_OK)
+            dpy_fabric_send(f, me, other, 0, round, buf, size, err, sizeof err);
+            if (dpy_fabric_recv(f, me, other, 0, round, 30, &data, &len, NULL) != DPY_RECV_OK)
                 exit(1);
         } else {
-            if (dpy_fabric_recv(f, me, other, 0, (uint32_t)i, 30, &data, &len, NULL) != DPY_RECV_OK)
+            if (dpy_fabric_recv(f, me, other, 0, round, 30, &data, &len, NULL) != DPY_RECV_OK)
                 exit(1);
-            dpy_fabric_send(f, me, other, 0, (uint32_t)i, buf, 4, err, sizeof err);
+            dpy_fabric_send(f, me, other, 0, round, buf, 4, err, sizeof err);
         }
         dpy_fabric_release(data);
     }
@@ -98,8 +106,10 @@ static double socket_run(size_t size, int count, int port, int proc, char *buf) 
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char *in = malloc(size);
-    double t0 = now();
-    for (int i = 0; i < count; i++) {
+    double t0 = 0;
+    for (int i = -1; i < count; i++) {   /* i = -1: untimed */
+        if (i == 0)
+            t0 = now();
         if (proc == 0) {
             full_io(fd, buf, size, 1);
             full_io(fd, in, 4, 0);
@@ -114,10 +124,26 @@ static double socket_run(size_t size, int count, int port, int proc, char *buf) 
     return secs;
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return v[(n - 1) / 2];
+}
+
 int main(int argc, char **argv) {
     size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : 1 << 20;
     int count = argc > 2 ? atoi(argv[2]) : 50;
-    int port = argc > 3 ? atoi(argv[3]) : 41000;
+    int tries = argc > 3 ? atoi(argv[3]) : 5;
+    int port = argc > 4 ? atoi(argv[4]) : 41000;
+    if (tries < 1 || tries > 64 || count < 1 || port < 1024 || port + 6 * tries > 65535) {
+        fprintf(stderr, "usage: bench_tcp SIZE_BYTES COUNT TRIES(1-64) PORT (TRIES x 6 ports from PORT)\n");
+        return 2;
+    }
+    alarm(600);   /* a side whose partner failed would wait on its socket for ever */
     mallopt(M_MMAP_THRESHOLD, 64 << 20);   /* the allocator settings of dpy-lua's main() */
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
     char *buf = malloc(size);
@@ -125,9 +151,16 @@ int main(int argc, char **argv) {
         buf[i] = (char)i;
     pid_t child = fork();
     int proc = child == 0 ? 1 : 0;
-    double fab = fabric_run(size, count, port, proc, buf, 0);
-    double enc = fabric_run(size, count, port + 4, proc, buf, 1);
-    double sock = socket_run(size, count, port + 2, proc, buf);
+    double fab[64], enc[64], sock[64], fab_r[64], enc_r[64];
+    for (int k = 0; k < tries; k++) {   /* each part on new connections: ports 6 apart */
+        fab[k] = fabric_run(size, count, port + 6 * k, proc, buf, 0) / count * 1e3;
+        sock[k] = socket_run(size, count, port + 6 * k + 2, proc, buf) / count * 1e3;
+        enc[k] = fabric_run(size, count, port + 6 * k + 4, proc, buf, 1) / count * 1e3;
+        fab_r[k] = fab[k] / sock[k];
+        enc_r[k] = enc[k] / sock[k];
+        if (proc == 0)
+            printf("try %d fabric_ms %.3f socket_ms %.3f encrypted_ms %.3f\n", k, fab[k], sock[k], enc[k]);
+    }
     if (child == 0)
         return 0;
     int status;
@@ -147,9 +180,11 @@ int main(int argc, char **argv) {
         }
         per[e] = (now() - t0) / count;
     }
-    printf("fabric_ms %.3f\nencrypted_ms %.3f\nsocket_ms %.3f\n", fab / count * 1e3,
-           enc / count * 1e3, sock / count * 1e3);
+    double f = median(fab, tries), e = median(enc, tries);
+    printf("fabric_ms %.3f\nencrypted_ms %.3f\nsocket_ms %.3f\n", f, e, median(sock, tries));
+    printf("fabric_over_socket %.3f\nencrypted_over_socket %.3f\n", median(fab_r, tries),
+           median(enc_r, tries));
     printf("mac_MBps %.0f\naead_MBps %.0f\n", 2 * size / per[0] / 1e6, 2 * size / per[1] / 1e6);
-    printf("mac_share %.3f\naead_share %.3f\n", per[0] / (fab / count), per[1] / (enc / count));
+    printf("mac_share %.3f\naead_share %.3f\n", per[0] * 1e3 / f, per[1] * 1e3 / e);
     return 0;
 }

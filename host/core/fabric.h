@@ -11,6 +11,7 @@
 #define DPY_FABRIC_H
 
 #include <stddef.h>
+#include <signal.h>   /* sig_atomic_t */
 #include <stdint.h>
 
 #define DPY_MAX_CHANNELS 8
@@ -25,6 +26,7 @@ typedef struct {
     const int32_t *node_process;     /* uid -> process index (nodes entries; copied) */
     const char *const *addresses;    /* per process "host:port" for tcp (processes > 1) */
     double connect_timeout;          /* seconds for the start barrier */
+    const volatile sig_atomic_t *stop; /* or NULL: nonzero (a signal came) ends the wait for peers */
     /* tcp security (auth.h): the run key (DPY_KEY_BYTES; required for processes > 1), payload
     ** encryption, the most connections waiting for their handshake (0: 64; past it the oldest
     ** goes), and the seconds one may take (0: 10) */

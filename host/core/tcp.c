@@ -181,7 +181,44 @@ static int parse_address(const char *addr, char *host, size_t hostlen, char *por
     return 0;
 }
 
-static int open_socket(const char *addr, int listening, char *err, size_t errlen) {
+/* A signal came (the host's flag): the process stops waiting for its peers. */
+static int stopped(const dpy_fabric *f) { return f->o.stop && *f->o.stop; }
+
+/* The wait for peers goes in slices this long, so that a signal ends it within one. */
+#define STOP_SLICE_MS 100
+
+/* Waits for events on fd until deadline, in slices so that a signal ends the wait: 0 when fd is
+** ready, else -1 (too late or stopped: ETIMEDOUT; or poll's errno). */
+static int wait_fd(const dpy_fabric *f, int fd, short events, double deadline) {
+    for (;;) {
+        int ms = (int)((deadline - dpy_fabric_now()) * 1000);
+        if (ms <= 0 || stopped(f)) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int ready = poll(&pfd, 1, ms < STOP_SLICE_MS ? ms : STOP_SLICE_MS);
+        if (ready > 0)
+            return 0;
+        if (ready < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+/* Waits until fd's connect ends (wait_fd): 0 if it connected, else -1 with errno set. */
+static int connected(const dpy_fabric *f, int fd, double deadline) {
+    if (wait_fd(f, fd, POLLOUT, deadline) != 0)
+        return -1;
+    int e = 0;
+    socklen_t len = sizeof e;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+    errno = e;
+    return e ? -1 : 0;
+}
+
+/* A socket listening on addr, or (listening 0) connected to it by deadline; -1 with err. */
+static int open_socket(const dpy_fabric *f, const char *addr, int listening, double deadline,
+                       char *err, size_t errlen) {
     char host[256], port[32];
     if (parse_address(addr, host, sizeof host, port, sizeof port) != 0)
         return dpy_fail(err, errlen, "'%s' is not host:port", addr);
@@ -206,7 +243,16 @@ static int open_socket(const char *addr, int listening, char *err, size_t errlen
             rc = listen(fd, 128);
     } else {
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* without blocking: a host that drops the SYN would hold connect() for minutes, past
+        ** the deadline and a signal; the handshake then reads it blocking, with poll */
+        int flags = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, flags | O_NONBLOCK);
         rc = connect(fd, res->ai_addr, res->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS)
+            rc = connected(f, fd, deadline);
+        int e = errno;
+        fcntl(fd, F_SETFL, flags);
+        errno = e;
     }
     freeaddrinfo(res);
     if (rc != 0) {
@@ -529,12 +575,10 @@ static void *io_main(void *arg) {
 
 /* {==== the connecting end's handshake (before the I/O thread starts) ====} */
 
-/* Reads len bytes from a blocking fd until deadline: 0, or -1 (closed, or too late). */
-static int read_until(int fd, uint8_t *buf, size_t len, double deadline) {
+/* Reads len bytes from a blocking fd until deadline: 0, or -1 (closed, too late, or stopped). */
+static int read_until(const dpy_fabric *f, int fd, uint8_t *buf, size_t len, double deadline) {
     while (len > 0) {
-        int ms = (int)((deadline - dpy_fabric_now()) * 1000);
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (ms <= 0 || poll(&pfd, 1, ms) <= 0)
+        if (wait_fd(f, fd, POLLIN, deadline) != 0)
             return -1;
         ssize_t n = read(fd, buf, len);
         if (n < 0 && errno == EINTR)
@@ -556,7 +600,7 @@ static int handshake(dpy_fabric *f, int fd, int p, double deadline, char *err, s
     if (send_handshake(f, fd, DPY_CHANNEL_HELLO, f->o.process, p, hs.nonce_c) != 0)
         return 1;
     uint8_t hdr[DPY_WIRE_HEADER], reply[DPY_NONCE_BYTES + DPY_PROOF_BYTES], want[DPY_PROOF_BYTES];
-    if (read_until(fd, hdr, sizeof hdr, deadline) != 0)
+    if (read_until(f, fd, hdr, sizeof hdr, deadline) != 0)
         return 1;
     dpy_header h;
     char why[256];
@@ -564,7 +608,7 @@ static int handshake(dpy_fabric *f, int fd, int p, double deadline, char *err, s
         h.channel != DPY_CHANNEL_CHALLENGE || h.sender != (uint32_t)p)
         return dpy_fail(err, errlen, "process %d at %s answered the hello wrongly (%s)", p,
                         f->o.addresses[p], h.channel != DPY_CHANNEL_CHALLENGE ? "no challenge" : why);
-    if (read_until(fd, reply, sizeof reply, deadline) != 0)
+    if (read_until(f, fd, reply, sizeof reply, deadline) != 0)
         return 1;
     memcpy(hs.nonce_a, reply, DPY_NONCE_BYTES);
     dpy_auth_proof(f->key, &hs, 'A', want);
@@ -591,7 +635,7 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     const dpy_fabric_opts *o = &f->o;
     if (dpy_auth_init(err, errlen) != 0)
         return -1;
-    f->listen_fd = open_socket(o->addresses[o->process], 1, err, errlen);
+    f->listen_fd = open_socket(f, o->addresses[o->process], 1, 0, err, errlen);
     if (f->listen_fd < 0)
         return -1;
     f->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -605,7 +649,7 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     for (int p = 0; p < o->process; p++) {
         char cerr[256];
         for (;;) {
-            int fd = open_socket(o->addresses[p], 0, cerr, sizeof cerr);
+            int fd = open_socket(f, o->addresses[p], 0, deadline, cerr, sizeof cerr);
             int rc = fd >= 0 ? handshake(f, fd, p, deadline, err, errlen) : 1;
             if (rc == 0)
                 break;
@@ -613,6 +657,9 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
                 close(fd);
             if (rc < 0)
                 return -1;
+            if (stopped(f))
+                return dpy_fail(err, errlen, "interrupted while connecting to process %d at %s", p,
+                                o->addresses[p]);
             if (fd >= 0)
                 snprintf(cerr, sizeof cerr, "it closed the connection during the handshake (a "
                          "different run, or encrypt setting?)");
@@ -626,8 +673,9 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
         return dpy_fail(err, errlen, "cannot start the I/O thread");
     f->io_started = 1;
     pthread_mutex_lock(&f->mu);
-    while (f->connected < o->processes - 1 && dpy_fabric_now() < deadline) {
-        struct timespec ts = dpy_fabric_at(deadline);
+    while (f->connected < o->processes - 1 && dpy_fabric_now() < deadline && !stopped(f)) {
+        double until = dpy_fabric_now() + STOP_SLICE_MS / 1000.0;
+        struct timespec ts = dpy_fabric_at(until < deadline ? until : deadline);
         pthread_cond_timedwait(&f->cv, &f->mu, &ts);
     }
     int ok = f->connected >= o->processes - 1;
@@ -637,6 +685,8 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
         for (int p = 0; p < o->processes; p++)
             if (p != o->process && !dpy_fabric_alive(f, p))
                 snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %d", p);
+        if (stopped(f))
+            return dpy_fail(err, errlen, "interrupted while waiting for processes%s to connect", missing);
         return dpy_fail(err, errlen, "start barrier: processes%s did not connect within %.0f s",
                     missing, o->connect_timeout);
     }

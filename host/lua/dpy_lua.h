@@ -89,6 +89,8 @@ int luaopen_dpy_nn_core(lua_State *L);
 int luaopen_dpy_optim_core(lua_State *L);
 int luaopen_dpy_data_core(lua_State *L);
 int luaopen_dpy_host_core(lua_State *L);
+/* The flag host.catch_interrupt's handler sets to the first signal's number (0: none yet). */
+const volatile sig_atomic_t *dpy_host_interrupt_flag(void);
 int luaopen_dpy_nodes_core(lua_State *L);
 int luaopen_dpy_codec_core(lua_State *L);
 int luaopen_dpy_sparse_core(lua_State *L);

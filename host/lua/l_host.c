@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -219,12 +221,41 @@ static int h_catch_interrupt(lua_State *L) {
     return 0;
 }
 
+const volatile sig_atomic_t *dpy_host_interrupt_flag(void) { return &g_interrupted; }
+
 static int h_interrupted(lua_State *L) {
     if (g_interrupted)
         lua_pushinteger(L, g_interrupted);
     else
         lua_pushboolean(L, 0);
     return 1;
+}
+
+/* host.port_free(address, port) -> whether a socket could listen on address:port now (it is
+** bound, as a listener binds it, and closed): true, or false and why */
+static int h_port_free(lua_State *L) {
+    const char *address = luaL_checkstring(L, 1);
+    char port[16];
+    snprintf(port, sizeof port, "%d", (int)luaL_checkinteger(L, 2));
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int gai = getaddrinfo(address, port, &hints, &res);
+    if (gai != 0) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, gai_strerror(gai));
+        return 2;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+             bind(fd, res->ai_addr, res->ai_addrlen) == 0;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    lua_pushboolean(L, ok);
+    if (ok)
+        return 1;
+    lua_pushstring(L, strerror(e));
+    return 2;
 }
 
 /* host.pid() -> this process's id */
@@ -235,8 +266,8 @@ static int h_pid(lua_State *L) {
 
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
-    {"pid", h_pid}, {"catch_interrupt", h_catch_interrupt}, {"interrupted", h_interrupted},
-    {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
+    {"pid", h_pid}, {"port_free", h_port_free}, {"catch_interrupt", h_catch_interrupt},
+    {"interrupted", h_interrupted}, {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {NULL, NULL}};
 

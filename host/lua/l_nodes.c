@@ -354,6 +354,7 @@ static int n_start(lua_State *L) {
     lua_pop(L, 1);   /* the table keeps the string */
     o.max_payload = (uint32_t)num_field(L, 1, "max_payload", 1 << 30);
     o.connect_timeout = num_field(L, 1, "connect_timeout", 30);
+    o.stop = dpy_host_interrupt_flag();   /* Ctrl-C or SIGTERM while it waits for its peers */
     o.drop = num_field(L, 1, "drop", 0);
     o.duplicate = num_field(L, 1, "duplicate", 0);
     o.corrupt = num_field(L, 1, "corrupt", 0);

@@ -259,21 +259,16 @@ end
 
 -- The failed nodes, from the processes' outputs (or how a process ended when it names none).
 local function failures(cfg, opts, codes, channels, owner)
+  local launcher = require "dpy.launcher"
   local failed = {}
   for p = 0, cfg.processes - 1 do
     if codes[p + 1] ~= 0 then
       local f = io.open(string.format("%s/process-%d.out", opts.dir, p))
       local text = f and f:read("a") or channels[p + 1]:output()
       if f then f:close() end
-      local any = false
-      for uid, err in text:gmatch("node (%d+) failed: ([^\n]*)") do
-        failed[#failed + 1] = { uid = tonumber(uid), err = err }
-        any = true
-      end
-      if not any then
-        failed[#failed + 1] = { uid = -1, err = string.format("process %d on %s %s", p, opts.remotes[owner[p + 1]].name,
-          codes[p + 1] == -1 and "lost its connection" or ("exited with " .. codes[p + 1])) }
-      end
+      local how = codes[p + 1] == -1 and "lost its connection" or ("exited with " .. codes[p + 1])
+      launcher.output_failures(failed, text, string.format("process %d on %s %s", p,
+                                                           opts.remotes[owner[p + 1]].name, how))
     end
   end
   return failed

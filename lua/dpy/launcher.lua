@@ -96,7 +96,13 @@ function M.host_process(cfg, p, opts, tick)
              overrides = table.concat(opts.overrides or {}, "\n"),
              resume = opts.resume and tostring(opts.resume) or nil },
   }
-  if not group then error("process " .. p .. ": " .. err, 0) end
+  if not group then
+    if host.interrupted() then   -- Ctrl-C or SIGTERM while it waited for its peers: no node ran
+      io.stderr:write(string.format("dpy-lua: process %d: %s\n", p, err))
+      return {}
+    end
+    error("process " .. p .. ": " .. err, 0)
+  end
   local why = group:progress().attach_error
   if why then
     io.stderr:write(string.format("dpy-lua: process %d: %s (dpy-lua attach cannot reach it)\n", p, why))
@@ -128,6 +134,19 @@ local function failures(results)
   end
   table.sort(list, function(a, b) return a.uid < b.uid end)
   return list
+end
+
+--- Adds to list what a failed process's output says: each node it names ("node N failed: why"),
+-- or, naming none, one entry (uid -1): how the process ended and the output's last line.
+function M.output_failures(list, text, ended)
+  local any = false
+  for uid, err in text:gmatch("node (%d+) failed: ([^\n]*)") do
+    list[#list + 1] = { uid = tonumber(uid), err = err }
+    any = true
+  end
+  if not any then
+    list[#list + 1] = { uid = -1, err = ended .. ": " .. (text:match("[^\n]*\n?$") or "") }
+  end
 end
 
 -- Reads every node's metrics; returns the summary table's numbers (accuracy: the honest nodes';
@@ -191,6 +210,7 @@ local function spawn_children(cfg, opts)
     end
     if opts.paused then argv[#argv + 1] = "--paused" end
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
+    if not cfg.port then argv[#argv + 1] = "port=" .. opts.port end   -- the ports found free
     local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p))
     if not pid then
       for _, c in ipairs(children) do host.kill(c, 15) end
@@ -238,13 +258,15 @@ end
 -- Waits for the child processes; poll() shows progress and returns it (beats: each process's
 -- last sign of life). The children stop by themselves when a peer fails or a signal comes
 -- (forwarded as SIGTERM); one still running stop_grace seconds after a failure (abort) is sent
--- SIGTERM, and SIGKILL stop_grace seconds after that; a child silent for stop_grace seconds
--- (stopped, frozen) is stopped the same way. Returns the exit codes, by process index + 1.
+-- SIGTERM, and SIGKILL stop_grace seconds after that, except one still connecting to its peers (no
+-- progress written yet: it would wait for the dead one until its connect timeout, with nothing
+-- to save), sent SIGTERM at once; a child silent for stop_grace seconds (stopped, frozen) is
+-- stopped the same way. Returns the exit codes, by process index + 1.
 local function watch(cfg, children, bar, poll)
   local grace = cfg.stop_grace
   local codes, left = {}, #children
   local term_at, kill_at = math.huge, math.huge
-  local silent, told = {}, false
+  local silent, told, failed = {}, false, false
   while left > 0 do
     for i, pid in ipairs(children) do
       if not codes[i] then
@@ -252,7 +274,9 @@ local function watch(cfg, children, bar, poll)
         if code then
           codes[i], left = code, left - 1
           -- the others see the dead peer and stop by themselves (saving what they have)
-          if code ~= 0 and cfg.on_peer_failure == "abort" then term_at = math.min(term_at, host.clock() + grace) end
+          if code ~= 0 and cfg.on_peer_failure == "abort" then
+            term_at, failed = math.min(term_at, host.clock() + grace), true
+          end
         end
       end
     end
@@ -273,7 +297,10 @@ local function watch(cfg, children, bar, poll)
     end
     local beats = poll().beats
     for i, pid in ipairs(children) do
-      if not codes[i] and beats[i] and not silent[i] and now - beats[i] > grace then
+      if failed and not codes[i] and not beats[i] and not silent[i] then   -- still connecting
+        host.kill(pid, 15)
+        silent[i] = now
+      elseif not codes[i] and beats[i] and not silent[i] and now - beats[i] > grace then
         bar:warn(string.format("process %d has not answered for %.0f s: stopping it", i - 1, now - beats[i]))
         host.kill(pid, 15)
         silent[i] = now
@@ -333,6 +360,7 @@ function M.run(cfg, opts)
     failed = failures(results)
   else
     M.make_key(opts.dir)
+    opts.port = layout.free_base_port(cfg, opts.run_id)
     local children = spawn_children(cfg, opts)
     local codes = watch(cfg, children, bar, function()
       local pr = read_progress(cfg, opts.dir)
@@ -345,15 +373,7 @@ function M.run(cfg, opts)
         local out = io.open(string.format("%s/process-%d.out", opts.dir, i - 1))
         local text = out and out:read("a") or ""
         if out then out:close() end
-        local any = false
-        for uid, err in text:gmatch("node (%d+) failed: ([^\n]*)") do
-          failed[#failed + 1] = { uid = tonumber(uid), err = err }
-          any = true
-        end
-        if not any then
-          failed[#failed + 1] = { uid = -1, err = string.format("process %d exited with %d: %s", i - 1, code,
-                                                                text:match("[^\n]*\n?$") or "") }
-        end
+        M.output_failures(failed, text, string.format("process %d exited with %d", i - 1, code))
       end
     end
   end

@@ -42,6 +42,22 @@ function M.base_port(cfg, run_id)
   return cfg.port or (10000 + run_id % (22000 - (cfg.processes or 1)))
 end
 
+--- The first port of a run whose processes all listen on this machine: cfg.port, else the first
+-- of up to 64 picks from the run id (hops of a prime) whose cfg.processes ports are all free here
+-- (another run on this machine may hold the first pick; a process that cannot listen fails the
+-- run), else the first pick.
+function M.free_base_port(cfg, run_id)
+  if cfg.port then return cfg.port end
+  for k = 0, 63 do
+    local base, free = M.base_port(cfg, run_id + k * 7919), true
+    for p = 0, cfg.processes - 1 do
+      if not host.port_free(cfg.host, base + p) then free = false break end
+    end
+    if free then return base end
+  end
+  return M.base_port(cfg, run_id)
+end
+
 function M.addresses(cfg, run_id)
   local base = M.base_port(cfg, run_id)
   local list = {}

@@ -301,6 +301,19 @@ return {
     assert.are_not.equal(0, rc, "no process of the run is left")
   end)
 
+  it("names why a remote process could not start: its port is taken", function()
+    -- the second remote's processes are to listen on the test sshd's own port (and the next)
+    local path = remotes()
+    write_file(path, (read_file(path):gsub('(work_dir = "[^"]*remote%-b")', "%1, base_port = " .. port)))
+    local t0 = os.time()
+    local code, _, err = dispatch("-q --out " .. dir .. "/taken stop_grace=3")
+    assert.are.equal(1, code)
+    assert.matches("process 1 on localhost %(localhost%) exited with 1: .*listen on 127%.0%.0%.1:" .. port
+                   .. ": Address already in use", err)
+    assert.not_matches("exited with 137", err)
+    assert.is_true(os.time() - t0 < 120, "took " .. (os.time() - t0) .. " s")   -- no hang (the sanitizer build is slow)
+  end)
+
   for _, case in ipairs { { "INT", "SIGINT", 130 }, { "TERM", "SIGTERM", 143 } } do
     it(string.format("stops everywhere on SIG%s, exits %d, keeps what was written #e2e", case[1], case[3]), function()
       remotes()

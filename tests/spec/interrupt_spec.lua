@@ -1,6 +1,7 @@
 -- Stopping a run, end to end through the dpy-lua binary: a hung (SIGSTOPped) child is killed
 -- after the grace period; Ctrl-C / SIGTERM stop every node at once, keep the finished rounds,
--- mark the manifest and exit 130 / 143, leaving no process and no temporary file behind.
+-- mark the manifest and exit 130 / 143, leaving no process and no temporary file behind; a process
+-- that fails while its peers are still connecting ends the run at once.
 local host = require "dpy.host.core"
 local metrics = require "dpy.metrics"
 local BIN = shell_quote(DPY_BIN)
@@ -55,6 +56,33 @@ describe("stopping a run", function()
       assert.truthy(m, "node " .. uid .. "'s metrics")
       assert.is_true(#m.test_accuracy >= 1)
     end
+  end)
+
+  it("ends a run at once when a process fails while its peers are still connecting #e2e", function()
+    -- run A holds two ports; run B's processes 1 and 2 are given them, so they cannot listen and
+    -- B's process 0 waits for peers that never come: SIGTERM must end its wait, not SIGKILL
+    local dir = tmpdir()
+    local port = 20000 + math.random(0, 9000)
+    write_file(dir .. "/a.lua", TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\n")
+    write_file(dir .. "/b.lua", TINY_RUN .. "processes = 3\n")
+    write_file(dir .. "/bg.sh", string.format("exec %s run %s/a.lua port=%d --out %s/a -q >/dev/null 2>&1\n",
+                                              BIN, dir, port, dir))
+    os.execute("sh " .. dir .. "/bg.sh &")
+    local listening = wait_for(function()
+      return read_file(dir .. "/a/progress-0.json") and read_file(dir .. "/a/progress-1.json")
+    end, 60)
+    if not listening then kill_all(dir) end
+    assert.truthy(listening, "run A never connected")
+    local t0 = host.clock()
+    local code, _, err = sh("timeout -s KILL 60 " .. BIN .. " run " .. dir .. "/b.lua port=" .. (port - 1)
+                            .. " --out " .. dir .. "/b -q")
+    local seconds = host.clock() - t0
+    kill_all(dir)
+    assert.are.equal(1, code, err)
+    assert.matches("Address already in use", err)
+    assert.matches("exited with 143", err)   -- which process fails first, and where the others are then, varies
+    assert.not_matches("exited with 137", err)
+    assert.is_true(seconds < 12, string.format("took %.1f s", seconds))
   end)
 
   for _, case in ipairs { { "SIGINT", 2, 130, 1 }, { "SIGTERM", 15, 143, 2 }, { "SIGINT", 2, 130, 2 } } do

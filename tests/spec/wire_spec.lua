@@ -81,4 +81,30 @@ describe("the processes' ports", function()
     end
     assert.are.equal(40000, layout.base_port({ port = 40000, processes = 4 }, 1))   -- the config's, as it is
   end)
+
+  it("skip a first pick another run on this machine holds, unless the config names the port", function()
+    local layout, host = require "dpy.layout", require "dpy.host.core"
+    local dir = tmpdir()
+    local port = 20000 + math.random(0, 9000)
+    write_file(dir .. "/a.lua", TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\n")
+    write_file(dir .. "/bg.sh", string.format("echo $$ >%s/pid\nexec %s run %s/a.lua port=%d --out %s/a -q\n",
+                                              dir, BIN, dir, port, dir))
+    os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
+    local t0 = host.clock()
+    while not read_file(dir .. "/a/progress-1.json") and host.clock() - t0 < 60 do host.sleep(0.1) end
+    local ok, err = pcall(function()
+      local cfg = { processes = 4, host = "127.0.0.1" }
+      local id = port - 1 - 10000   -- its first pick: port - 1 .. port + 2, two of them run A's
+      assert.are.equal(port - 1, layout.base_port(cfg, id))
+      local free, why = host.port_free("127.0.0.1", port)
+      assert.is_false(free)
+      assert.matches("in use", why)
+      local base = layout.free_base_port(cfg, id)
+      assert.are_not.equal(port - 1, base)
+      for p = 0, 3 do assert.is_true(host.port_free("127.0.0.1", base + p)) end
+      assert.are.equal(port, layout.free_base_port({ processes = 4, host = "127.0.0.1", port = port }, id))
+    end)
+    host.kill(tonumber(read_file(dir .. "/pid")), 15)   -- run A forwards it to its processes
+    assert(ok, err)
+  end)
 end)

@@ -1,7 +1,9 @@
 /* test_fabric.c: inboxes and round buffering, byte counts, injected faults, tcp between two
-** fabrics on 127.0.0.1, garbage on a node's port, and a peer that dies. */
+** fabrics on 127.0.0.1, garbage on a node's port, a peer that dies, and a signal while a process
+** waits for its peers. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -334,6 +336,48 @@ static void test_bandwidth(void) {
     dpy_fabric_close(f);
 }
 
+static volatile sig_atomic_t stop_flag;
+
+static void *raise_stop(void *arg) {
+    (void)arg;
+    usleep(300000);
+    stop_flag = SIGTERM;
+    return NULL;
+}
+
+/* A signal (the flag the host's handler sets) while a process waits for a peer that never comes:
+** the open gives up within a second or so, saying why, not after connect_timeout. Process 1 waits
+** in its connect loop (process 0 never listens), process 0 at the start barrier. */
+static void test_stop_connecting(void) {
+    int port = 20000 + (getpid() + 7) % 10000;
+    for (int me = 0; me <= 1; me++) {
+        char a0[64], a1[64], err[256] = "";
+        snprintf(a0, sizeof a0, "127.0.0.1:%d", port + 2 * me);
+        snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 2 * me + 1);
+        const char *addrs[2] = {a0, a1};
+        int32_t map[2] = {0, 1};
+        uint8_t key[32] = {3};
+        stop_flag = 0;
+        dpy_fabric_opts o = {.run_id = 7, .nodes = 2, .max_payload = 1 << 20, .process = me,
+                             .processes = 2, .node_process = map, .addresses = addrs,
+                             .connect_timeout = 30, .key = key, .stop = &stop_flag};
+        pthread_t th;
+        pthread_create(&th, NULL, raise_stop, NULL);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        dpy_fabric *f = NULL;
+        int rc = dpy_fabric_open(&f, &o, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        pthread_join(th, NULL);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        CHECK(rc != 0);
+        CHECK(secs < 3);
+        CHECK_CONTAINS(err, "interrupted");
+        if (rc == 0)
+            dpy_fabric_close(f);
+    }
+}
+
 int main(void) {
     test_mem();
     test_buffer();
@@ -342,5 +386,6 @@ int main(void) {
     test_bandwidth();
     test_faults();
     test_tcp();
+    test_stop_connecting();
     return check_report("fabric");
 }
