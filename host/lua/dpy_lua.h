@@ -106,6 +106,11 @@ int luaopen_dpy_attach_core(lua_State *L);
 const char *dpy_heap_allocator(void);
 /* Gives freed memory back to the system (the allocator keeps it otherwise: see main.c). */
 void dpy_heap_trim(void);
+/* keep 1: gives back what was freed so far and from then on keeps freed pages for reuse (no
+** decay); keep 0: decays again as configured once every keep 1 has its keep 0. Nothing under glibc. */
+void dpy_heap_keep_freed(int keep);
+/* Whether freed pages are kept now (a keep 1 without its keep 0). */
+int dpy_heap_keeps_freed(void);
 /* A new jemalloc arena's index, or -1 (glibc's malloc, or a failure). */
 int dpy_heap_new_arena(void);
 /* Makes the calling thread allocate from that arena (-1: nothing changes). */

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -28,6 +30,47 @@ void dpy_heap_trim(void) {
         mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   /* 4096: MALLCTL_ARENAS_ALL */
     else
         malloc_trim(0);
+}
+
+/* Sets every arena's dirty decay (and the default of arenas made later) to ms. */
+static void set_dirty_decay(ssize_t ms) {
+    unsigned count;
+    size_t len = sizeof count;
+    if (mallctl("arenas.narenas", &count, &len, NULL, 0) != 0)
+        return;
+    char name[64];
+    for (unsigned i = 0; i < count; i++) {   /* an arena not made yet refuses: nothing to set */
+        snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", i);
+        mallctl(name, NULL, NULL, &ms, sizeof ms);
+    }
+    mallctl("arenas.dirty_decay_ms", NULL, NULL, &ms, sizeof ms);
+}
+
+static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
+static int keepers;          /* node groups in their rounds (under keep_mu) */
+static ssize_t usual_decay;  /* the decay of malloc_conf, put back when the last one ends */
+
+void dpy_heap_keep_freed(int keep) {
+    if (!mallctl)
+        return;
+    pthread_mutex_lock(&keep_mu);
+    if (keep && keepers++ == 0) {
+        size_t len = sizeof usual_decay;
+        if (mallctl("opt.dirty_decay_ms", &usual_decay, &len, NULL, 0) != 0)
+            usual_decay = 10000;
+        mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   /* what the start freed goes back */
+        set_dirty_decay(-1);
+    } else if (!keep && keepers > 0 && --keepers == 0) {
+        set_dirty_decay(usual_decay);
+    }
+    pthread_mutex_unlock(&keep_mu);
+}
+
+int dpy_heap_keeps_freed(void) {
+    pthread_mutex_lock(&keep_mu);
+    int k = keepers > 0;
+    pthread_mutex_unlock(&keep_mu);
+    return k;
 }
 
 int dpy_heap_new_arena(void) {

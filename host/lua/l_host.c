@@ -81,7 +81,7 @@ static int h_memory(lua_State *L) {
             rss_pages = 0;
         fclose(f);
     }
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 5);
     lua_pushinteger(L, (lua_Integer)st->lua_bytes);
     lua_setfield(L, -2, "lua_bytes");
     lua_pushinteger(L, (lua_Integer)st->tensor_live);
@@ -90,6 +90,8 @@ static int h_memory(lua_State *L) {
     lua_setfield(L, -2, "tensor_peak");
     lua_pushinteger(L, (lua_Integer)rss_pages * sysconf(_SC_PAGESIZE));
     lua_setfield(L, -2, "rss");
+    lua_pushboolean(L, dpy_heap_keeps_freed());
+    lua_setfield(L, -2, "keeps_freed");
     return 1;
 }
 

@@ -89,6 +89,7 @@ function M.host_process(cfg, p, opts, tick)
     run_id = opts.run_id, max_payload = max_payload,
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
+    keep_freed = not cfg.release_memory,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     latency = f.latency, latency_max = f.latency_max, bandwidth = f.bandwidth, bandwidth_min = f.bandwidth_min,
     attach_socket = M.attach_socket(opts.dir, p), paused = opts.paused and (opts.resume or 0) or nil,

@@ -63,6 +63,23 @@ describe("decentralized runs", function()
     end
   end)
 
+  -- What the allocator does with the pages a round frees, from a node: kept for the next rounds
+  -- from the first round on (jemalloc: no decay), or given back as they decay (release_memory).
+  it("keeps freed pages for the next rounds unless release_memory = true", function()
+    if require("dpy.host.core").versions().allocator ~= "jemalloc" then
+      pending("glibc's malloc (the sanitizer build): nothing is kept") return
+    end
+    local probe = action_config("keeps", "post_train", [[
+      if node.uid == 1 then node.log:write("round %d keeps_freed %s", r, host.memory().keeps_freed) end]])
+    for setting, want in pairs { [""] = "true", ["release_memory = true\n"] = "false" } do
+      local code, _, err, out = run(TINY .. probe .. setting)
+      assert.are.equal(0, code, err)
+      for r = 1, 3 do
+        assert.matches("round " .. r .. " keeps_freed " .. want, read_file(out .. "/1.log"), 1, true)
+      end
+    end
+  end)
+
   it("runs federated averaging and a parameter server, the server evaluating", function()
     for _, alg in ipairs { "fedavg", "ps" } do
       local code, stdout, err, out = run(TINY .. "algorithm = '" .. alg .. "'\nfraction = 0.5\n")

@@ -1,10 +1,15 @@
 /* test_heap.c: a new thread's static TLS pages that are all zero are given back (mincore says
 ** not resident), every one of a run of them, read as zeros after, take writes, and a page with
-** data is kept. */
+** data is kept; and under jemalloc, dpy_heap_keep_freed gives back what was freed, then keeps
+** what is freed (no decay) until its last keeper ends, as jemalloc's own statistics say. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -46,6 +51,73 @@ static void *thread(void *arg) {
     return NULL;
 }
 
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
+    __attribute__((weak));
+
+/* jemalloc's count of an arena's dirty pages (freed, not given back), fresh */
+static size_t dirty_pages(int arena) {
+    uint64_t epoch = 1;
+    mallctl("epoch", NULL, NULL, &epoch, sizeof epoch);
+    char name[64];
+    snprintf(name, sizeof name, "stats.arenas.%d.pdirty", arena);
+    size_t pages = 0, len = sizeof pages;
+    CHECK(mallctl(name, &pages, &len, NULL, 0) == 0);
+    return pages;
+}
+
+static ssize_t decay_ms(int arena) {
+    char name[64];
+    snprintf(name, sizeof name, "arena.%d.dirty_decay_ms", arena);
+    ssize_t ms = 0;
+    size_t len = sizeof ms;
+    CHECK(mallctl(name, &ms, &len, NULL, 0) == 0);
+    return ms;
+}
+
+/* a block of 4 MiB (jemalloc's large extents, below its 8 MiB oversize arena), written and freed */
+static void churn(void) {
+    size_t size = 4 << 20;
+    unsigned char *p = malloc(size);
+    CHECK(p != NULL);
+    memset(p, 1, size);
+    free(p);
+}
+
+static void test_keep_freed(void) {
+    if (strcmp(dpy_heap_allocator(), "jemalloc") != 0) {   /* glibc (sanitizers): nothing to do */
+        dpy_heap_keep_freed(1);
+        CHECK(!dpy_heap_keeps_freed());
+        dpy_heap_keep_freed(0);
+        return;
+    }
+    int arena = dpy_heap_new_arena();
+    CHECK(arena >= 0);
+    dpy_heap_use_arena(arena);
+    dpy_heap_thread_cache(0);
+    ssize_t usual = decay_ms(arena);
+    CHECK(usual >= 0);
+    churn();
+    CHECK(dirty_pages(arena) > 0);   /* freed, decaying */
+    CHECK(!dpy_heap_keeps_freed());
+    dpy_heap_keep_freed(1);
+    CHECK(dpy_heap_keeps_freed());
+    CHECK(dirty_pages(arena) == 0);  /* what was freed went back */
+    CHECK(decay_ms(arena) == -1);
+    churn();
+    CHECK(dirty_pages(arena) * (size_t)page_size() >= (size_t)(4 << 20));   /* kept whole */
+    dpy_heap_keep_freed(1);          /* a second group */
+    dpy_heap_keep_freed(0);
+    CHECK(dpy_heap_keeps_freed());   /* the first still runs */
+    CHECK(decay_ms(arena) == -1);
+    dpy_heap_keep_freed(0);
+    CHECK(!dpy_heap_keeps_freed());
+    CHECK(decay_ms(arena) == usual);
+    int later = dpy_heap_new_arena();   /* arenas made later decay as configured too */
+    CHECK(decay_ms(later) == usual);
+    dpy_heap_keep_freed(0);          /* one too many: nothing changes */
+    CHECK(!dpy_heap_keeps_freed());
+}
+
 int main(void) {
     int r[6] = {0};
     pthread_t t;
@@ -57,5 +129,6 @@ int main(void) {
     CHECK(r[3] == 1);
     CHECK(r[4] == 1);
     CHECK(r[5] == 1);
+    test_keep_freed();
     return check_report("heap");
 }
