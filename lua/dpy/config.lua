@@ -109,7 +109,7 @@ M.SCHEMA = {
   release_memory = { type = "boolean", default = false,
                      doc = "give back to the system the pages the rounds free and no round takes again for 10 s "
                            .. "(false: a process keeps them from its first round on, for the next rounds: rounds "
-                           .. "6-17 % faster at 64-8192 nodes, about 2.5 % more memory)" },
+                           .. "11-33 % shorter at 64-8192 nodes, for 1-5 % more memory)" },
   pin_slots = { type = "boolean", default = true,
                 doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
   port = { type = "integer", min = 1024, max = 65535,
