@@ -357,7 +357,7 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
 ** on its fresh model and Lua state, and one fault maps 2 MiB instead of 4 KiB (1024 nodes: ready
 ** 2x sooner, rounds a few % faster) for about 5 % more memory (the untouched tails of size
 ** classes come resident). The config's huge_pages = false turns them off (heap.c).
-** Once its first round begins a process stops the decay (l_nodes.c, unless release_memory).
+** Once its nodes are built a process stops the decay (l_nodes.c, unless release_memory).
 */
 const char *malloc_conf = "dirty_decay_ms:10000,muzzy_decay_ms:0,thp:always";
 #endif

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/types.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -32,36 +33,57 @@ void dpy_heap_trim(void) {
         malloc_trim(0);
 }
 
-/* Sets every arena's dirty decay (and the default of arenas made later) to ms. */
-static void set_dirty_decay(ssize_t ms) {
-    unsigned count;
-    size_t len = sizeof count;
-    if (mallctl("arenas.narenas", &count, &len, NULL, 0) != 0)
-        return;
+static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
+static int keepers;             /* keep 1s without their keep 0 (under keep_mu) */
+static ssize_t saved_default;   /* what arenas were made with before the first keeper */
+static ssize_t *saved;          /* by arena index: its own decay then (oversize arenas have theirs) */
+static unsigned nsaved;
+
+/* Sets an arena's dirty decay to ms (its value before in *old, if old): 0, or nonzero where the arena
+** is not made yet (it will be made with the default). */
+static int swap_decay(unsigned arena, ssize_t ms, ssize_t *old) {
     char name[64];
-    for (unsigned i = 0; i < count; i++) {   /* an arena not made yet refuses: nothing to set */
-        snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", i);
-        mallctl(name, NULL, NULL, &ms, sizeof ms);
-    }
-    mallctl("arenas.dirty_decay_ms", NULL, NULL, &ms, sizeof ms);
+    snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", arena);
+    size_t len = sizeof *old;
+    return mallctl(name, old, old ? &len : NULL, &ms, sizeof ms);
 }
 
-static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
-static int keepers;          /* node groups in their rounds (under keep_mu) */
-static ssize_t usual_decay;  /* the decay of malloc_conf, put back when the last one ends */
+static unsigned arena_count(void) {
+    unsigned count = 0;
+    size_t len = sizeof count;
+    mallctl("arenas.narenas", &count, &len, NULL, 0);
+    return count;
+}
 
 void dpy_heap_keep_freed(int keep) {
     if (!mallctl)
         return;
     pthread_mutex_lock(&keep_mu);
     if (keep && keepers++ == 0) {
-        size_t len = sizeof usual_decay;
-        if (mallctl("opt.dirty_decay_ms", &usual_decay, &len, NULL, 0) != 0)
-            usual_decay = 10000;
-        mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   /* what the start freed goes back */
-        set_dirty_decay(-1);
+        /* the default first: an arena made meanwhile is made keeping */
+        ssize_t never = -1;
+        size_t len = sizeof saved_default;
+        if (mallctl("arenas.dirty_decay_ms", &saved_default, &len, &never, sizeof never) != 0)
+            saved_default = 10000;
+        unsigned count = arena_count();
+        saved = calloc(count ? count : 1, sizeof *saved);
+        nsaved = saved ? count : 0;
+        for (unsigned i = 0; i < count; i++) {
+            ssize_t old;
+            if (swap_decay(i, -1, &old) != 0)
+                old = saved_default;
+            if (saved)
+                saved[i] = old;
+        }
+        mallctl("arena.4096.purge", NULL, NULL, NULL, 0);   /* 4096: all; what was freed goes back */
     } else if (!keep && keepers > 0 && --keepers == 0) {
-        set_dirty_decay(usual_decay);
+        mallctl("arenas.dirty_decay_ms", NULL, NULL, &saved_default, sizeof saved_default);
+        unsigned count = arena_count();
+        for (unsigned i = 0; i < count; i++)   /* those made meanwhile: the default */
+            swap_decay(i, i < nsaved ? saved[i] : saved_default, NULL);
+        free(saved);
+        saved = NULL;
+        nsaved = 0;
     }
     pthread_mutex_unlock(&keep_mu);
 }

@@ -41,6 +41,7 @@ typedef struct {
     double accuracy;                /* last reported test accuracy (NaN: none) */
     pthread_t thread;
     int started;
+    int built;                      /* its first slot (its build) is over (under the group's mu) */
 } node_ctx;
 
 struct group {
@@ -61,8 +62,9 @@ struct group {
     size_t running;
     int joined;
     int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
-    int keep_freed;                 /* from the first round on, freed memory is kept for reuse */
+    int keep_freed;                 /* once every node is built, freed memory is kept for reuse */
     int keeping;                    /* it is (under mu) */
+    size_t built;                   /* nodes whose build is over (under mu) */
     dpy_attach *attach;             /* the process's control socket (dpy-lua attach), or NULL */
     char *attach_error;             /* why it could not listen (malloc'd), or NULL */
 };
@@ -127,15 +129,7 @@ static void slot_release_locked(group *g, int slot) {
     }
 }
 
-/*
-** Its nodes built, a process gives back what the start freed and then keeps what the rounds free:
-** each round frees and takes again the same buffers, and jemalloc's decay gave some back every
-** round, pieces of huge pages at a time, taken again at a page fault each (kept: rounds of one
-** step at 64 nodes take 0.80-0.89 of the time, at 1024 0.67-0.78, for 1-5 % more memory). Not
-** with release_memory (keep_freed false). The first slot given for a round marks the point: builds
-** (round 0) go first, so no node still waits to build. A slot for round r is asked for with
-** priority r * ROUND_PRIORITY + rank.
-*/
+/* A slot for round r is asked for with priority r * ROUND_PRIORITY + rank: builds (round 0) first. */
 #define ROUND_PRIORITY 1048576
 
 static void slot_acquire(node_ctx *n, int64_t priority) {
@@ -161,11 +155,7 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
         n->waiting = n->granted = 0;
     }
     n->held = 1;
-    int keep = g->keep_freed && priority >= ROUND_PRIORITY && !g->keeping;
-    g->keeping |= keep;
     pthread_mutex_unlock(&g->mu);
-    if (keep)
-        dpy_heap_keep_freed(1);
     if (at_once)   /* a slot handed over came with its core */
         run_on_slot(g, pthread_self(), n->slot);
     dpy_heap_use_arena(g->slot_arena[n->slot]);
@@ -179,6 +169,24 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 ** 0.7 MiB a node that nothing used; flushed, their empty slots still took 0.03 MiB a node
 ** (bench/decentralized scale). Unheld, a node allocates little (receiving, Lua), uncached.
 */
+/*
+** Its nodes built, a process gives back what their start freed and then keeps what the rounds free:
+** each round frees and takes again the same buffers, and jemalloc's decay gave some back every
+** round, pieces of huge pages at a time, taken again at a page fault each (kept: rounds of one
+** step at 64 nodes take 0.80-0.89 of the time, at 1024 0.67-0.78, for 1-5 % more memory). Not
+** with release_memory (keep_freed false). A node's first slot is its build (node_main), so its
+** first release ends it. Under mu, so that a node that sees its rounds begin sees the change made.
+*/
+static void built_locked(group *g, node_ctx *n) {
+    if (n->built)
+        return;
+    n->built = 1;
+    if (++g->built == g->count && g->keep_freed && !g->keeping) {
+        g->keeping = 1;
+        dpy_heap_keep_freed(1);
+    }
+}
+
 static void slot_release(node_ctx *n) {
     if (n->held)   /* only the node's own thread changes held */
         dpy_heap_thread_cache(0);
@@ -186,6 +194,7 @@ static void slot_release(node_ctx *n) {
     if (n->held) {
         n->held = 0;
         slot_release_locked(n->g, n->slot);
+        built_locked(n->g, n);
     }
     pthread_mutex_unlock(&n->g->mu);
 }
@@ -302,13 +311,14 @@ static void group_free(group *g) {
     free(g);
 }
 
+/* Waits for the node threads (once), then lets freed memory decay again (built_locked). */
 static void join_all(group *g) {
-    if (g->joined)
-        return;
-    for (size_t i = 0; i < g->count; i++)
-        if (g->nodes[i].started)
-            pthread_join(g->nodes[i].thread, NULL);
-    g->joined = 1;
+    if (!g->joined) {
+        for (size_t i = 0; i < g->count; i++)
+            if (g->nodes[i].started)
+                pthread_join(g->nodes[i].thread, NULL);
+        g->joined = 1;
+    }
     pthread_mutex_lock(&g->mu);
     int kept = g->keeping;
     g->keeping = 0;

@@ -108,7 +108,7 @@ M.SCHEMA = {
                        .. "faster, for about 5 % more memory (false: for runs at the edge of the machine's memory)" },
   release_memory = { type = "boolean", default = false,
                      doc = "give back to the system the pages the rounds free and no round takes again for 10 s "
-                           .. "(false: a process keeps them from its first round on, for the next rounds: rounds "
+                           .. "(false: a process keeps them once its nodes are built, for the next rounds: rounds "
                            .. "11-33 % shorter at 64-8192 nodes, for 1-5 % more memory)" },
   pin_slots = { type = "boolean", default = true,
                 doc = "run each compute slot on its own core (when slots >= the process's CPUs)" },
