@@ -353,9 +353,9 @@ return {
     write_file(stuck .. ".sh", string.format("cd %s && %s dispatch stuck.lua --remotes remotes.lua -q --out %s "
                .. ">%s.out 2>&1 &\necho $! >%s.pid\nwait $!\necho $? >%s.code\n", dir, BIN, stuck, stuck, stuck, stuck))
     os.execute("sh " .. stuck .. ".sh >/dev/null 2>&1 &")
-    for _ = 1, 300 do   -- until node 3 is stuck in round 2
-      local m = node_metrics(stuck, 3)
-      if m and m.test_accuracy and #m.test_accuracy >= 1 then break end
+    for _ = 1, 300 do   -- until node 3 (process 2's one node) is stuck in round 2
+      local m = read_file(stuck .. "/progress-2.json")
+      if m and not m:match('"round":0') then break end
       os.execute("sleep 0.1")
     end
     os.execute("sleep 1")
