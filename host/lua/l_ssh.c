@@ -5,6 +5,8 @@
 **        for timeout seconds) (an unknown or changed host key is refused with its
 **        fingerprint unless accept_new, which adds an unknown one — never a changed one)
 **   s:exec(cmd [, timeout]) -> exit code, stdout, stderr        (runs to the end)
+**   exec_all({ {s, cmd}, ... } [, timeout]) -> { {code, stdout, stderr} | {nil, why}, ... }: the
+**     commands side by side (s:exec is one of them)
 **   s:start(cmd) -> dpy.SSHChannel                              (runs in the background)
 **   ch:poll() -> nil while it runs, else its exit code (-1: the connection dropped); output is
 **     drained and its last 64 KiB kept: ch:output()
@@ -368,27 +370,110 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Runs the n channels (each on its own session) to their ends or the deadline, side by side:
+** done[k] once channel k finished, its output in out[k] and err[k]. */
+static void run_all(session_box **b, channel_box **c, growbuf *out, growbuf *err, int *done, int n,
+                    double timeout) {
+    double deadline = now() + timeout;
+    struct pollfd fds[n];
+    for (int left = n; left > 0 && now() < deadline;) {
+        int m = 0;
+        for (int k = 0; k < n; k++) {
+            if (done[k])
+                continue;
+            if ((done[k] = drain(c[k], &out[k], &err[k], 0))) {
+                left--;
+                continue;
+            }
+            fds[m++] = (struct pollfd){.fd = ssh_get_fd(b[k]->s), .events = POLLIN};
+        }
+        /* a read on one channel may have taken in another's data of the same session: a short nap */
+        if (left > 0)
+            poll(fds, (nfds_t)m, 20);
+    }
+}
+
+/* Pushes the results of run_all's channel k: exit code, stdout, stderr, or nil and why. */
+static int push_result(lua_State *L, session_box *b, channel_box *c, growbuf *out, growbuf *err,
+                       int done, const char *cmd, double timeout) {
+    int code = c->code;
+    chan_release(c);
+    int r;
+    if (!done) {
+        char why[1400];
+        snprintf(why, sizeof why, "%s: '%.1000s' did not finish within %g s", b->name, cmd, timeout);
+        lua_pushnil(L);
+        lua_pushstring(L, why);
+        r = 2;
+    } else {
+        lua_pushinteger(L, code);
+        lua_pushlstring(L, out->p ? out->p : "", out->len);
+        lua_pushlstring(L, err->p ? err->p : "", err->len);
+        r = 3;
+    }
+    free(out->p), free(err->p);
+    out->p = err->p = NULL;
+    return r;
+}
+
 static int s_exec(lua_State *L) {
     session_box *b = checksession(L, 1);
     const char *cmd = luaL_checkstring(L, 2);
     double timeout = luaL_optnumber(L, 3, 60);
     channel_box *c = open_channel(L, b, cmd);
     growbuf out = {0}, err = {0};
-    double deadline = now() + timeout;
-    int done;
-    while (!(done = drain(c, &out, &err, 100)) && now() < deadline) {
+    int done = 0;
+    run_all(&b, &c, &out, &err, &done, 1, timeout);
+    return push_result(L, b, c, &out, &err, done, cmd, timeout);
+}
+
+/* exec_all({ {session, cmd}, ... } [, timeout = 60]) -> { {code, stdout, stderr} | {nil, why}, ... }:
+** the commands side by side, one on each session (a remote's login costs once, not once each). */
+static int l_exec_all(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    double timeout = luaL_optnumber(L, 2, 60);
+    int n = (int)luaL_len(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= 1024, 1, "at most 1024 commands");
+    if (n == 0) {
+        lua_newtable(L);
+        return 1;
     }
-    int code = c->code;
-    chan_release(c);
-    if (!done) {
-        free(out.p), free(err.p);
-        return fail(L, "%s: '%s' did not finish within %g s", b->name, cmd, timeout);
+    luaL_checkstack(L, 2 * n + 8, "too many commands");
+    session_box *b[n];
+    channel_box *c[n];
+    const char *cmd[n];
+    int base = lua_gettop(L);
+    for (int k = 0; k < n; k++) {   /* the commands and sessions stay referenced on the stack */
+        lua_geti(L, 1, k + 1);
+        luaL_argcheck(L, lua_istable(L, -1), 1, "{session, command} pairs expected");
+        lua_geti(L, -1, 1);
+        b[k] = luaL_testudata(L, -1, SESSION_MT);
+        lua_geti(L, -2, 2);
+        cmd[k] = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        luaL_argcheck(L, b[k] && cmd[k], 1, "{session, command} pairs expected");
+        luaL_argcheck(L, b[k]->s, 1, "use of a closed dpy.SSHSession");
+        lua_remove(L, -3);
     }
-    lua_pushinteger(L, code);
-    lua_pushlstring(L, out.p ? out.p : "", out.len);
-    lua_pushlstring(L, err.p ? err.p : "", err.len);
-    free(out.p), free(err.p);
-    return 3;
+    for (int k = 0; k < n; k++) {
+        lua_pushvalue(L, base + 2 * k + 1);   /* open_channel's session, at index 1 */
+        lua_replace(L, 1);
+        c[k] = open_channel(L, b[k], cmd[k]);
+    }
+    growbuf out[n], err[n];
+    int done[n];
+    memset(out, 0, sizeof out), memset(err, 0, sizeof err), memset(done, 0, sizeof done);
+    run_all(b, c, out, err, done, n, timeout);
+    lua_createtable(L, n, 0);
+    for (int k = 0; k < n; k++) {
+        int top = lua_gettop(L);
+        int r = push_result(L, b[k], c[k], &out[k], &err[k], done[k], cmd[k], timeout);
+        lua_createtable(L, r, 0);
+        lua_insert(L, top + 1);
+        for (int i = r; i >= 1; i--)
+            lua_seti(L, top + 1, i);
+        lua_seti(L, top, k + 1);
+    }
+    return 1;
 }
 
 static int s_start(lua_State *L) {
@@ -646,7 +731,7 @@ static const luaL_Reg session_methods[] = {
 static const luaL_Reg forward_methods[] = {{"pump", fw_pump}, {"close", fw_close}, {NULL, NULL}};
 static const luaL_Reg channel_methods[] = {
     {"poll", c_poll}, {"output", c_output}, {"close", c_close}, {NULL, NULL}};
-static const luaL_Reg functions[] = {{"connect", s_connect}, {NULL, NULL}};
+static const luaL_Reg functions[] = {{"connect", s_connect}, {"exec_all", l_exec_all}, {NULL, NULL}};
 
 static void new_type(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
     luaL_newmetatable(L, name);

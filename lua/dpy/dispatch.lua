@@ -66,32 +66,38 @@ function M.load_remotes(path)
   return list
 end
 
---- Connects to every remote and checks its dpy-lua; returns the sessions (raises naming the remote).
+--- Connects to every remote and checks its dpy-lua (on every remote side by side: each command
+-- pays the remote's login once); returns the sessions (raises naming the remote).
 function M.connect(remotes, opts)
   local sessions = {}
+  local function fail(message)
+    for _, o in ipairs(sessions) do o:close() end
+    error(message, 0)
+  end
   for i, r in ipairs(remotes) do
     local s, err = ssh.connect { host = r.host, port = r.port, user = r.user, identity = r.identity,
                                  known_hosts = r.known_hosts, accept_new = opts.accept_new_host_keys }
-    if not s then
-      for _, o in ipairs(sessions) do o:close() end
-      error("remote " .. r.name .. ": " .. err, 0)
-    end
+    if not s then fail("remote " .. r.name .. ": " .. err) end
     sessions[i] = s
-    local code, out, errout = s:exec(M.quote(r.dpy_lua) .. " --version")
+  end
+  local checks = {}
+  for i, r in ipairs(remotes) do checks[i] = { sessions[i], M.quote(r.dpy_lua) .. " --version" } end
+  for i, result in ipairs(ssh.exec_all(checks)) do
+    local r = remotes[i]
+    local code, out, errout = table.unpack(result, 1, 3)
+    if not code then fail("remote " .. r.name .. ": " .. out) end
     local version = code == 0 and out:match("^dpy%-lua (%S+)")
     if version == dpy.version and r.backend ~= "cpu" and not out:match("devices:[^\n]*cuda") then
-      for _, o in ipairs(sessions) do o:close() end
-      error(string.format("remote %s: backend %s asked, but its dpy-lua sees no GPU (%s)", r.name,
-                          r.backend, out:match("devices:[^\n]*") or "no device line"), 0)
+      fail(string.format("remote %s: backend %s asked, but its dpy-lua sees no GPU (%s)", r.name,
+                         r.backend, out:match("devices:[^\n]*") or "no device line"))
     end
     if version ~= dpy.version then
-      for _, o in ipairs(sessions) do o:close() end
-      if code == 127 or (errout or ""):match("not found") then
-        error(string.format("remote %s: dpy-lua not found (ran '%s'; install it there or set dpy_lua "
-                            .. "in remotes.lua)", r.name, r.dpy_lua), 0)
+      if code == 127 or errout:match("not found") then
+        fail(string.format("remote %s: dpy-lua not found (ran '%s'; install it there or set dpy_lua "
+                           .. "in remotes.lua)", r.name, r.dpy_lua))
       end
-      error(string.format("remote %s: dpy-lua %s expected, found %s", r.name, dpy.version,
-                          version or ("none (" .. (out .. errout):match("[^\n]*") .. ")")), 0)
+      fail(string.format("remote %s: dpy-lua %s expected, found %s", r.name, dpy.version,
+                         version or ("none (" .. (out .. errout):match("[^\n]*") .. ")")))
     end
   end
   return sessions
@@ -158,23 +164,27 @@ local function upload(opts, used, extra)
   local common = { "config.lua", rundir.EFFECTIVE, "partition.pt", "addresses.json" }
   if exists(opts.dir .. "/graph.json") then common[#common + 1] = "graph.json" end
   for _, f in ipairs(used) do common[#common + 1] = f end
-  local rdirs = {}
+  local rdirs, files, mkdirs = {}, {}, {}
   for i, r in ipairs(opts.remotes) do
-    local s, rdir = opts.sessions[i], M.remote_dir(r, opts.dir, opts.run_id)
-    rdirs[i] = rdir
-    local files = { table.unpack(common) }
-    for _, f in ipairs(extra[i] or {}) do files[#files + 1] = f end
+    local rdir = M.remote_dir(r, opts.dir, opts.run_id)
+    rdirs[i], files[i] = rdir, { table.unpack(common) }
+    for _, f in ipairs(extra[i] or {}) do files[i][#files[i] + 1] = f end
     local dirs = { M.quote(rdir) }
-    for _, f in ipairs(files) do
+    for _, f in ipairs(files[i]) do
       local d = f:match("^(.*)/[^/]+$")
       if d then dirs[#dirs + 1] = M.quote(rdir .. "/" .. d) end
     end
     -- an old key is removed first: SFTP keeps an existing file's mode
-    local key = rdir .. "/" .. launcher.KEY_FILE
-    local code, _, err = s:exec("mkdir -p " .. table.concat(dirs, " ") .. " && rm -f " .. M.quote(key))
-    if code ~= 0 then error(string.format("remote %s: cannot create %s: %s", r.name, rdir, err), 0) end
-    for _, f in ipairs(files) do must(s:put(opts.dir .. "/" .. f, rdir .. "/" .. f)) end
-    must(s:put(opts.dir .. "/" .. launcher.KEY_FILE, key, 384))   -- 0600
+    mkdirs[i] = { opts.sessions[i], "mkdir -p " .. table.concat(dirs, " ") .. " && rm -f "
+                                    .. M.quote(rdir .. "/" .. launcher.KEY_FILE) }
+  end
+  for i, result in ipairs(ssh.exec_all(mkdirs)) do
+    if result[1] ~= 0 then
+      error(string.format("remote %s: cannot create %s: %s", opts.remotes[i].name, rdirs[i], result[3] or result[2]), 0)
+    end
+    local s = opts.sessions[i]
+    for _, f in ipairs(files[i]) do must(s:put(opts.dir .. "/" .. f, rdirs[i] .. "/" .. f)) end
+    must(s:put(opts.dir .. "/" .. launcher.KEY_FILE, rdirs[i] .. "/" .. launcher.KEY_FILE, 384))   -- 0600
   end
   return rdirs
 end
@@ -207,6 +217,11 @@ end
 -- processes' outputs, back into opts.dir (those that were written: a process that died early
 -- wrote fewer).
 local function collect(cfg, opts, owner, rdirs, bar)
+  local listings = {}
+  for i, s in ipairs(opts.sessions) do
+    listings[i] = { s, "cd " .. M.quote(rdirs[i]) .. " && ls && ls -d attach/* 2>/dev/null; true" }
+  end
+  listings = ssh.exec_all(listings)
   for i, s in ipairs(opts.sessions) do
     local mine = {}
     for p = 0, cfg.processes - 1 do
@@ -217,7 +232,7 @@ local function collect(cfg, opts, owner, rdirs, bar)
       mine["attach/" .. uid .. ".jsonl"] = true   -- what dpy-lua attach ran on the node
     end
     if next(mine) then host.mkdir_p(opts.dir .. "/attach") end
-    local code, listing = s:exec("cd " .. M.quote(rdirs[i]) .. " && ls && ls -d attach/* 2>/dev/null; true")
+    local code, listing = table.unpack(listings[i], 1, 2)
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
       if mine[name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
@@ -231,9 +246,12 @@ end
 -- from the remote directories rdirs[i] (of sessions[i]; a missing one holds none). Returns that
 -- round, or nil and why not.
 function M.fetch_checkpoints(sessions, rdirs, nodes, dir)
-  local where, has, last = {}, {}, {}
+  local where, has, last, finds = {}, {}, {}, {}
   for i, s in ipairs(sessions) do
-    local code, listing = s:exec("cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt'")
+    finds[i] = { s, "cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt'" }
+  end
+  for i, result in ipairs(ssh.exec_all(finds)) do
+    local code, listing = table.unpack(result, 1, 2)
     for uid, r in (code == 0 and listing or ""):gmatch("%./(%d+)/(%d+)%.ckpt") do
       uid, r = math.tointeger(tonumber(uid)), math.tointeger(tonumber(r))
       where[uid], has[uid] = i, has[uid] or {}

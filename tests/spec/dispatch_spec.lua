@@ -52,6 +52,22 @@ return {
     assert.matches('%["127.0.0.1:%d+","127.0.0.1:%d+","127.0.0.1:%d+"%]', read_file(dir .. "/d1/addresses.json"))
   end)
 
+  it("asks every remote's dpy-lua side by side, not one remote after the other", function()
+    -- a dpy-lua that answers 2 s late (a slow login), noting when it was asked what
+    local slow = dir .. "/slow-dpy-lua"
+    write_file(slow, string.format('#!/bin/sh\necho "$1 $(date +%%s.%%N)" >> %s/asked\nsleep 2\nexec %s "$@"\n',
+                                   dir, BIN))
+    assert(os.execute("chmod +x " .. slow))
+    remotes(string.format("dpy_lua = %q", slow))
+    local code, _, err = dispatch("-q --out " .. dir .. "/slow")
+    assert.are.equal(0, code, err)
+    local asked = {}
+    for t in read_file(dir .. "/asked"):gmatch("%-%-version (%S+)") do asked[#asked + 1] = tonumber(t) end
+    assert.are.equal(2, #asked)
+    assert.is_true(math.abs(asked[2] - asked[1]) < 1, string.format("asked %.1f s apart", asked[2] - asked[1]))
+    for uid = 0, 3 do assert.matches("done: 3 rounds", read_file(string.format("%s/slow/%d.log", dir, uid))) end
+  end)
+
   it("lets dpy-lua attach here pause, step and change a node of the remotes, through the SSH sessions #e2e", function()
     remotes()
     local host = require "dpy.host.core"
