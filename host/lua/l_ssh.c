@@ -346,20 +346,22 @@ static void chan_release(channel_box *c) {
     }
 }
 
-/* Pushes a channel running cmd on the session at index 1. */
-static channel_box *open_channel(lua_State *L, session_box *b, const char *cmd) {
+/* Pushes a channel running cmd on session b (at stack index sess); when it cannot start, returns
+** NULL with the message pushed above it. */
+static channel_box *open_channel(lua_State *L, int sess, session_box *b, const char *cmd) {
     channel_box *c = lua_newuserdatauv(L, sizeof *c, 1);
     c->ch = NULL;
     c->code = INT32_MIN;
     c->len = 0;
     luaL_setmetatable(L, CHANNEL_MT);
-    lua_pushvalue(L, 1);
+    lua_pushvalue(L, sess);
     lua_setiuservalue(L, -2, 1);   /* the session outlives its channels */
     c->ch = ssh_channel_new(b->s);
     if (!c->ch || ssh_channel_open_session(c->ch) != SSH_OK ||
         ssh_channel_request_exec(c->ch, cmd) != SSH_OK) {
         chan_release(c);
-        luaL_error(L, "%s: cannot run a command: %s", b->name, ssh_get_error(b->s));
+        lua_pushfstring(L, "%s: cannot run a command: %s", b->name, ssh_get_error(b->s));
+        return NULL;
     }
     return c;
 }
@@ -370,13 +372,17 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Runs the n channels (each on its own session) to their ends or the deadline, side by side:
-** done[k] once channel k finished, its output in out[k] and err[k]. */
+/* Runs the n channels (channel k on session b[k]) to their ends or the deadline, side by side,
+** looking at each at least once: done[k] once channel k finished (or was done before), its output
+** in out[k] and err[k]. */
 static void run_all(session_box **b, channel_box **c, growbuf *out, growbuf *err, int *done, int n,
                     double timeout) {
     double deadline = now() + timeout;
     struct pollfd fds[n];
-    for (int left = n; left > 0 && now() < deadline;) {
+    int left = n;
+    for (int k = 0; k < n; k++)
+        left -= done[k];
+    for (int first = 1; left > 0 && (first || now() < deadline); first = 0) {
         int m = 0;
         for (int k = 0; k < n; k++) {
             if (done[k])
@@ -420,7 +426,9 @@ static int s_exec(lua_State *L) {
     session_box *b = checksession(L, 1);
     const char *cmd = luaL_checkstring(L, 2);
     double timeout = luaL_optnumber(L, 3, 60);
-    channel_box *c = open_channel(L, b, cmd);
+    channel_box *c = open_channel(L, 1, b, cmd);
+    if (!c)
+        return lua_error(L);
     growbuf out = {0}, err = {0};
     int done = 0;
     run_all(&b, &c, &out, &err, &done, 1, timeout);
@@ -438,7 +446,7 @@ static int l_exec_all(lua_State *L) {
         lua_newtable(L);
         return 1;
     }
-    luaL_checkstack(L, 2 * n + 8, "too many commands");
+    luaL_checkstack(L, 4 * n + 8, "too many commands");   /* session, command, channel, why */
     session_box *b[n];
     channel_box *c[n];
     const char *cmd[n];
@@ -454,19 +462,27 @@ static int l_exec_all(lua_State *L) {
         luaL_argcheck(L, b[k]->s, 1, "use of a closed dpy.SSHSession");
         lua_remove(L, -3);
     }
+    int done[n], why[n];   /* why: the stack index of why command k could not start, else 0 */
     for (int k = 0; k < n; k++) {
-        lua_pushvalue(L, base + 2 * k + 1);   /* open_channel's session, at index 1 */
-        lua_replace(L, 1);
-        c[k] = open_channel(L, b[k], cmd[k]);
+        c[k] = open_channel(L, base + 2 * k + 1, b[k], cmd[k]);
+        done[k] = why[k] = 0;
+        if (!c[k]) {   /* the others still run: their remotes' results are not lost with it */
+            c[k] = lua_touserdata(L, -2);
+            done[k] = 1, why[k] = lua_gettop(L);
+        }
     }
     growbuf out[n], err[n];
-    int done[n];
-    memset(out, 0, sizeof out), memset(err, 0, sizeof err), memset(done, 0, sizeof done);
+    memset(out, 0, sizeof out), memset(err, 0, sizeof err);
     run_all(b, c, out, err, done, n, timeout);
     lua_createtable(L, n, 0);
     for (int k = 0; k < n; k++) {
-        int top = lua_gettop(L);
-        int r = push_result(L, b[k], c[k], &out[k], &err[k], done[k], cmd[k], timeout);
+        int top = lua_gettop(L), r = 2;
+        if (why[k]) {
+            lua_pushnil(L);
+            lua_pushvalue(L, why[k]);
+        } else {
+            r = push_result(L, b[k], c[k], &out[k], &err[k], done[k], cmd[k], timeout);
+        }
         lua_createtable(L, r, 0);
         lua_insert(L, top + 1);
         for (int i = r; i >= 1; i--)
@@ -478,7 +494,8 @@ static int l_exec_all(lua_State *L) {
 
 static int s_start(lua_State *L) {
     session_box *b = checksession(L, 1);
-    open_channel(L, b, luaL_checkstring(L, 2));
+    if (!open_channel(L, 1, b, luaL_checkstring(L, 2)))
+        return lua_error(L);
     return 1;
 }
 

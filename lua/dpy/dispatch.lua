@@ -233,6 +233,7 @@ local function collect(cfg, opts, owner, rdirs, bar)
     end
     if next(mine) then host.mkdir_p(opts.dir .. "/attach") end
     local code, listing = table.unpack(listings[i], 1, 2)
+    if not code then bar:warn("warning: " .. listing) end
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
       if mine[name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)

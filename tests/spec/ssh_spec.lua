@@ -84,3 +84,58 @@ end
     assert.matches("no%-such%-host%.invalid:22: cannot resolve no%-such%-host%.invalid: ", err)
   end)
 end)
+
+describe("dpy.ssh.core.exec_all", function()
+  local ssh = require "dpy.ssh.core"
+  local host = require "dpy.host.core"
+  local keys, port
+
+  setup(function()
+    keys = tmpdir() .. "/keys"
+    port = 45000 + math.random(0, 9999)
+    local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port .. " 127.0.0.1")
+    assert.are.equal(0, code, err)
+  end)
+  teardown(function() sh(SSHD .. " stop " .. keys) end)
+
+  local function session()
+    return assert(ssh.connect { host = "127.0.0.1", port = port, identity = keys .. "/user_key",
+                                known_hosts = keys .. "/known_hosts" })
+  end
+
+  it("runs the commands side by side and gives each its exit code, stdout and stderr, in order", function()
+    local a, b, c = session(), session(), session()
+    local t0 = host.clock()
+    local r = ssh.exec_all { { a, "sleep 1; echo A; echo a >&2; exit 3" }, { b, "sleep 1; echo B" },
+                             { c, "sleep 1; printf C" } }
+    assert.is_true(host.clock() - t0 < 2.5, string.format("took %.1f s", host.clock() - t0))
+    assert.are.same({ { 3, "A\n", "a\n" }, { 0, "B\n", "" }, { 0, "C", "" } }, r)
+    assert.are.same({}, ssh.exec_all {})
+    -- ten at a time on each of three sessions (sshd's MaxSessions), each its own output
+    local many = {}
+    for k = 1, 30 do many[k] = { ({ a, b, c })[k % 3 + 1], "echo " .. k } end
+    for k, result in ipairs(ssh.exec_all(many)) do assert.are.same({ 0, k .. "\n", "" }, result) end
+    for _, s in ipairs { a, b, c } do s:close() end
+  end)
+
+  it("names a command that outlives the timeout or cannot start, and still runs the others", function()
+    local a, b = session(), session()
+    local t0 = host.clock()
+    local r = ssh.exec_all({ { a, "sleep 5" }, { b, "echo B" } }, 0.5)
+    assert.is_true(host.clock() - t0 < 2, string.format("took %.1f s", host.clock() - t0))
+    assert.is_nil(r[1][1])
+    assert.matches("127%.0%.0%.1:" .. port .. ": 'sleep 5' did not finish within 0%.5 s", r[1][2])
+    assert.are.same({ 0, "B\n", "" }, r[2])
+    b:exec("kill $PPID")   -- the server's end of session b goes
+    host.sleep(0.3)
+    r = ssh.exec_all { { b, "echo B" }, { a, "echo A" } }
+    assert.is_nil(r[1][1])
+    assert.matches("cannot run a command", r[1][2])
+    assert.are.same({ 0, "A\n", "" }, r[2])
+    assert.has_error(function() b:exec("echo B") end)
+    local ok, err = pcall(ssh.exec_all, { { a } })
+    assert.is_false(ok)
+    assert.matches("bad argument #1 to .*({session, command} pairs expected)", err)
+    a:close() b:close()
+  end)
+end)
