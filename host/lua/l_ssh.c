@@ -436,7 +436,7 @@ static int s_exec(lua_State *L) {
 }
 
 /* exec_all({ {session, cmd}, ... } [, timeout = 60]) -> { {code, stdout, stderr} | {nil, why}, ... }:
-** the commands side by side, one on each session (a remote's login costs once, not once each). */
+** the commands side by side (dispatch: one per remote, so that each remote's login costs once). */
 static int l_exec_all(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     double timeout = luaL_optnumber(L, 2, 60);
