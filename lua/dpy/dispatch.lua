@@ -180,7 +180,8 @@ local function upload(opts, used, extra)
   end
   for i, result in ipairs(ssh.exec_all(mkdirs)) do
     if result[1] ~= 0 then
-      error(string.format("remote %s: cannot create %s: %s", opts.remotes[i].name, rdirs[i], result[3] or result[2]), 0)
+      error(string.format("remote %s: cannot create %s: %s", opts.remotes[i].name, rdirs[i],
+                          result[3] or result[2]), 0)
     end
     local s = opts.sessions[i]
     for _, f in ipairs(files[i]) do must(s:put(opts.dir .. "/" .. f, rdirs[i] .. "/" .. f)) end
