@@ -66,6 +66,13 @@ function M.load_remotes(path)
   return list
 end
 
+-- Runs commands[i] on sessions[i], every remote side by side (ssh.exec_all): its results, in order.
+local function on_each(sessions, commands)
+  local list = {}
+  for i, s in ipairs(sessions) do list[i] = { s, commands[i] } end
+  return ssh.exec_all(list)
+end
+
 --- Connects to every remote and checks its dpy-lua (on every remote side by side: each command
 -- pays the remote's login once); returns the sessions (raises naming the remote).
 function M.connect(remotes, opts)
@@ -81,8 +88,8 @@ function M.connect(remotes, opts)
     sessions[i] = s
   end
   local checks = {}
-  for i, r in ipairs(remotes) do checks[i] = { sessions[i], M.quote(r.dpy_lua) .. " --version" } end
-  for i, result in ipairs(ssh.exec_all(checks)) do
+  for i, r in ipairs(remotes) do checks[i] = M.quote(r.dpy_lua) .. " --version" end
+  for i, result in ipairs(on_each(sessions, checks)) do
     local r = remotes[i]
     local code, out, errout = table.unpack(result, 1, 3)
     if not code then fail("remote " .. r.name .. ": " .. out) end
@@ -175,10 +182,9 @@ local function upload(opts, used, extra)
       if d then dirs[#dirs + 1] = M.quote(rdir .. "/" .. d) end
     end
     -- an old key is removed first: SFTP keeps an existing file's mode
-    mkdirs[i] = { opts.sessions[i], "mkdir -p " .. table.concat(dirs, " ") .. " && rm -f "
-                                    .. M.quote(rdir .. "/" .. launcher.KEY_FILE) }
+    mkdirs[i] = "mkdir -p " .. table.concat(dirs, " ") .. " && rm -f " .. M.quote(rdir .. "/" .. launcher.KEY_FILE)
   end
-  for i, result in ipairs(ssh.exec_all(mkdirs)) do
+  for i, result in ipairs(on_each(opts.sessions, mkdirs)) do
     if result[1] ~= 0 then
       error(string.format("remote %s: cannot create %s: %s", opts.remotes[i].name, rdirs[i],
                           result[3] or result[2]), 0)
@@ -219,10 +225,10 @@ end
 -- wrote fewer).
 local function collect(cfg, opts, owner, rdirs, bar)
   local listings = {}
-  for i, s in ipairs(opts.sessions) do
-    listings[i] = { s, "cd " .. M.quote(rdirs[i]) .. " && ls && ls -d attach/* 2>/dev/null; true" }
+  for i, rdir in ipairs(rdirs) do
+    listings[i] = "cd " .. M.quote(rdir) .. " && ls && ls -d attach/* 2>/dev/null; true"
   end
-  listings = ssh.exec_all(listings)
+  listings = on_each(opts.sessions, listings)
   for i, s in ipairs(opts.sessions) do
     local mine = {}
     for p = 0, cfg.processes - 1 do
@@ -249,10 +255,10 @@ end
 -- round, or nil and why not.
 function M.fetch_checkpoints(sessions, rdirs, nodes, dir)
   local where, has, last, finds = {}, {}, {}, {}
-  for i, s in ipairs(sessions) do
-    finds[i] = { s, "cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt'" }
+  for i = 1, #sessions do
+    finds[i] = "cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt'"
   end
-  for i, result in ipairs(ssh.exec_all(finds)) do
+  for i, result in ipairs(on_each(sessions, finds)) do
     local code, listing = table.unpack(result, 1, 2)
     for uid, r in (code == 0 and listing or ""):gmatch("%./(%d+)/(%d+)%.ckpt") do
       uid, r = math.tointeger(tonumber(uid)), math.tointeger(tonumber(r))
