@@ -92,6 +92,10 @@ function Node:wrap(k, fn)
   if not M.SLOTS[k] then
     error(string.format("node:wrap: no component slot '%s'%s", tostring(k), options.suggest(k, M.SLOTS)), 2)
   end
+  if state.adding then   -- dpy-lua attach's add_action: the node runs, its components stay
+    error(string.format("add_action: %s: replaces the node's %s (node:wrap), which only an action given in "
+                        .. "the config can do", state.adding, k), 0)
+  end
   if state.locked then error(slot_error(self, k, true), 2) end
   local refuse = DEPENDENTS[k] and DEPENDENTS[k](state.slots)
   if refuse then error(string.format("node:wrap('%s'): %s", k, refuse), 2) end
@@ -247,7 +251,15 @@ end
 -- (dpy-lua attach). Its handlers run from the next event on and its outgoing modifier from the
 -- next send; its init handler does not run (the container is locked), nor is it checkpointed.
 function M.add_action(node, spec)
-  local handlers, modifiers, savers = build_actions(node, { spec })
+  local state = STATE[node]
+  -- its file or built-in module registers it now: the registry opens for that (frozen after init)
+  local found, err = registry.thawed(registry.check, "action", spec)
+  if not found then error("add_action: " .. err, 0) end
+  local name = found.name
+  state.adding = name
+  local ok, handlers, modifiers, savers = pcall(registry.thawed, build_actions, node, { spec })
+  state.adding = nil
+  if not ok then error(handlers, 0) end
   if #savers > 0 then error("add_action: an action that keeps checkpoint state is given in the config", 2) end
   for event, list in pairs(handlers) do
     local into = node.handlers[event] or {}
@@ -255,7 +267,7 @@ function M.add_action(node, spec)
     for _, h in ipairs(list) do into[#into + 1] = h end
   end
   for _, m in ipairs(modifiers) do node.modifiers[#node.modifiers + 1] = m end
-  return registry.spec("action", spec, 2).name
+  return name
 end
 
 --- Builds node and runs its init event, then locks its container and the registry.

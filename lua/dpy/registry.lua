@@ -233,4 +233,15 @@ end
 --- registry.freeze(): after init nothing can be registered (or loaded from a file).
 function M.freeze() frozen = true end
 
+--- registry.thawed(fn, ...) -> fn's results: fn run with registering allowed again, then the
+-- registry as it was (dpy-lua attach's add_action: a component loaded on purpose into a running node).
+function M.thawed(fn, ...)
+  local was = frozen
+  frozen = false
+  local res = table.pack(pcall(fn, ...))
+  frozen = was
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
 return M

@@ -115,6 +115,30 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(out .. "/attach/p1.sock"))
   end)
 
+  it("adds an action to a running node: a built-in one the config did not name, or a user's file", function()
+    local out, pid, log = start_paused(CONFIG)
+    local file = tmpdir() .. "/hello.lua"
+    write_file(file, [[
+      return require("dpy.registry").register { kind = "action", name = "hello",
+        new = function() return { post_train = function(node, r) node.log:write("hello at round %d", r) end } end }]])
+    local code, o, e = attach(out, 3, { 'add_action{ "model_norm" }', 'add_action{ "' .. file .. '" }',
+                                        'add_action{ "modelnorm" }', 'add_action{ "label_flipping", nodes = { 3 } }',
+                                        "step(1)", "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches('\n"model_norm"\n', o, 1, true)
+    assert.matches('\n"hello"\n', o, 1, true)
+    assert.matches("add_action: no action named 'modelnorm' (did you mean 'model_norm'?)", o, 1, true)
+    -- an action that replaces a component (label_flipping: the training set) goes in the config
+    assert.matches("add_action: label_flipping: .*train_set.*in the config", o)
+    assert.are.equal(0, wait_exit(pid), read_file(log))
+    -- added before round 1 (the run paused after round 0): every round, on node 3 alone
+    assert.matches("hello at round 1", read_file(out .. "/3.log"), 1, true)
+    assert.is_nil(read_file(out .. "/4.log"):find("hello at", 1, true))
+    local norms = node_metrics(out, 3).model_norm
+    assert.are.same({ 1, 5 }, { norms[1][1], #norms })
+    assert.is_nil(node_metrics(out, 4).model_norm)
+  end)
+
   it("costs nothing when it only looks: paused, stepped, watched and resumed, the results are bit-identical", function()
     local code, _, err, plain = run_config(CONFIG)
     assert.are.equal(0, code, err)

@@ -20,7 +20,7 @@ Lua typed here runs on the node, between two of its events, with these globals:
   watch("test_accuracy")   print each round's value as the node records it; unwatch([key])
   break_on("post_exchange", function(node) return ... end)   pause the run when it returns true;
                            clear_breaks()
-  add_action{ "label_flipping", ... }   an action from the next event on
+  add_action{ "model_norm" }           an action from the next event on
 Here, for the whole run:
   pause()     every node stops at the next round boundary
   step(k)     k more rounds (default 1), then pause again
