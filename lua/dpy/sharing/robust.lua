@@ -36,7 +36,8 @@ local function robust(name, rule)
         local ok, result = pcall(aggregators.aggregate, entry, all, pre)
         own:free()
         if not ok then
-          error(string.format("round %d: node %d: %s (its own model and %d received)", r, node.uid,
+          -- no uid here: the run names the nodes, one line for all that failed the same way
+          error(string.format("round %d: %s (its own model and %d received)", r,
                               tostring(result):gsub("^[^:]*:%d+: ", ""), #got), 0)
         end
         node.model:set_flat(result)
