@@ -12,17 +12,21 @@
 -- `list_of =` name a registry kind: the value is one component entry of it, or a list of them.
 local M = {}
 
---- Levenshtein distance between two short strings.
+--- Edit distance between two short strings: letters inserted, deleted, changed, or two
+-- neighbours swapped ("medain" is one slip from "median"), each one edit (optimal string alignment).
 function M.distance(a, b)
-  local prev = {}
+  local before, prev = {}, {}
   for j = 0, #b do prev[j] = j end
   for i = 1, #a do
     local cur = { [0] = i }
     for j = 1, #b do
       local cost = a:byte(i) == b:byte(j) and 0 or 1
       cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      if i > 1 and j > 1 and a:byte(i) == b:byte(j - 1) and a:byte(i - 1) == b:byte(j) then
+        cur[j] = math.min(cur[j], before[j - 2] + 1)
+      end
     end
-    prev = cur
+    before, prev = prev, cur
   end
   return prev[#b]
 end

@@ -46,6 +46,13 @@ describe("component options", function()
     end
   end)
 
+  it("suggest the name meant, two letters swapped counting as one slip", function()
+    assert.matches("c.lua:2: .*'medain' %(did you mean 'median'%?%)", load_error("nodes = 4\nsharing = 'medain'\n"))
+    assert.matches("c.lua:2: .*'opitmizer' %(did you mean 'optimizer'%?%)",
+                   load_error("nodes = 4\nopitmizer = 'sgd'\n"))
+    assert.are.equal("mean", require("dpy.options").nearest("maen", { "mean", "median" }))
+  end)
+
   it("check types and ranges the same way", function()
     local cases = {
       { "sharing = { 'trimmed_mean', f = 1.5 }", "option 'f' must be an integer >= 0, got 1.5" },
