@@ -201,10 +201,28 @@ int dpy_checkshape(lua_State *L, int arg, int64_t *shape, int *next) {
 /* tensor.full(shape..., value [, options]) and friends; value is upvalue-free. */
 static int creation(lua_State *L, double value, int has_value_arg, int empty) {
     int64_t shape[DPY_MAXDIM];
-    int next;
-    int ndim = dpy_checkshape(L, 1, shape, &next);
-    if (has_value_arg)
-        value = luaL_checknumber(L, next++);
+    int next, ndim;
+    if (has_value_arg && !lua_istable(L, 1)) {
+        /* full(2, 3, 7): the numbers are the shape's, then the value, integer or not */
+        int k = 0;
+        while (lua_type(L, k + 1) == LUA_TNUMBER)
+            k++;
+        if (k == 0)
+            luaL_checknumber(L, 1);
+        if (k - 1 > DPY_MAXDIM)
+            luaL_argerror(L, DPY_MAXDIM + 1, "too many dimensions");
+        for (ndim = 0; ndim < k - 1; ndim++) {
+            if (!lua_isinteger(L, ndim + 1))
+                luaL_argerror(L, ndim + 1, "shape entries must be integers");
+            shape[ndim] = checkdim_value(L, ndim + 1, lua_tointeger(L, ndim + 1));
+        }
+        value = lua_tonumber(L, k);
+        next = k + 1;
+    } else {
+        ndim = dpy_checkshape(L, 1, shape, &next);
+        if (has_value_arg)
+            value = luaL_checknumber(L, next++);
+    }
     dpy_dtype dtype = DPY_FLOAT32;
     const char *device = NULL;
     dpy_optoptions(L, next, &dtype, &device);
