@@ -25,27 +25,50 @@ function M.binary(positive, classes)
   }
 end
 
+-- Losses that compare the outputs with a vector per sample: on class labels, the label's one-hot
+-- row (the usual reading of MSE or one-vs-rest BCE for classification).
+local ONE_HOT = { mse = true, bce_with_logits = true }
+
+-- The loss's targets for class labels y and the model's outputs out (a new tensor, or y itself).
+-- nll takes log-probabilities: outputs that are not (logits) would train towards -inf; the first
+-- batch is checked.
+local function targets(loss, out, y, first)
+  if first and loss == "nll" then
+    local p <close> = out:detach():exp():sum(1)
+    local off <close> = p:sub(1):abs():max()
+    if off:item() > 1e-3 then
+      error("loss 'nll' takes log-probabilities (a model ending in log_softmax); this model's outputs are not "
+            .. "(the built-in models give logits: use cross_entropy)", 0)
+    end
+  end
+  if not ONE_HOT[loss] then return y end
+  local eye <close> = tensor.eye(out:size(1))
+  return eye:index_select(0, y)
+end
+
 --- trainer.new{model, optimizer, loader, loss = "cross_entropy", task = nil | trainer.binary(...)}
+-- mse and bce_with_logits compare the outputs with the labels' one-hot rows; nll needs a model
+-- whose outputs are log-probabilities (checked on the first batch).
 function M.new(t)
-  local loss = nn[t.task and "bce_with_logits" or t.loss or "cross_entropy"]
-  if not loss then error("trainer: unknown loss " .. tostring(t.loss), 2) end
-  return setmetatable({ model = t.model, opt = t.optimizer, loader = t.loader, loss_fn = loss,
-                        task = t.task, steps = 0, samples = 0 }, Trainer)
+  local name = t.task and "bce_with_logits" or t.loss or "cross_entropy"
+  if not nn[name] then error("trainer: unknown loss " .. tostring(t.loss), 2) end
+  return setmetatable({ model = t.model, opt = t.optimizer, loader = t.loader, loss_fn = nn[name],
+                        loss = not t.task and name or nil, task = t.task, steps = 0, samples = 0 }, Trainer)
 end
 
 --- t:step() -> loss of one batch (a number), batch size, and whether it ended an epoch
 function Trainer:step()
   local xb, yb, last = self.loader:next()
   local x <close> = xb
-  local y <close> = self.task and self.task.targets(yb) or yb
   self.opt:zero_grad()
   local raw <close> = self.model(x)
   local out = self.task and self.task.outputs(raw) or raw
+  local y <close> = self.task and self.task.targets(yb) or targets(self.loss, out, yb, self.steps == 0)
   local loss <close> = self.loss_fn(out, y)
   loss:backward()
   self.opt:step()
   local n = y:size(0)
-  if self.task then yb:free() end
+  if y ~= yb then yb:free() end
   self.steps, self.samples = self.steps + 1, self.samples + n
   return loss:item(), n, last
 end
@@ -102,23 +125,26 @@ local function eval_batches(ds, indices, bs)
 end
 
 --- trainer.evaluate(model, dataset [, {batch_size = 100, indices, loss, task}]) -> mean loss, accuracy
+-- (the loss's mean as training takes it: over samples, or over their one-hot entries)
 function M.evaluate(model, ds, opts)
   opts = opts or {}
   local task = opts.task
-  local loss_fn = nn[task and "bce_with_logits" or opts.loss or "cross_entropy"]
+  local name = not task and (opts.loss or "cross_entropy") or nil
+  local loss_fn = nn[name or "bce_with_logits"]
   local was_training = model:is_training()
   model:eval()
   local batches, done = eval_batches(ds, opts.indices, opts.batch_size or 100)
-  local total, correct, n = 0, 0, 0
+  local total, correct, n, terms = 0, 0, 0, 0
   tensor.no_grad(function()
     for x, labels in batches do
       local y = task and task.targets(labels) or labels
       local raw <close> = model(x)
       local out = task and task.outputs(raw) or raw
-      local l <close> = loss_fn(out, y, "sum")
+      local t <close> = task and y or targets(name, out, y, n == 0)
+      local l <close> = loss_fn(out, t, "sum")
       local pred <close> = task and out:gt(0):to("float32") or out:argmax(1)
       local hits <close> = pred:eq(y):sum()
-      total, correct, n = total + l:item(), correct + hits:item(), n + y:size(0)
+      total, correct, n, terms = total + l:item(), correct + hits:item(), n + y:size(0), terms + t:numel()
       x:free()
       y:free()
       labels:free()
@@ -126,7 +152,7 @@ function M.evaluate(model, ds, opts)
   end)
   done()
   model:train(was_training)
-  return total / n, correct / n
+  return total / terms, correct / n
 end
 
 return M

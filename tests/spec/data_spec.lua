@@ -269,6 +269,47 @@ describe("loaders", function()
     end
   end)
 
+  it("train and evaluate with mse and bce_with_logits on one-hot rows, nll on log-probabilities only", function()
+    local nn, trainer, optim = require "dpy.nn", require "dpy.trainer", require "dpy.optim"
+    -- the losses by their definitions, in plain Lua over the outputs' values (mean over all entries)
+    local function by_hand(loss, out, labels)
+      local o, sum, terms = out:totable(), 0, 0
+      for i, row in ipairs(o) do
+        for k, v in ipairs(row) do
+          local t = (k - 1 == labels[i]) and 1 or 0
+          if loss == "mse" then sum = sum + (v - t) ^ 2
+          else sum = sum + math.max(v, 0) - v * t + math.log(1 + math.exp(-math.abs(v))) end
+          terms = terms + 1
+        end
+      end
+      return sum / terms
+    end
+    local x, y = data.loader(ds, { batch_size = 10, shuffle = false }):next()   -- what both see
+    local labels = y:totable()
+    for _, loss in ipairs { "mse", "bce_with_logits" } do
+      tensor.manual_seed(2)
+      local m = nn.sequential { nn.flatten(), nn.linear(4, 10) }
+      local want = by_hand(loss, m(x), labels)
+      local test_loss, acc = trainer.evaluate(m, ds, { batch_size = 4, loss = loss })
+      assert.is_true(math.abs(test_loss - want) < 1e-5, loss .. ": " .. test_loss .. " against " .. want)
+      assert.is_true(acc >= 0 and acc <= 1)
+      local first4 = by_hand(loss, m(x:narrow(0, 0, 4)), { labels[1], labels[2], labels[3], labels[4] })
+      local t = trainer.new { model = m, optimizer = optim.sgd(m, { lr = 0.1 }), loss = loss,
+                              loader = data.loader(ds, { batch_size = 4, shuffle = false }) }
+      assert.is_true(math.abs(t:step() - first4) < 1e-5, loss)
+      assert.is_true(t:run(20) < first4, loss .. " trains")
+    end
+    tensor.manual_seed(2)
+    local logits = nn.sequential { nn.flatten(), nn.linear(4, 10) }
+    local t = trainer.new { model = logits, optimizer = optim.sgd(logits, { lr = 0.1 }), loss = "nll",
+                            loader = data.loader(ds, { batch_size = 4, shuffle = false }) }
+    assert.error_matches(function() t:step() end, "loss 'nll' takes log%-probabilities")
+    assert.error_matches(function() trainer.evaluate(logits, ds, { loss = "nll" }) end, "takes log%-probabilities")
+    local logp = nn.sequential { nn.flatten(), nn.linear(4, 10), nn.log_softmax(1) }
+    local nll = trainer.evaluate(logp, ds, { loss = "nll" })
+    assert.is_true(math.abs(trainer.evaluate(logp, ds) - nll) < 1e-6)   -- cross entropy of log-probabilities
+  end)
+
   it("rejects bad options", function()
     assert.error_matches(function() data.loader(ds, { batch_size = 0 }) end, "batch_size must be >= 1")
     assert.error_matches(function() data.loader(ds, { batchsize = 2 }) end, "did you mean 'batch_size'")
