@@ -45,6 +45,14 @@ describe("mitigations in decentralized runs", function()
                    .. "%(its own model and 2 received%)", err)
   end)
 
+  it("DP-SGD names the losses its per-sample gradients take", function()
+    local code, _, err = run_config(TINY_RUN .. "loss = 'mse'\nactions = { { 'differential_privacy', clip = 1.0, "
+                                    .. "noise = 1.1 } }\n")
+    assert.are.equal(1, code)
+    assert.matches("nodes 0%-3 failed: differential_privacy: DP%-SGD's per%-sample gradients take cross_entropy "
+                   .. "or nll, not mse", err)
+  end)
+
   it("flip the labels of chosen nodes, DP-SGD records epsilon, and report compares the runs", function()
     local cfg = TINY_RUN .. "actions = { { 'label_flipping', nodes = { 2 } }, "
                 .. "{ 'differential_privacy', clip = 1.0, noise = 1.1 } }\n"

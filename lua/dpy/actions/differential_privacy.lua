@@ -60,6 +60,9 @@ return registry.register {
     if o.mode == "sgd" then
       if node.task then error("differential_privacy: DP-SGD supports multiclass tasks only", 0) end
       local loss_name = node.cfg.loss
+      if loss_name == "mse" or loss_name == "bce_with_logits" then
+        error("differential_privacy: DP-SGD's per-sample gradients take cross_entropy or nll, not " .. loss_name, 0)
+      end
       local trainer = node:wrap("trainer", function(t)
         t.step = function(self) return dp_step(self, o, loss_name) end
         return t
