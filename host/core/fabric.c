@@ -159,12 +159,17 @@ static int send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receivers, 
             size_t elen = failed ? sizeof why : errlen;
             if (d.copies > 0 && dpy_tcp_send(f, sender, receiver, channel, round, encoding, data, len, d,
                                              e, elen) != 0) {
+                char said[256];   /* the true reason, when its notice came before the close */
+                int told = dpy_fabric_gone_reason(f, receiver, said, sizeof said);
+                /* a receiver that finished reads nothing more, here as in its own process (where
+                ** the message waits unread): a message too late for it is no failure */
+                if (told && !said[0]) {
+                    e[0] = '\0';
+                    continue;
+                }
                 failed++;
-                char said[256];   /* the true reason, when its failure notice came before the close */
-                if (dpy_fabric_gone_reason(f, receiver, said, sizeof said) && said[0])
+                if (told)
                     snprintf(e, elen, "peer %u failed: %s", receiver, said);
-                else if (dpy_fabric_gone_reason(f, receiver, said, sizeof said))
-                    snprintf(e, elen, "peer %u has finished", receiver);
             }
             continue;
         }

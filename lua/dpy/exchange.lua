@@ -50,10 +50,11 @@ local function decode(node, peer, r, x, encoding, codec)
 end
 
 -- What a receiver says of a peer whose message did not come: why ("dead" or "timeout") and what
--- the fabric knows of it (a dead peer's own word: "" when it finished, else its error).
+-- the fabric knows of it (a dead peer's own word: "" when it finished, else its error). A peer
+-- that finished did its rounds: its message of this one was lost (faults.drop) and never comes.
 local function absence(cfg, why, said)
   if why == "dead" then
-    if said == "" then return "has finished" end
+    if said == "" then return "has finished; its message of the round never came" end
     return said and "failed: " .. said or "is gone"
   end
   return string.format("sent nothing for %g s", cfg.peer_timeout)
@@ -77,7 +78,8 @@ end
 -- decoded; or nil when the peer is dropped (on_peer_failure = "continue") or its payload rejected.
 -- Raises when the peer failed and on_peer_failure is "abort". deadline (exchange.deadline) bounds
 -- the wait; without one it is peer_timeout. With missable and round_timeout set, a peer silent
--- until the deadline only misses the round (nil; it stays): its message, if it comes, is late.
+-- until the deadline only misses the round (nil; it stays): its message, if it comes, is late; so
+-- does one that has finished (its rounds done) without its message coming (lost: it never comes).
 -- codec ({ chain =, sharing = }) decodes in place of the node's chain and rule (fedavg's sparse
 -- uploads: the server's own model goes the other way dense).
 function M.receive(node, peer, r, deadline, missable, codec)
@@ -90,8 +92,10 @@ function M.receive(node, peer, r, deadline, missable, codec)
     return v
   end
   if why == "malformed" then return reject(node, peer, r, "malformed: " .. said) end
-  if why == "timeout" and missable and cfg.round_timeout and not cfg.sim_clock then
-    node.log:write("round %d: peer %d missed the round's deadline (round_timeout %g s)", r, peer, cfg.round_timeout)
+  local finished = why == "dead" and said == ""   -- its message was lost: it can come no more
+  if (why == "timeout" or finished) and missable and cfg.round_timeout and not cfg.sim_clock then
+    node.log:write("round %d: peer %d missed the round's deadline (round_timeout %g s%s)", r, peer,
+                   cfg.round_timeout, finished and "; it has finished" or "")
     return nil
   end
   local what = absence(cfg, why, said)

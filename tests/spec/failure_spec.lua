@@ -76,3 +76,48 @@ describe("peer failure #e2e", function()
     assert.are.equal(3, #node_metrics(out, 1).test_accuracy)
   end)
 end)
+
+describe("a peer that has finished #e2e", function()
+  -- node 1 comes to round 3's exchange 2 s late: its neighbours 0 and 2 have missed its model by
+  -- then (round_timeout), ended their rounds and gone
+  local late = action("late", "pre_exchange",
+    "if node.uid == 1 and r == 3 then node.endpoint:release(); host.sleep(2) end")
+
+  for _, processes in ipairs { 1, 2 } do
+    it("under round_timeout, its model that can no longer come misses the round, " .. processes .. " process(es)",
+       function()
+      -- every message dropped: node 1 waits for models of round 3 from peers that have finished
+      local code, _, err, out = run(TINY .. "faults = { drop = 1.0 }\nround_timeout = 0.3\n" .. late,
+                                    "processes=" .. processes)
+      assert.are.equal(0, code, err)
+      local log = read_file(out .. "/1.log")
+      for _, peer in ipairs { 0, 2 } do
+        assert.matches("round 3: peer " .. peer .. " missed the round's deadline %(round_timeout 0.3 s; it has "
+                       .. "finished%)", log)
+      end
+      for uid = 0, 3 do
+        assert.are.equal(3, #node_metrics(out, uid).test_accuracy, "node " .. uid .. " finished its rounds")
+      end
+    end)
+  end
+
+  it("under round_timeout, a model sent to it (in a process that has ended) is no failure #e2e", function()
+    -- no faults: node 1's models of round 3 go to nodes 0 and 2, whose processes have ended
+    local code, _, err, out = run(TINY .. "round_timeout = 0.3\n" .. late, "processes=4")
+    assert.are.equal(0, code, err)
+    assert.matches("round 3: peer 1 missed the round's deadline", read_file(out .. "/0.log"))
+    assert.are.equal(3, #node_metrics(out, 1).test_accuracy)
+  end)
+
+  it("without round_timeout, a model that did not come is the peer's failure, said as such #e2e", function()
+    -- every message dropped, one round: nodes 0 and 2 go on without node 1 and end; node 1 then
+    -- finds them finished without their models
+    local sleepy = action("sleepy", "pre_exchange",
+      "if node.uid == 1 then node.endpoint:release(); host.sleep(2) end")
+    local code, _, err, out = run(TINY .. "rounds = 1\nfaults = { drop = 1.0 }\npeer_timeout = 0.5\n"
+                                  .. "on_peer_failure = 'continue'\n" .. sleepy)
+    assert.are.equal(0, code, err)
+    assert.matches("round 1: peer 0 has finished; its message of the round never came; continuing without it",
+                   read_file(out .. "/1.log"))
+  end)
+end)
