@@ -30,8 +30,8 @@ M.SCHEMA = {
   loss = { type = "string", default = "cross_entropy",
            one_of = { "cross_entropy", "nll", "mse", "bce_with_logits" }, doc = "training loss" },
   batch_size = { type = "integer", default = 32, min = 1, doc = "training batch size" },
-  epochs = { type = "integer", default = 2, min = 1, doc = "passes over the training data" },
-  max_steps = { type = "integer", min = 1, doc = "stop after this many steps (default: none)" },
+  epochs = { type = "integer", default = 2, min = 1, doc = "passes over the training data", mode = "centralized" },
+  max_steps = { type = "integer", min = 1, doc = "stop after this many steps (default: none)", mode = "centralized" },
   eval_every = { type = "integer", min = 1,
                  doc = "centralized: steps between evaluations (default: 4 per epoch); "
                        .. "decentralized: rounds between evaluations (default: 10)" },
@@ -48,9 +48,10 @@ M.SCHEMA = {
   processes = { type = "integer", default = 1, min = 1, doc = "processes on this machine" },
   graph = { kind = "graph", default = { "regular", degree = 4 }, doc = "topology (D-PSGD)" },
   partition = { kind = "partitioner", default = "iid", doc = "how training data is split" },
-  rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds" },
-  local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round" },
-  local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)" },
+  rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds", mode = "decentralized" },
+  local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round", mode = "decentralized" },
+  local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)",
+                   mode = "decentralized" },
   reset_optimizer = { type = "boolean", default = false,
                       doc = "drop the optimizer's state (momentum, moments) before each round's training, "
                             .. "as DecentralizePy's reset_optimizer (its default there)" },
@@ -224,6 +225,7 @@ local function add_config_dir(dir)
 end
 
 local load_into
+local WHERE = setmetatable({}, { __mode = "k" })   -- values -> key -> "file:line" of its last setting
 
 -- The sandbox: reads see config values set so far, then SAFE (and include); writes are checked.
 local function sandbox(values, dir, depth, included)
@@ -245,6 +247,8 @@ local function sandbox(values, dir, depth, included)
       local err, resolved = M.check(k, v, dir)
       if err then error(err, 2) end
       values[k] = resolved
+      local at, where = debug.getinfo(2, "Sl"), WHERE[values]
+      if where then where[k] = at and at.currentline > 0 and at.short_src .. ":" .. at.currentline or nil end
     end,
   })
 end
@@ -312,6 +316,8 @@ end
 -- raises with file and line.
 function M.load(path, overrides)
   local values, included = {}, {}
+  local where = {}
+  WHERE[values] = where
   local source = load_into(path, values, 0, included)
   for _, o in ipairs(overrides or {}) do
     local key, value = M.parse_override(o)
@@ -319,9 +325,29 @@ function M.load(path, overrides)
     local e, resolved = M.check(key, value)   -- paths on the command line: from the current directory
     if e then error(string.format("command line: %s: %s", o, e), 0) end
     values[key] = resolved
+    where[key] = "command line: " .. o
+  end
+  -- a key of the other kind of run would be ignored without a word (a run directory's effective
+  -- config written before this check held every key's default: those are dropped)
+  local decentralized = values.nodes ~= nil
+  local effective = path:match("/config%.effective%.lua$") or path == "config.effective.lua"
+  local function other(k)
+    local mode = M.SCHEMA[k] and M.SCHEMA[k].mode
+    return mode and (mode == "decentralized") ~= decentralized and mode
+  end
+  for k, v in pairs(values) do
+    local mode = other(k)
+    if mode and effective and v == M.SCHEMA[k].default then
+      values[k] = nil
+    elseif mode then
+      error(string.format("%s: config key '%s' is for %s runs; this one is %s", where[k] or path, k, mode,
+                          decentralized and "decentralized (nodes is set): its nodes train local_steps or "
+                                            .. "local_epochs a round, for rounds rounds"
+                                        or "centralized (no nodes): it trains epochs or max_steps"), 0)
+    end
   end
   for k, s in pairs(M.SCHEMA) do
-    if values[k] == nil then values[k] = s.default end
+    if values[k] == nil and not other(k) then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
   return values, source, included
