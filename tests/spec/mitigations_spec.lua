@@ -45,6 +45,16 @@ describe("mitigations in decentralized runs", function()
                    .. "%(its own model and 2 received%)", err)
   end)
 
+  it("flip the labels a partial map names, the others kept, and name a class the data has not", function()
+    local flip = "actions = { { 'label_flipping', nodes = { 2 }, map = { [0] = 9 } } }\n"
+    local code, _, err, out = run_config(TINY_RUN .. flip)
+    assert.are.equal(0, code, err)
+    assert.matches("label_flipping: this node trains on flipped labels", read_file(out .. "/2.log"))
+    code, _, err = run_config(TINY_RUN .. "actions = { { 'label_flipping', nodes = { 2 }, map = { [12] = 0 } } }\n")
+    assert.are.equal(1, code)
+    assert.matches("node 2 failed: label_flipping: map%[12%] = 0: the data's classes are 0%.%.9", err)
+  end)
+
   it("DP-SGD names the losses its per-sample gradients take", function()
     local code, _, err = run_config(TINY_RUN .. "loss = 'mse'\nactions = { { 'differential_privacy', clip = 1.0, "
                                     .. "noise = 1.1 } }\n")

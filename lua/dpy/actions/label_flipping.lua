@@ -1,6 +1,7 @@
 --- Built-in action label_flipping: chosen nodes train on flipped labels (a data-poisoning attack).
 -- Options: nodes = { uid, ... } or fraction = 0.2 (a seeded choice among the training nodes),
--- map = { [0] = new label, ... } (default y -> classes - 1 - y), seed (default: the run's).
+-- map = { [0] = new label, ... } (the classes it leaves out keep theirs; default y -> classes - 1 - y),
+-- seed (default: the run's).
 -- The poisoned uids are recorded in manifest.json (actions.label_flipping.poisoned).
 local registry = require "dpy.registry"
 local actions = require "dpy.actions"
@@ -20,11 +21,15 @@ return registry.register {
   new = function(opts, node)
     if not actions.is_chosen(opts, node, "label_flipping") or not node.loader then return {} end
     local classes = node.train_set.classes
-    local map = opts.map
-    if not map then
-      map = {}
-      for c = 0, classes - 1 do map[c] = classes - 1 - c end
+    local function class(v) return math.type(v) == "integer" and v >= 0 and v < classes end
+    for c, to in pairs(opts.map or {}) do
+      if not class(c) or not class(to) then
+        error(string.format("label_flipping: map[%s] = %s: the data's classes are 0..%d", tostring(c), tostring(to),
+                            classes - 1), 0)
+      end
     end
+    local map = {}   -- a class the option's map leaves out keeps its label
+    for c = 0, classes - 1 do map[c] = opts.map and (opts.map[c] or c) or classes - 1 - c end
     node:wrap("train_set", function(ds) return data.relabel(ds, map) end)   -- the loader follows
     node.poisoned = true
     return { startup = function(n) n.log:write("label_flipping: this node trains on flipped labels") end }
