@@ -257,7 +257,10 @@ end
 function M.parse_override(arg)
   local key, text = arg:match("^([%a_][%w_]*)=(.*)$")
   if not key then return nil, string.format("'%s' is not KEY=VALUE", arg) end
-  local chunk = load("return " .. text, "=override", "t", {})
+  local chunk, syntax = load("return " .. text, "=override", "t", {})
+  if not chunk and text:match("^%s*[{\"']") then   -- meant as a table or a quoted string
+    return nil, string.format("%s: not a Lua value (%s)", arg, syntax:gsub("^override:%d+: ", ""))
+  end
   local ok, value = false, nil
   if chunk then ok, value = pcall(chunk) end
   if not ok or value == nil then value = text end

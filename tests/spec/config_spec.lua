@@ -93,6 +93,10 @@ describe("config loading", function()
     assert.matches([[command line: epochs=x: config key 'epochs' must be an integer >= 1, got the string "x"]],
                    load_error("", { "epochs=x" }))
     assert.matches("command line: 'epochs' is not KEY=VALUE", load_error("", { "epochs" }))
+    -- a value that reads as Lua but does not parse is not taken as a string
+    assert.matches([[command line: graph={"ring": not a Lua value %(.*'}' expected.*%)]],
+                   load_error("nodes = 4\n", { 'graph={"ring"' }))
+    assert.are.equal("ring", config.load(write_config("nodes = 4\n"), { "graph=ring" }).graph)
   end)
 
   it("refuses a key of the other kind of run, which would be ignored, naming where it was set", function()
