@@ -102,7 +102,8 @@ describe("config loading", function()
   it("refuses a key of the other kind of run, which would be ignored, naming where it was set", function()
     assert.matches("c.lua:3: config key 'epochs' is for centralized runs; this one is decentralized",
                    load_error("nodes = 4\nrounds = 2\nepochs = 3\n"))
-    assert.matches("c.lua:1: config key 'max_steps' is for centralized runs", load_error("max_steps = 9", { "nodes=4" }))
+    assert.matches("c.lua:1: config key 'max_steps' is for centralized runs",
+                   load_error("max_steps = 9", { "nodes=4" }))
     assert.matches("command line: rounds=5: config key 'rounds' is for decentralized runs; this one is centralized",
                    load_error("epochs = 1\n", { "rounds=5" }))
     assert.matches("config key 'local_steps' is for decentralized runs", load_error("local_steps = 3\n"))
