@@ -233,6 +233,9 @@ local function sandbox(values, dir, depth, included)
     if type(path) ~= "string" then error("include: a path expected", 2) end
     if depth >= 8 then error("include: nested too deep (a cycle?)", 2) end
     local full = paths.absolute(path, dir)
+    local f, why = io.open(full, "rb")
+    if not f then error("include: cannot read " .. why, 2) end   -- at the including line
+    f:close()
     included[#included + 1] = { path = path, full = full }
     load_into(full, values, depth + 1, included)
   end
