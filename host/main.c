@@ -34,13 +34,14 @@ static const char USAGE[] =
     "  run --resume RUN_DIR       continue a run from its checkpoints (checkpoint_every)\n"
     "  node CONFIG.lua --process P --dir DIR [--run-id N] [--seed N] [KEY=VALUE...]\n"
     "                           host one process's nodes of a run (for launchers)\n"
-    "  repl [CONFIG.lua --uid U [KEY=VALUE...]]\n"
+    "  repl [CONFIG.lua [--uid U] [KEY=VALUE...]]\n"
     "                           interactive prompt with the dpy modules loaded; with a config,\n"
-    "                           node U built and bound to the global 'node'\n"
-    "  attach RUN_DIR [--uid U]  a prompt on node U of a running experiment: look inside, change\n"
+    "                           node U (default 0) built and bound to the global 'node'\n"
+    "  attach RUN_DIR [--uid U] [--ssh CMD]\n"
+    "                           a prompt on node U of a running experiment: look inside, change\n"
     "                           it, pause and step the run\n"
-    "  dispatch CONFIG.lua [--remotes remotes.lua] [--jobs N] [--out DIR] [--force] [--seed N]\n"
-    "           [--accept-new-host-keys] [-q] [KEY=VALUE...]\n"
+    "  dispatch CONFIG.lua|RUN_DIR [--remotes remotes.lua] [--jobs N] [--processes N] [--out DIR]\n"
+    "           [--force] [--seed N] [--resume] [--accept-new-host-keys] [--paused] [-q] [KEY=VALUE...]\n"
     "                           run an experiment's processes on remote machines over SSH\n"
     "  report RUN_DIR... [--out DIR] [--format svg|png]\n"
     "                           compare runs: accuracy, bytes, epsilon, seconds per round, and\n"
@@ -49,7 +50,7 @@ static const char USAGE[] =
     "\n"
     "options (as the lua interpreter):\n"
     "  -e STAT    execute string STAT\n"
-    "  -l MOD     require library MOD into global MOD\n"
+    "  -l MOD     require library MOD into global MOD (-l G=MOD: into global G)\n"
     "  -i         enter the interactive prompt after running SCRIPT\n"
     "  -v, --version  print the versions of dpy-lua, Lua and libtorch, and the devices\n"
     "  -h, --help     print this text\n"
@@ -65,6 +66,10 @@ static const char USAGE[] =
     "                 not a terminal (default 10)\n"
     "  DPY_HOST       the address this machine's processes advertise under mpirun/Slurm\n"
     "  DPY_RENDEZVOUS_TIMEOUT  seconds the ranks of mpirun/Slurm wait for each other\n"
+    "  DPY_LAUNCH_ID  names one launch of mpirun/Slurm for its ranks' rendezvous (default:\n"
+    "                 the launcher's job and step ids)\n"
+    "  DPY_ATTACH_HOST  the name other hosts reach this machine's processes by, for attach\n"
+    "                 (default: its hostname)\n"
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
 
@@ -308,12 +313,17 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
                 return 1;
             j++;
         } else if (strcmp(argv[j], "-l") == 0) {
-            const char *mod = argv[j + 1];
+            /* -l mod, or -l g=mod as lua 5.4 has it: the module into global g */
+            const char *arg = argv[j + 1], *eq = strchr(arg, '=');
+            const char *mod = eq ? eq + 1 : arg;
             lua_getglobal(L, "require");
             lua_pushstring(L, mod);
             if (docall(L, 1, 1) != LUA_OK)
                 return 1;
-            lua_setglobal(L, mod);
+            lua_pushlstring(L, arg, eq ? (size_t)(eq - arg) : strlen(arg));
+            lua_insert(L, -2);
+            lua_setglobal(L, lua_tostring(L, -2));
+            lua_pop(L, 1);
             j++;
         } else if (strcmp(argv[j], "--") == 0 || strcmp(argv[j], "-") == 0) {
             break;

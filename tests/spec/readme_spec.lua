@@ -449,6 +449,20 @@ print("checked")
     end
   end)
 
+  it("and dpy-lua help name every environment variable the code reads", function()
+    local code, help = sh(shell_quote(DPY_BIN) .. " help")
+    assert.are.equal(0, code)
+    local _, found = sh("grep -rhoE '(getenv|env)\\(?\"DPY_[A-Z_]+\"' " .. shell_quote(REPO .. "/lua") .. " "
+                        .. shell_quote(REPO .. "/host"))
+    local vars = {}
+    for v in found:gmatch("DPY_[A-Z_]+") do vars[v] = true end
+    assert.is_truthy(vars.DPY_THREADS, found)
+    for v in pairs(vars) do
+      assert.is_truthy(help:find(v, 1, true), "dpy-lua help names " .. v)
+      assert.is_truthy(README:find(v, 1, true), "the README names " .. v)
+    end
+  end)
+
   it("of the entry commands exist as written, and CI runs the tests the README's way", function()
     local quick = section("Quick start (Debian 12, from the repository root)")
     assert.truthy(quick:find("scripts/dpy run configs/0_baseline.lua", 1, true))
