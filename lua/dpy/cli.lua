@@ -275,6 +275,9 @@ function M.node(args)
           require("dpy.layout").prepare(cfg, a.dir)
           return
         end
+        local layout = require "dpy.layout"
+        local fits, checked = pcall(layout.check, cfg)   -- a config error: before the run directory is touched
+        if not fits then error({ usage = tostring(checked) }, 0) end
         local rundir = require "dpy.rundir"
         local free, claimed = pcall(rundir.claim, a.dir, a.force)   -- an earlier run's results stay unless --force
         if not free then error({ usage = claimed }, 0) end
@@ -284,7 +287,7 @@ function M.node(args)
                                                          config = a.config, argv = { "node", table.unpack(args) },
                                                          run_id = opts.run_id, launcher = launched_by,
                                                          replace = false })
-        require("dpy.layout").prepare(cfg, a.dir)
+        layout.prepare(cfg, a.dir, checked)
       end)
     end
     return launcher.node_main(cfg, opts)
@@ -330,14 +333,19 @@ function M.repl_node(args)
   end
   local host = require "dpy.host.core"
   local layout = require "dpy.layout"
+  cfg.processes = 1
+  local fits, checked = pcall(layout.check, cfg)
+  if not fits then
+    io.stderr:write("dpy-lua repl: ", tostring(checked), "\n")
+    return 2
+  end
   local dir = string.format("/tmp/dpy-repl-%d", host.pid())
   assert(host.mkdir_p(dir))
   -- the node's scratch run directory goes when the prompt ends (the state closes)
   debug.getregistry()["dpy.repl.dir"] = setmetatable({}, { __gc = function()
     os.execute("rm -rf " .. require("dpy.paths").shell_quote(dir))
   end })
-  cfg.processes = 1
-  layout.prepare(cfg, dir)
+  layout.prepare(cfg, dir, checked)
   local overrides = { table.unpack(a.overrides) }
   overrides[#overrides + 1] = "nodes=" .. cfg.nodes
   local group, ep = require("dpy.nodes.core").start {
@@ -527,10 +535,8 @@ function M.dispatch(args)
   local experiment = require "dpy.experiment"
   local out = a.out or experiment.run_dir("out")
   local function job_dir(j) return a.jobs > 1 and string.format("%s/job-%d", out, j) or out end
+  local jobs = {}
   local checked, remotes = pcall(function()   -- before connecting to anything: config errors
-    for j = 1, math.max(1, a.jobs) do
-      experiment.check(cfg, { dir = job_dir(j), config = a.config, included = included, force = a.force })
-    end
     local list = dispatch.load_remotes(a.remotes)
     local all = 0
     for _, r in ipairs(list) do all = all + r.processes end
@@ -540,22 +546,23 @@ function M.dispatch(args)
     if (a.processes or all) > cfg.nodes then
       error(string.format("%d processes for %d nodes", a.processes or all, cfg.nodes), 0)
     end
+    for j = 1, math.max(1, a.jobs) do
+      local job = {}
+      for k, v in pairs(cfg) do job[k] = v end
+      job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
+      job.processes = a.processes or all   -- the remotes', not the config's
+      jobs[j] = { cfg = job, processes = job.processes,
+                  opts = { dir = job_dir(j), config = a.config, source = source, included = included,
+                           overrides = a.overrides, run_id = run_id(j), argv = { "dispatch", table.unpack(args) },
+                           force = a.force, paused = a.paused } }
+      -- the job's own seed: its graph and partition, kept in opts.layout for dispatch.start_job
+      experiment.check(job, jobs[j].opts)
+    end
     return list
   end)
   if not checked then
     io.stderr:write("dpy-lua dispatch: ", tostring(remotes), "\n")
     return 2
-  end
-  local all, jobs = 0, {}
-  for _, r in ipairs(remotes) do all = all + r.processes end
-  for j = 1, math.max(1, a.jobs) do
-    local job = {}
-    for k, v in pairs(cfg) do job[k] = v end
-    job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
-    jobs[j] = { cfg = job, processes = a.processes or all,
-                opts = { dir = job_dir(j), config = a.config, source = source, included = included,
-                         overrides = a.overrides, run_id = run_id(j), argv = { "dispatch", table.unpack(args) },
-                         force = a.force, paused = a.paused } }
   end
   return dispatch_jobs(jobs, remotes, a, out)
 end

@@ -347,7 +347,8 @@ function M.start_job(cfg, opts)
       run_id = opts.run_id, launcher = "dispatch", force = opts.force })
     for _, f in ipairs(prepared.files) do used[#used + 1] = f.file end
   end
-  local info = layout.prepare(cfg, opts.dir)
+  local info = layout.prepare(cfg, opts.dir, opts.layout)   -- what experiment.check built, if it ran
+  opts.layout = nil
   must(host.write_atomic(opts.dir .. "/addresses.json", metrics.json.encode(job.addresses)))
   if info.spectral_gap then
     job.bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))

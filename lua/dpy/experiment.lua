@@ -45,19 +45,18 @@ local function first_n(ds, n)
 end
 
 --- Checks, before anything is written, what can be known wrong without running: --out holding
--- a run already (unless opts.force), a graph that cannot be built, a config the run directory
--- cannot record, a file the run uses that cannot be read. Keeps what it read in opts.prepared.
+-- a run already (unless opts.force), ports past 65535, and for a decentralized run all that
+-- dpy.layout.check finds (the algorithm's options against the run, stragglers, churn, the graph,
+-- the dataset, the partition), a config the run directory cannot record, a file the run uses that
+-- cannot be read. Keeps what it read in opts.prepared, and the graph and partition it built in
+-- opts.layout (launcher.run writes them).
 function M.check(cfg, opts)
   opts.replace = rundir.claim(opts.dir, opts.force)
   if cfg.nodes and cfg.port and cfg.port + cfg.processes - 1 > 65535 then   -- process p listens on port + p
     error(string.format("port: %d processes from port %d need ports up to %d, past 65535", cfg.processes,
                         cfg.port, cfg.port + cfg.processes - 1), 0)
   end
-  if cfg.nodes and cfg.algorithm == "dpsgd" then
-    local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
-    if not ok then error("graph: " .. tostring(g):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
-    if not require("dpy.graph").connected(g) then error("graph: the graph is not connected", 0) end
-  end
+  if cfg.nodes then opts.layout = require("dpy.layout").check(cfg) end
   opts.prepared = rundir.prepare(cfg, opts)
 end
 

@@ -346,7 +346,8 @@ function M.run(cfg, opts)
   local bar = progress.new { quiet = opts.quiet }
   local start = host.clock()
   opts.t0 = opts.t0 or start
-  local info = layout.prepare(cfg, opts.dir)
+  local info = layout.prepare(cfg, opts.dir, opts.layout)   -- what experiment.check built, if it ran
+  opts.layout = nil
   if info.spectral_gap then
     bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end

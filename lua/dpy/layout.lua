@@ -81,9 +81,25 @@ local function limit(t, n)
   return t:narrow(0, 0, math.min(n, t:size(0)))
 end
 
---- Writes graph.json and partition.pt into dir; returns { edges, spectral_gap } of the graph.
-function M.prepare(cfg, dir)
-  local info = {}
+-- A component's error as a config error: no Lua location, and named by its key unless it is.
+local function config_error(key, err)
+  local msg = tostring(err):gsub("^[^:\n]*%.lua:%d+: ", "")
+  if msg:sub(1, #key) ~= key then msg = key .. ": " .. msg end
+  error(msg, 0)
+end
+
+--- layout.check(cfg) -> what prepare writes, { graph, dynamic, parts }: raises, with the key at
+-- fault ("stragglers: ..."), on whatever the config alone makes wrong for a decentralized run:
+-- more processes than nodes, an algorithm's options that do not fit the run, a stragglers or churn
+-- table that does not fit the nodes, a graph that cannot be built or is not connected, a dataset
+-- that cannot be read, a partition that cannot be made. It builds the graph and the partition
+-- (from the dataset's labels) to know; experiment.check runs it before anything is written and
+-- keeps its result for prepare.
+function M.check(cfg)
+  if cfg.processes and cfg.processes > cfg.nodes then
+    error(string.format("processes: %d processes for %d nodes (a process hosts one node or more)", cfg.processes,
+                        cfg.nodes), 0)
+  end
   local alg = M.algorithm(cfg)
   if alg.check then   -- what an algorithm's options need of the run (epidemic: s below nodes)
     local entry = cfg.algorithm
@@ -104,29 +120,51 @@ function M.prepare(cfg, dir)
     error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
                         .. "not %s", alg.name), 0)
   end
-  if M.algorithm(cfg).graph then
-    local spec = registry.spec("graph", cfg.graph)
-    local g = registry.build("graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
-    if not graph.connected(g) then error("the graph is not connected", 0) end
-    M.write_graph(dir, g, spec.dynamic)
+  local checked = {}
+  if alg.graph then
+    local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
+    if not ok then config_error("graph", g) end
+    if not graph.connected(g) then error("graph: the graph is not connected", 0) end
+    checked.graph, checked.dynamic = g, registry.spec("graph", cfg.graph).dynamic
+  end
+  local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
+  if parts_n < 1 then error("nodes: " .. alg.name .. " needs at least 2 nodes (a server and a client)", 0) end
+  local ok, train = pcall(registry.build, "dataset", cfg.dataset, { train = true })
+  if not ok then config_error("dataset", train) end
+  -- groups: the dataset's natural partition (writers, hospitals), for the "natural" partitioner
+  local parts
+  ok, parts = pcall(registry.build, "partitioner", cfg.partition,
+                    { labels = limit(train.labels, cfg.train_samples), nodes = parts_n, seed = cfg.seed,
+                      groups = limit(train.groups, cfg.train_samples), dataset = train.name })
+  if not ok then config_error("partition", parts) end
+  checked.parts = parts
+  return checked
+end
+
+--- layout.write(dir, checked): writes what layout.check built into dir (graph.json, partition.pt);
+-- returns { edges, spectral_gap } of the graph.
+function M.write(dir, checked)
+  local info = {}
+  local g = checked.graph
+  if g then
+    M.write_graph(dir, g, checked.dynamic)
     info.edges = graph.edges(g)
     info.spectral_gap = g.n <= 2048 and graph.spectral_gap(g) or nil
   end
-  local train = registry.build("dataset", cfg.dataset, { train = true })
-  local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
-  if parts_n < 1 then error(M.algorithm(cfg).name .. " needs at least 2 nodes (a server and a client)", 0) end
-  -- groups: the dataset's natural partition (writers, hospitals), for the "natural" partitioner
-  local parts = registry.build("partitioner", cfg.partition,
-                               { labels = limit(train.labels, cfg.train_samples), nodes = parts_n, seed = cfg.seed,
-                                 groups = limit(train.groups, cfg.train_samples), dataset = train.name })
   local offsets, flat = { 0 }, {}
-  for i, p in ipairs(parts) do
+  for i, p in ipairs(checked.parts) do
     offsets[i + 1] = offsets[i] + p:numel()
     flat[i] = p
   end
   local packed = tensor.cat { tensor.new(offsets, "int64"), tensor.cat(flat) }
   assert(packed:save(dir .. "/partition.pt"))
   return info
+end
+
+--- layout.prepare(cfg, dir [, checked]) -> { edges, spectral_gap }: writes graph.json and
+-- partition.pt into dir, from checked (what layout.check returned for cfg), else checking cfg first.
+function M.prepare(cfg, dir, checked)
+  return M.write(dir, checked or M.check(cfg))
 end
 
 -- graph.json holds one line per node, padded to one width, after a first line that gives it:

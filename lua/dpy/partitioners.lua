@@ -9,7 +9,7 @@ local M = {}
 local SEED = { type = "integer", doc = "the seed (the run's)" }
 M.OPTIONS = {
   iid = { seed = SEED },
-  dirichlet = { alpha = { type = "number", above = 0, doc = "concentration: small is skewed" },
+  dirichlet = { alpha = { type = "number", above = 0, required = true, doc = "concentration: small is skewed" },
                 min_size = { type = "integer", min = 0, doc = "redraw until every node has this many" }, seed = SEED },
   shards = { shards_per_node = { type = "integer", min = 1, doc = "label-sorted shards per node" }, seed = SEED },
   gamma_similarity = { gamma = { type = "number", min = 0, max = 1, doc = "the IID fraction" }, seed = SEED },

@@ -46,7 +46,13 @@ function M.factors(cfg, r)
     local rng = random.new(cfg.seed * 7919 + 17)
     for u = 0, n - 1 do f[u] = math.exp(s.lognormal * rng:normal()) end
   else
-    if not (s.fraction and s.slowdown) then error("stragglers: fraction needs slowdown, and slowdown fraction", 0) end
+    if not s.slowdown then
+      error(string.format("stragglers: fraction = %s needs slowdown (how many times slower those nodes compute)",
+                          tostring(s.fraction)), 0)
+    elseif not s.fraction then
+      error(string.format("stragglers: slowdown = %s needs fraction (the share of the nodes that are that slow)",
+                          tostring(s.slowdown)), 0)
+    end
     local all = {}
     for u = 0, n - 1 do all[u + 1] = u end
     random.new(cfg.seed * 7919 + 13):shuffle(all)

@@ -149,6 +149,48 @@ describe("dpy-lua run", function()
     assert.is_nil(read_file(dir .. "/out/manifest.json"))
   end)
 
+  it("refuses what the config alone makes wrong before writing anything: exit 2, no directory", function()
+    local dir = tmpdir()
+    write_file(dir .. "/eight.lua", "nodes = 8\nrounds = 1\nlocal_steps = 1\ntrain_samples = 600\n"
+                                    .. "test_samples = 100\n")
+    local function absent(path) return (sh("test -e " .. shell_quote(path))) ~= 0 end
+    for i, case in ipairs {
+      { "'algorithm={\"epidemic\",s=7}' nodes=6", "^dpy%-lua: epidemic: s = 7 needs more than 6 nodes" },
+      { "algorithm=async checkpoint_every=1", "^dpy%-lua: async: checkpoint_every is not supported" },
+      { "algorithm=ps reset_optimizer=true", "^dpy%-lua: reset_optimizer: .*not ps's" },
+      { "'algorithm={\"fedavg\"}' 'sharing={\"median\"}'", "^dpy%-lua: fedavg: sharing 'median' does not apply" },
+      { "'stragglers={factors={1,1,4}}'", "^dpy%-lua: stragglers: factors lists 3 nodes, the config has 8" },
+      { "'stragglers={fraction=0.1}'", "^dpy%-lua: stragglers: fraction = 0.1 needs slowdown %(" },
+      { "'stragglers={slowdown=4}'", "^dpy%-lua: stragglers: slowdown = 4 needs fraction %(" },
+      { "'churn={{uid=99,leave=1}}'", "^dpy%-lua: churn%[1%]: uid 99 is not a node of the run" },
+      { "partition=natural", "^dpy%-lua: partition 'natural' needs a dataset with natural groups" },
+      { "'partition={\"dirichlet\"}'", "partition: partitioner 'dirichlet': option 'alpha' is required" },
+      { "'dataset={\"mnist\",dir=\"" .. dir .. "/none\"}'", "^dpy%-lua: dataset mnist: no train%-images" },
+      { "nodes=6 processes=7", "^dpy%-lua: processes: 7 processes for 6 nodes" },
+      { "processes=100", "^dpy%-lua: processes: 100 processes for 8 nodes" },
+    } do
+      local out = dir .. "/out-" .. i
+      local code, _, err = sh(BIN .. " run " .. dir .. "/eight.lua -q --out " .. out .. " " .. case[1])
+      assert.are.equal(2, code, case[1] .. ": " .. err)
+      assert.matches(case[2], err)
+      assert.not_matches("run failed", err)
+      assert.not_matches("%.lua:%d+:", err)   -- a config-level message, not a Lua location
+      assert.is_true(absent(out), case[1] .. ": " .. out .. " was written")
+    end
+    -- dispatch checks each job the same way, before it reads a remote
+    write_file(dir .. "/remotes.lua", "return { remotes = { { host = 'nowhere.invalid', processes = 2 } } }\n")
+    local out = dir .. "/dispatched"
+    local code, _, err = sh(BIN .. " dispatch " .. dir .. "/eight.lua --remotes " .. dir .. "/remotes.lua --jobs 2 "
+                            .. "--out " .. out .. " 'stragglers={factors={1,1,4}}'")
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua dispatch: stragglers: factors lists 3 nodes", err)
+    assert.is_true(absent(out))
+    -- the repl's node too
+    code, _, err = sh(BIN .. " repl " .. dir .. "/eight.lua --uid 0 'stragglers={factors={1,1,4}}' < /dev/null")
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua repl: stragglers: factors lists 3 nodes", err)
+  end)
+
   it("fails cleanly on a missing dataset, keeping what was written", function()
     local dir = tmpdir()
     write_file(dir .. "/nodata.lua", "dataset = { 'mnist', dir = '" .. dir .. "/none' }\n")

@@ -381,9 +381,10 @@ describe("reset_optimizer #e2e", function()
     end
   end)
 
-  it("is refused with ps, whose workers do not train (the server steps its optimizer)", function()
-    local code, _, err = run(TINY .. "algorithm = 'ps'\nreset_optimizer = true\n")
-    assert.are.equal(1, code)
+  it("is refused with ps, whose workers do not train (the server steps its optimizer): a config error", function()
+    local code, _, err, out = run(TINY .. "algorithm = 'ps'\nreset_optimizer = true\n")
+    assert.are.equal(2, code)
     assert.matches("reset_optimizer: .*not ps", err)
+    assert.is_nil(io.open(out .. "/config.json"))
   end)
 end)

@@ -34,7 +34,9 @@ describe("stragglers", function()
     assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 }, lognormal = 1 }) end,
                          "stragglers: give one of factors, fraction %(with slowdown%), lognormal or trace")
     assert.error_matches(function() simclock.factors(cfg { fraction = 0.5 }) end,
-                         "stragglers: fraction needs slowdown")
+                         "stragglers: fraction = 0.5 needs slowdown %(")
+    assert.error_matches(function() simclock.factors(cfg { slowdown = 4 }) end,
+                         "stragglers: slowdown = 4 needs fraction %(")
   end)
 end)
 
