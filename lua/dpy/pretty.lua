@@ -23,22 +23,30 @@ function M.uids(list)
   return (#u == 1 and "node " or "nodes ") .. table.concat(parts, ", ")
 end
 
---- pretty.format(v [, depth = 2]) -> string
+-- Inside a table, a value shown on several lines (a tensor) keeps its first line, and the second
+-- when that is all: the table stays on one line.
+local function inline(text)
+  local first, rest = text:match("^([^\n]*)\n(.*)$")
+  if not first then return text end
+  return first .. (rest:find("\n", 1, true) and " ..." or " " .. rest)
+end
+
+--- pretty.format(v [, depth = 2]) -> string; a table's own entries (rawlen: not what its __len says)
 function M.format(v, depth)
   depth = depth or 2
   if type(v) ~= "table" or getmetatable(v) and getmetatable(v).__tostring then return scalar(v) end
   if depth == 0 then return "{...}" end
-  local keys, n = {}, #v
+  local keys, n = {}, rawlen(v)
   for k in pairs(v) do
     if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
   end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
   local parts = {}
-  for i = 1, math.min(n, MAX) do parts[#parts + 1] = M.format(v[i], depth - 1) end
+  for i = 1, math.min(n, MAX) do parts[#parts + 1] = inline(M.format(rawget(v, i), depth - 1)) end
   for _, k in ipairs(keys) do
     if #parts >= MAX then break end
     local key = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or "[" .. scalar(k) .. "]"
-    parts[#parts + 1] = key .. " = " .. M.format(v[k], depth - 1)
+    parts[#parts + 1] = key .. " = " .. inline(M.format(rawget(v, k), depth - 1))
   end
   if n + #keys > MAX then parts[#parts + 1] = "..." end
   return "{ " .. table.concat(parts, ", ") .. " }"

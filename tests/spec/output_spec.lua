@@ -78,3 +78,15 @@ describe("a run's output #e2e", function()
     assert.matches("every node diverged", err)
   end)
 end)
+
+describe("how the REPL shows values (dpy.pretty)", function()
+  it("shows a table's own entries whatever its __len says, and a tensor inside it on one line", function()
+    local pretty, tensor = require "dpy.pretty", require "dpy.tensor"
+    assert.are.equal("{ n = 3 }", pretty.format(setmetatable({ n = 3 }, { __len = function() return 4 end })))
+    assert.are.equal('{ 1, 2, k = "v" }', pretty.format({ 1, 2, k = "v" }))
+    local big = tensor.zeros(600, 28, 28)
+    assert.are.equal("{ a = dpy.Tensor(float32, cpu, [600, 28, 28]) ..., b = 2 }", pretty.format({ a = big, b = 2 }))
+    assert.are.equal("{ dpy.Tensor(int64, cpu, [2]) [1, 2] }", pretty.format({ tensor.new { 1, 2 } }))
+    assert.matches("^dpy%.Tensor%(float32, cpu, %[600, 28, 28%]%)\n%[%[%[", pretty.format(big))   -- alone: whole
+  end)
+end)
