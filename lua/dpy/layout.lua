@@ -120,11 +120,24 @@ function M.check(cfg)
     error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
                         .. "not %s", alg.name), 0)
   end
+  if cfg.fraction and cfg.fraction ~= 1 and not alg.samples then   -- 1: everyone, what any algorithm does
+    error(string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "
+                        .. "secure_fedavg); %s samples none", alg.name), 0)
+  end
+  for i, entry in ipairs(cfg.actions or {}) do   -- what an action needs of the run (differential_privacy)
+    local spec = registry.spec("action", entry)
+    local bad = spec.check and spec.check(options.with_defaults(type(entry) == "table" and entry or {},
+                                                                spec.options or {}), cfg, alg)
+    if bad then error(string.format("actions[%d]: %s", i, bad), 0) end
+  end
   local checked = {}
   if alg.graph then
     local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
     if not ok then config_error("graph", g) end
-    if not graph.connected(g) then error("graph: the graph is not connected", 0) end
+    if not graph.connected(g) then
+      local file = type(cfg.graph) == "table" and cfg.graph.path
+      error("graph: the graph is not connected" .. (file and " (" .. file .. ")" or ""), 0)
+    end
     checked.graph, checked.dynamic = g, registry.spec("graph", cfg.graph).dynamic
   end
   local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes

@@ -154,6 +154,7 @@ describe("dpy-lua run", function()
     write_file(dir .. "/eight.lua", "nodes = 8\nrounds = 1\nlocal_steps = 1\ntrain_samples = 600\n"
                                     .. "test_samples = 100\n")
     local function absent(path) return (sh("test -e " .. shell_quote(path))) ~= 0 end
+    write_file(dir .. "/split.txt", "8\n0 1\n1 2\n2 3\n4 5\n5 6\n6 7\n")   -- two components
     for i, case in ipairs {
       { "'algorithm={\"epidemic\",s=7}' nodes=6", "^dpy%-lua: epidemic: s = 7 needs more than 6 nodes" },
       { "algorithm=async checkpoint_every=1", "^dpy%-lua: async: checkpoint_every is not supported" },
@@ -168,6 +169,15 @@ describe("dpy-lua run", function()
       { "'dataset={\"mnist\",dir=\"" .. dir .. "/none\"}'", "^dpy%-lua: dataset mnist: no train%-images" },
       { "nodes=6 processes=7", "^dpy%-lua: processes: 7 processes for 6 nodes" },
       { "processes=100", "^dpy%-lua: processes: 100 processes for 8 nodes" },
+      { "fraction=0.5", "^dpy%-lua: fraction: the share of clients .*; dpsgd samples none" },
+      { "'graph={\"file\",path=\"" .. dir .. "/split.txt\"}'",
+        "^dpy%-lua: graph: the graph is not connected %(.*split%.txt%)" },
+      { "algorithm=ps 'actions={\"differential_privacy\"}'",
+        "^dpy%-lua: actions%[1%]: differential_privacy: runs with dpsgd or fedavg" },
+      { "task=binary 'actions={\"differential_privacy\"}'",
+        "^dpy%-lua: actions%[1%]: differential_privacy: DP%-SGD supports" },
+      { "loss=mse 'actions={\"differential_privacy\"}'",
+        "^dpy%-lua: actions%[1%]: .*take cross_entropy or nll, not mse" },
     } do
       local out = dir .. "/out-" .. i
       local code, _, err = sh(BIN .. " run " .. dir .. "/eight.lua -q --out " .. out .. " " .. case[1])

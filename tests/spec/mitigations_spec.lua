@@ -55,14 +55,6 @@ describe("mitigations in decentralized runs", function()
     assert.matches("node 2 failed: label_flipping: map%[12%] = 0: the data's classes are 0%.%.9", err)
   end)
 
-  it("DP-SGD names the losses its per-sample gradients take", function()
-    local code, _, err = run_config(TINY_RUN .. "loss = 'mse'\nactions = { { 'differential_privacy', clip = 1.0, "
-                                    .. "noise = 1.1 } }\n")
-    assert.are.equal(1, code)
-    assert.matches("nodes 0%-3 failed: differential_privacy: DP%-SGD's per%-sample gradients take cross_entropy "
-                   .. "or nll, not mse", err)
-  end)
-
   it("flip the labels of chosen nodes, DP-SGD records epsilon, and report compares the runs", function()
     local cfg = TINY_RUN .. "actions = { { 'label_flipping', nodes = { 2 } }, "
                 .. "{ 'differential_privacy', clip = 1.0, noise = 1.1 } }\n"

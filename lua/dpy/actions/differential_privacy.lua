@@ -51,18 +51,20 @@ return registry.register {
     mode = { one_of = { "sgd", "local" }, default = "sgd", doc = "DP-SGD, or noise on the shared model" },
   },
   doc = "DP-SGD (per-sample clipping + Gaussian noise, RDP accountant) or local DP on shared models",
+  check = function(o, cfg, algorithm)   -- before anything is written
+    if algorithm.name == "ps" then return "differential_privacy: runs with dpsgd or fedavg (ps workers share raw "
+                                          .. "gradients)" end
+    if o.mode ~= "sgd" then return nil end
+    if cfg.task == "binary" then return "differential_privacy: DP-SGD supports multiclass tasks only" end
+    if cfg.loss == "mse" or cfg.loss == "bce_with_logits" then
+      return "differential_privacy: DP-SGD's per-sample gradients take cross_entropy or nll, not " .. cfg.loss
+    end
+  end,
   new = function(opts, node)
     local o = opts
-    if require("dpy.layout").algorithm(node.cfg).name == "ps" then
-      error("differential_privacy: runs with dpsgd or fedavg (ps workers share raw gradients)", 0)
-    end
     if not node.trainer then return {} end   -- a server does not train
     if o.mode == "sgd" then
-      if node.task then error("differential_privacy: DP-SGD supports multiclass tasks only", 0) end
       local loss_name = node.cfg.loss
-      if loss_name == "mse" or loss_name == "bce_with_logits" then
-        error("differential_privacy: DP-SGD's per-sample gradients take cross_entropy or nll, not " .. loss_name, 0)
-      end
       local trainer = node:wrap("trainer", function(t)
         t.step = function(self) return dp_step(self, o, loss_name) end
         return t

@@ -84,7 +84,7 @@ local function round(node, r, codec)
 end
 
 return registry.register {
-  kind = "algorithm", name = "fedavg", server = true,
+  kind = "algorithm", name = "fedavg", server = true, samples = true,
   doc = "FedAvg: node 0 is the server; a seeded fraction of clients trains each round, averaged by sample count",
   check = function(_, cfg)
     local name = registry.spec("sharing", cfg.sharing).name

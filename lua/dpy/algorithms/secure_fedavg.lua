@@ -67,7 +67,7 @@ local function round(node, r, o)
 end
 
 return registry.register {
-  kind = "algorithm", name = "secure_fedavg", server = true,
+  kind = "algorithm", name = "secure_fedavg", server = true, samples = true,
   payload_bound = function(cfg, values, encoded)
     return math.max(encoded or 0, secagg.payload_bound(cfg.nodes, values))
   end,
