@@ -56,7 +56,14 @@ function M.check(cfg, opts)
     error(string.format("port: %d processes from port %d need ports up to %d, past 65535", cfg.processes,
                         cfg.port, cfg.port + cfg.processes - 1), 0)
   end
-  if cfg.nodes then opts.layout = require("dpy.layout").check(cfg) end
+  if cfg.nodes then
+    opts.layout = require("dpy.layout").check(cfg)
+  else   -- a centralized run's data, there or not, before anything is written
+    for _, train in ipairs { true, false } do
+      local ok, err = pcall(registry.build, "dataset", cfg.dataset, { train = train })
+      if not ok then error("dataset: " .. tostring(err):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
+    end
+  end
   opts.prepared = rundir.prepare(cfg, opts)
 end
 
