@@ -319,8 +319,9 @@ end
 
 --- Loads path and applies the overrides (a list of "KEY=VALUE"); returns the config with every
 -- default filled in, its source, and the configs it included ({ {path = as written, full}, ... });
--- raises with file and line.
-function M.load(path, overrides)
+-- raises with file and line. opts.either_kind: keys of the other kind of run are let through (a
+-- node's own load: the launcher checked them; the repl makes a centralized config one node).
+function M.load(path, overrides, opts)
   local values, included = {}, {}
   local where = {}
   WHERE[values] = where
@@ -342,7 +343,7 @@ function M.load(path, overrides)
     return mode and (mode == "decentralized") ~= decentralized and mode
   end
   for k, v in pairs(values) do
-    local mode = other(k)
+    local mode = not (opts and opts.either_kind) and other(k)
     if mode and effective and v == M.SCHEMA[k].default then
       values[k] = nil
     elseif mode then

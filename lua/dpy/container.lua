@@ -205,7 +205,7 @@ end
 -- args = { config, dir, seed, overrides, t0 } (see l_nodes.c).
 function M.build(ep, args)
   local uid = ep:uid()
-  local cfg = config.load(args.config, split_lines(args.overrides))
+  local cfg = config.load(args.config, split_lines(args.overrides), { either_kind = true })
   if args.seed then cfg.seed = math.tointeger(tonumber(args.seed)) end
   local c = { uid = uid, cfg = cfg, dir = args.dir, endpoint = ep }
   local node = new_node(c)   -- c: the slots, filled here; after this function only node:wrap changes them
@@ -256,6 +256,10 @@ function M.add_action(node, spec)
   local found, err = registry.thawed(registry.check, "action", spec)
   if not found then error("add_action: " .. err, 0) end
   local name = found.name
+  if found.wraps then   -- on every node, chosen or not: what it does depends on no node
+    error(string.format("add_action: %s: replaces the node's %s (node:wrap), which only an action given in "
+                        .. "the config can do", name, found.wraps), 0)
+  end
   state.adding = name
   local ok, handlers, modifiers, savers = pcall(registry.thawed, build_actions, node, { spec })
   state.adding = nil

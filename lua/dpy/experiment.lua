@@ -56,6 +56,11 @@ function M.check(cfg, opts)
     error(string.format("port: %d processes from port %d need ports up to %d, past 65535", cfg.processes,
                         cfg.port, cfg.port + cfg.processes - 1), 0)
   end
+  local model = registry.spec("model", cfg.model)
+  if cfg.loss == "nll" and model.outputs == "logits" then
+    error(string.format("loss: nll takes log-probabilities; model '%s' gives logits (use cross_entropy)", model.name),
+          0)
+  end
   if cfg.nodes then
     opts.layout = require("dpy.layout").check(cfg)
   else   -- a centralized run's data, there or not, before anything is written

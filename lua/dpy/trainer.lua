@@ -29,9 +29,9 @@ end
 -- row (the usual reading of MSE or one-vs-rest BCE for classification).
 local ONE_HOT = { mse = true, bce_with_logits = true }
 
--- The loss's targets for class labels y and the model's outputs out (a new tensor, or y itself).
--- nll takes log-probabilities: outputs that are not (logits) would train towards -inf; the first
--- batch is checked.
+--- trainer.targets(loss, out, y, first) -> the loss's targets for class labels y and the model's
+-- outputs out (a new tensor, or y itself). nll takes log-probabilities: outputs that are not
+-- (logits) would train towards -inf; a first batch is checked.
 local function targets(loss, out, y, first)
   if first and loss == "nll" then
     local p <close> = out:detach():exp():sum(1)
@@ -45,6 +45,8 @@ local function targets(loss, out, y, first)
   local eye <close> = tensor.eye(out:size(1))
   return eye:index_select(0, y)
 end
+
+M.targets = targets
 
 --- trainer.new{model, optimizer, loader, loss = "cross_entropy", task = nil | trainer.binary(...)}
 -- mse and bce_with_logits compare the outputs with the labels' one-hot rows; nll needs a model

@@ -122,14 +122,16 @@ describe("dpy-lua attach #e2e", function()
       return require("dpy.registry").register { kind = "action", name = "hello",
         new = function() return { post_train = function(node, r) node.log:write("hello at round %d", r) end } end }]])
     local code, o, e = attach(out, 3, { 'add_action{ "model_norm" }', 'add_action{ "' .. file .. '" }',
-                                        'add_action{ "modelnorm" }', 'add_action{ "label_flipping", nodes = { 3 } }',
+                                        'add_action{ "modelnorm" }', 'add_action{ "label_flipping", nodes = { 4 } }',
+                                        'add_action{ "differential_privacy", mode = "local" }',
                                         "step(1)", "resume()" })
     assert.are.equal(0, code, e)
     assert.matches('\n"model_norm"\n', o, 1, true)
     assert.matches('\n"hello"\n', o, 1, true)
     assert.matches("add_action: no action named 'modelnorm' (did you mean 'model_norm'?)", o, 1, true)
     -- an action that replaces a component (label_flipping: the training set) goes in the config
-    assert.matches("add_action: label_flipping: .*train_set.*in the config", o)
+    assert.matches("add_action: label_flipping: .*train_set.*in the config", o)   -- even on a node it spares
+    assert.matches("add_action: differential_privacy: .*trainer.*in the config", o)
     assert.are.equal(0, wait_exit(pid), read_file(log))
     -- added before round 1 (the run paused after round 0): every round, on node 3 alone
     assert.matches("hello at round 1", read_file(out .. "/3.log"), 1, true)
@@ -150,6 +152,7 @@ describe("dpy-lua attach #e2e", function()
                                   "received[1] ~= nil and received[3] ~= nil", "resume()" })
     assert.are.equal(0, code, e)
     assert.matches("node 2 round 1 test_accuracy 0%.%d+", o)
+    assert.matches("\nwatching test_accuracy\n", o, 1, true)   -- a line, not a quoted string
     assert.matches("break: node 2, round 2, post_exchange: break", o, 1, true)
     -- the break pauses the run at the next boundary every node can reach: round 2, or 3 for the
     -- nodes that had started it

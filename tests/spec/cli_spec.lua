@@ -170,6 +170,7 @@ describe("dpy-lua run", function()
       { "nodes=6 processes=7", "^dpy%-lua: processes: 7 processes for 6 nodes" },
       { "processes=100", "^dpy%-lua: processes: 100 processes for 8 nodes" },
       { "fraction=0.5", "^dpy%-lua: fraction: the share of clients .*; dpsgd samples none" },
+      { "loss=nll", "^dpy%-lua: loss: nll takes log%-probabilities; model 'cnn' gives logits" },
       { "'graph={\"file\",path=\"" .. dir .. "/split.txt\"}'",
         "^dpy%-lua: graph: the graph is not connected %(.*split%.txt%)" },
       { "algorithm=ps 'actions={\"differential_privacy\"}'",
@@ -199,6 +200,13 @@ describe("dpy-lua run", function()
     code, _, err = sh(BIN .. " repl " .. dir .. "/eight.lua --uid 0 'stragglers={factors={1,1,4}}' < /dev/null")
     assert.are.equal(2, code, err)
     assert.matches("^dpy%-lua repl: stragglers: factors lists 3 nodes", err)
+  end)
+
+  it("builds the one node of a centralized config in the repl, its epochs and max_steps kept", function()
+    local code, out, err = sh("echo 'print(node.uid, node.cfg.epochs)' | " .. BIN
+                              .. " repl configs/centralized.lua train_samples=600 test_samples=100")
+    assert.are.equal(0, code, err)
+    assert.matches("\n0\t2\n", out)
   end)
 
   it("refuses a centralized run's missing dataset before writing anything", function()

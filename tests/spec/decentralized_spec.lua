@@ -104,7 +104,8 @@ describe("decentralized runs", function()
   end)
 
   it("runs federated averaging and a parameter server, the server evaluating", function()
-    for alg, extra in pairs { fedavg = "fraction = 0.5\n", ps = "" } do   -- ps samples no clients
+    -- ps samples no clients; its workers take the losses a node's training takes
+    for alg, extra in pairs { fedavg = "fraction = 0.5\n", ps = "loss = 'mse'\n" } do
       local code, stdout, err, out = run(TINY .. "algorithm = '" .. alg .. "'\n" .. extra)
       assert.are.equal(0, code, err)
       assert.matches("over 1 evaluated honest node", stdout)

@@ -122,8 +122,11 @@ describe("a run directory", function()
   it("records no commit when dpy-lua's Lua tree is no git checkout", function()
     local dir = tmpdir()
     assert.are.equal(0, (sh("cp -r " .. shell_quote(lua_tree()) .. " " .. dir .. "/lua")))
-    write_file(dir .. "/nodata.lua", "dataset = { 'mnist', dir = '" .. dir .. "/none' }\n")   -- fails at once
-    local code = sh("DPY_LUA_PATH=" .. dir .. "/lua " .. BIN .. " run " .. dir .. "/nodata.lua --out " .. dir .. "/out")
+    -- a model that fails as it is built: the run fails after its directory is written
+    write_file(dir .. "/boom.lua", "return require('dpy.registry').register { kind = 'model', name = 'boom', "
+                                   .. "new = function() error('boom') end }\n")
+    write_file(dir .. "/fails.lua", "max_steps = 1\ntrain_samples = 100\ntest_samples = 10\nmodel = 'boom.lua'\n")
+    local code = sh("DPY_LUA_PATH=" .. dir .. "/lua " .. BIN .. " run " .. dir .. "/fails.lua --out " .. dir .. "/out")
     assert.are.equal(1, code)
     local manifest = assert(metrics.read(dir .. "/out/manifest.json"))
     assert.is_nil(manifest.dpy_lua_git)

@@ -44,6 +44,7 @@ end
 return registry.register {
   kind = "action",
   name = "differential_privacy",
+  wraps = "trainer",   -- its node:wrap: given in the config only, not added to a running node
   options = {
     clip = { type = "number", above = 0, default = 1.0, doc = "the L2 norm each gradient (or update) is clipped to" },
     noise = { type = "number", above = 0, default = 1.0, doc = "the noise multiplier sigma" },

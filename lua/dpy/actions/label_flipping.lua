@@ -10,6 +10,7 @@ local data = require "dpy.data"
 return registry.register {
   kind = "action",
   name = "label_flipping",
+  wraps = "train_set",   -- its node:wrap: given in the config only, not added to a running node
   options = {
     nodes = { type = "list", of = "integer", doc = "the poisoned uids" },
     fraction = { type = "number", min = 0, max = 1, doc = "or a seeded fraction of the training nodes" },

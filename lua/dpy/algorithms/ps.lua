@@ -3,6 +3,7 @@
 -- applies the mean of the workers' gradients with its optimizer.
 local registry = require "dpy.registry"
 local nn = require "dpy.nn"
+local trainer = require "dpy.trainer"
 local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
 
@@ -63,13 +64,14 @@ local function round(node, r)
   node.optimizer:zero_grad()
   local sum = 0
   local loss_fn = nn[cfg.loss]
-  for _ = 1, cfg.local_steps do
+  for i = 1, cfg.local_steps do
     local x, y = node.loader:next()
     local out = node.model(x)
-    local l = loss_fn(out, y)
+    local t = trainer.targets(cfg.loss, out, y, i == 1)   -- as a node's own training takes them
+    local l = loss_fn(out, t)
     l:backward()
     sum = sum + l:item()
-    x:free(); y:free(); out:free(); l:free()
+    x:free(); y:free(); t:free(); out:free(); l:free()
   end
   local grad = node.model:grad_flat() / cfg.local_steps
   local secs = host.clock() - t1

@@ -48,7 +48,7 @@ local function session(node, conn)
       assert(type(key) == "string", "watch: a metric name expected, as watch('test_accuracy')")
       node.attach_watches = node.attach_watches or {}
       table.insert(node.attach_watches, { conn = conn, key = key })
-      return "watching " .. key
+      s.out[#s.out + 1] = "watching " .. key .. "\n"   -- a line, as the README shows it (a returned string is quoted)
     end,
     unwatch = function(key)
       local w = node.attach_watches or {}

@@ -6,6 +6,7 @@ local nn = require "dpy.nn"
 return registry.register {
   kind = "model",
   name = "cnn",
+  outputs = "logits",   -- loss = "nll" is refused before the run
   doc = "conv 1->16 5x5 pad 2, relu, maxpool 2; conv 16->32 5x5 pad 2, relu, maxpool 2; "
         .. "linear 1568->128, relu; linear 128->classes",
   options = { classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" } },

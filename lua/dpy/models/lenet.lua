@@ -5,6 +5,7 @@ local nn = require "dpy.nn"
 return registry.register {
   kind = "model",
   name = "lenet",
+  outputs = "logits",   -- loss = "nll" is refused before the run
   doc = "conv 3->6 5x5, relu, maxpool 2; conv 6->16 5x5, relu, maxpool 2; "
         .. "linear 400->120, relu; linear 120->84, relu; linear 84->classes",
   options = { classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" } },

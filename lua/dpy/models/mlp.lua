@@ -5,6 +5,7 @@ local nn = require "dpy.nn"
 return registry.register {
   kind = "model",
   name = "mlp",
+  outputs = "logits",   -- loss = "nll" is refused before the run
   doc = "flatten, then linear + relu per hidden size, then linear to classes",
   options = {
     classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" },
