@@ -313,9 +313,9 @@ end
 -- Returns 0, or 2 after reporting a usage or config error; raises on any other.
 function M.repl_node(args)
   local p = argparse("dpy-lua repl", "An interactive prompt, optionally on a node of a config.")
-  p:argument("config", "The experiment config.")
+  p:argument("config", "The experiment config (without one: the prompt alone)."):args("?")
   p:argument("overrides", "Config overrides, KEY=VALUE."):args("*")
-  p:option("--uid", "The node to build."):convert(math.tointeger)
+  p:option("--uid", "The node to build (default 0)."):convert(math.tointeger)
   local ok, a = p:pparse(args)
   if not ok then
     io.stderr:write(p:get_usage(), "\ndpy-lua repl: ", a, "\n")

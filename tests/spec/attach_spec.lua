@@ -124,7 +124,7 @@ describe("dpy-lua attach #e2e", function()
     local code, o, e = attach(out, 3, { 'add_action{ "model_norm" }', 'add_action{ "' .. file .. '" }',
                                         'add_action{ "modelnorm" }', 'add_action{ "label_flipping", nodes = { 4 } }',
                                         'add_action{ "differential_privacy", mode = "local" }',
-                                        "step(1)", "resume()" })
+                                        "step(1)", "resume()", "wait()" })
     assert.are.equal(0, code, e)
     assert.matches('\n"model_norm"\n', o, 1, true)
     assert.matches('\n"hello"\n', o, 1, true)
@@ -132,6 +132,8 @@ describe("dpy-lua attach #e2e", function()
     -- an action that replaces a component (label_flipping: the training set) goes in the config
     assert.matches("add_action: label_flipping: .*train_set.*in the config", o)   -- even on a node it spares
     assert.matches("add_action: differential_privacy: .*trainer.*in the config", o)
+    local _, ended = o:gsub("the run has ended", "")
+    assert.are.equal(1, ended, o)   -- wait()'s answer, not said again on leaving
     assert.are.equal(0, wait_exit(pid), read_file(log))
     -- added before round 1 (the run paused after round 0): every round, on node 3 alone
     assert.matches("hello at round 1", read_file(out .. "/3.log"), 1, true)

@@ -32,6 +32,7 @@ Changes take effect from the node's next round; every chunk run is in the node's
 end of the run, in manifest.json (attached). Ctrl-C interrupts the code running on the node.]]
 
 local function say(self, text)
+  self.last_said = text
   if self.tty then core.editor_print(text) else io.stdout:write(text, text:sub(-1) == "\n" and "" or "\n") end
   io.stdout:flush()
 end
@@ -439,7 +440,7 @@ function M.main(a)
     return 1
   end
   if self.over then
-    io.stdout:write("the run has ended\n")
+    if self.last_said ~= "the run has ended" then io.stdout:write("the run has ended\n") end
   else
     io.stdout:write(self.tty and "\n" or "", "detached; the run goes on", self.paused_at and " (paused)" or "", "\n")
   end
