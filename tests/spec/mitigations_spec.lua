@@ -46,10 +46,26 @@ describe("mitigations in decentralized runs", function()
   end)
 
   it("flip the labels a partial map names, the others kept, and name a class the data has not", function()
-    local flip = "actions = { { 'label_flipping', nodes = { 2 }, map = { [0] = 9 } } }\n"
+    -- each node's training labels counted by class: node 2 flipped, node 3 as the data has them
+    local count = action_config("count", "startup", [[
+      local n = {}
+      for c = 0, 9 do n[#n + 1] = node.train_set.labels:eq(c):sum():item() end
+      node.log:write("classes %s", table.concat(n, " "))]])
+    local flip = "actions = { { 'label_flipping', nodes = { 2 }, map = { [0] = 9 } }, '"
+                 .. count:match("'(.-)'") .. "' }\n"
     local code, _, err, out = run_config(TINY_RUN .. flip)
     assert.are.equal(0, code, err)
     assert.matches("label_flipping: this node trains on flipped labels", read_file(out .. "/2.log"))
+    local function classes(uid)
+      local t = {}
+      local line = read_file(out .. "/" .. uid .. ".log"):match("classes ([%d ]+)")
+      for v in line:gmatch("%d+") do t[#t + 1] = tonumber(v) end
+      return t
+    end
+    local flipped, plain = classes(2), classes(3)
+    assert.is_true(plain[1] > 0 and plain[10] > 0)
+    assert.are.same({ 0, plain[10] + plain[1] }, { flipped[1], flipped[10] })   -- 0 became 9
+    for c = 2, 9 do assert.are.equal(plain[c], flipped[c], "class " .. c - 1 .. " kept") end
     code, _, err = run_config(TINY_RUN .. "actions = { { 'label_flipping', nodes = { 2 }, map = { [12] = 0 } } }\n")
     assert.are.equal(1, code)
     assert.matches("node 2 failed: label_flipping: map%[12%] = 0: the data's classes are 0%.%.9", err)
