@@ -42,7 +42,7 @@ local function targets(loss, out, y, first)
     end
   end
   if not ONE_HOT[loss] then return y end
-  local eye <close> = tensor.eye(out:size(1))
+  local eye <close> = tensor.eye(out:size(1), { dtype = out:dtype(), device = out:device() })
   return eye:index_select(0, y)
 end
 

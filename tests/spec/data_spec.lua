@@ -299,6 +299,10 @@ describe("loaders", function()
       assert.is_true(math.abs(t:step() - first4) < 1e-5, loss)
       assert.is_true(t:run(20) < first4, loss .. " trains")
     end
+    -- the one-hot rows take the outputs' dtype: a float64 model's loss in float64
+    local zeros64 = tensor.zeros(2, 3, "float64")
+    local rows = trainer.targets("mse", zeros64, tensor.new({ 0, 2 }, "int64"), true)
+    assert.are.same({ "float64", { { 1, 0, 0 }, { 0, 0, 1 } } }, { rows:dtype(), rows:totable() })
     tensor.manual_seed(2)
     local logits = nn.sequential { nn.flatten(), nn.linear(4, 10) }
     local t = trainer.new { model = logits, optimizer = optim.sgd(logits, { lr = 0.1 }), loss = "nll",
