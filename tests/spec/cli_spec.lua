@@ -123,7 +123,7 @@ describe("dpy-lua run", function()
     assert.are.same(runs[1].metrics.test_accuracy, runs[2].metrics.test_accuracy)
   end)
 
-  it("reports a config error with file and line, and exits 2 (run, node, dispatch, repl alike)", function()
+  it("reports a config error with file and line, and exits 2 (run, node, dispatch, repl alike) #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/bad.lua", "seed = 1\nbatch_sise = 3\n")
     local want = dir .. "/bad.lua:2: unknown config key 'batch_sise' %(did you mean 'batch_size'%?%)"
@@ -149,7 +149,7 @@ describe("dpy-lua run", function()
     assert.is_nil(read_file(dir .. "/out/manifest.json"))
   end)
 
-  it("refuses what the config alone makes wrong before writing anything: exit 2, no directory", function()
+  it("refuses what the config alone makes wrong before writing anything: exit 2, no directory #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/eight.lua", "nodes = 8\nrounds = 1\nlocal_steps = 1\ntrain_samples = 600\n"
                                     .. "test_samples = 100\n")
