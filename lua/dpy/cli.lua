@@ -279,7 +279,7 @@ function M.node(args)
         local fits, checked = pcall(layout.check, cfg)   -- a config error: before the run directory is touched
         if not fits then error({ usage = tostring(checked) }, 0) end
         local rundir = require "dpy.rundir"
-        local free, claimed = pcall(rundir.claim, a.dir, a.force)   -- an earlier run's results stay unless --force
+        local free, claimed = pcall(rundir.claim, a.dir, a.force, "--dir")   -- earlier results stay unless --force
         if not free then error({ usage = claimed }, 0) end
         -- the ranks already share a.dir: all but this launch's rendezvous goes
         if claimed then rundir.remove_except(a.dir, { rdv }) end

@@ -90,10 +90,12 @@ function M.prepare(cfg, opts)
 end
 
 --- Raises when dir holds a run already, unless force; returns whether it must be replaced.
-function M.claim(dir, force)
+-- option: the command's option that names dir (default --out; `dpy-lua node`: --dir).
+function M.claim(dir, force, option)
   if not exists(dir .. "/manifest.json") then return false end
   if not force then
-    error(string.format("%s holds a run already: choose another --out, or add --force to replace it", dir), 0)
+    error(string.format("%s holds a run already: choose another %s, or add --force to replace it", dir,
+                        option or "--out"), 0)
   end
   return true
 end

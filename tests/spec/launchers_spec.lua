@@ -65,7 +65,7 @@ describe("launchers #e2e", function()
     local codes, took = launch(1, "--seed 9")
     assert.are.same({ 2, 1, 1, 1 }, codes)
     assert.is_true(took < 20, "the other ranks heard of rank 0's refusal at once: " .. took .. " s")
-    assert.matches("slurm holds a run already: .*%-%-force", read_file(dir .. "/r0.out"))
+    assert.matches("slurm holds a run already: choose another %-%-dir, or add %-%-force", read_file(dir .. "/r0.out"))
     assert.matches("rank 0: .*slurm holds a run already", read_file(dir .. "/r3.out"))
     assert.matches('"seed":2', read_file(dir .. "/slurm/manifest.json"), "the first run stays")
     codes = launch(2, "--seed 9 --force", 2)   -- rank 0 late: the others wait for it, not for the old files
