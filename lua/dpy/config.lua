@@ -335,16 +335,16 @@ function M.load(path, overrides, opts)
     where[key] = "command line: " .. o
   end
   -- a key of the other kind of run would be ignored without a word (a run directory's effective
-  -- config written before this check held every key's default: those are dropped)
+  -- config written before this check held such keys, which that run ignored: they are dropped)
   local decentralized = values.nodes ~= nil
   local effective = path:match("/config%.effective%.lua$") or path == "config.effective.lua"
   local function other(k)
     local mode = M.SCHEMA[k] and M.SCHEMA[k].mode
     return mode and (mode == "decentralized") ~= decentralized and mode
   end
-  for k, v in pairs(values) do
+  for k in pairs(values) do
     local mode = not (opts and opts.either_kind) and other(k)
-    if mode and effective and v == M.SCHEMA[k].default then
+    if mode and effective then
       values[k] = nil
     elseif mode then
       error(string.format("%s: config key '%s' is for %s runs; this one is %s", where[k] or path, k, mode,

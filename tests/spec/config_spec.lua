@@ -111,6 +111,13 @@ describe("config loading", function()
                    load_error("epochs = 1\n", { "rounds=5" }))
     assert.matches("config key 'local_steps' is for decentralized runs", load_error("local_steps = 3\n"))
     assert.are.equal(2, config.load(write_config("nodes = 4\nrounds = 2\n")).rounds)
+    -- a run directory's effective config of before held them: the run ignored them, and so does its rerun
+    local old = tmpdir() .. "/config.effective.lua"
+    write_file(old, "nodes = 4\nrounds = 2\nepochs = 2\nmax_steps = 7\n")
+    local cfg = config.load(old)
+    assert.are.same({ 4, 2 }, { cfg.nodes, cfg.rounds })
+    assert.is_nil(cfg.epochs)
+    assert.is_nil(cfg.max_steps)
   end)
 
   it("reports a missing config file", function()
