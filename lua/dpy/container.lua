@@ -43,6 +43,12 @@ local Node = {}
 -- Each node's private state, out of the reach of the node table: its slots and whether it is locked.
 local STATE = setmetatable({}, { __mode = "k" })
 
+-- dpy-lua attach's add_action of an action that replaces slot k: only the config's actions may.
+local function not_addable(name, k)
+  return string.format("add_action: %s: replaces the node's %s (node:wrap), which only an action given in the "
+                       .. "config can do", name, k)
+end
+
 local function slot_error(node, k, locked)
   return string.format("node %d: '%s' is a component of the node's container%s; an action replaces "
                        .. "a component with node:wrap('%s', function(old) return new end), in its new() "
@@ -92,10 +98,7 @@ function Node:wrap(k, fn)
   if not M.SLOTS[k] then
     error(string.format("node:wrap: no component slot '%s'%s", tostring(k), options.suggest(k, M.SLOTS)), 2)
   end
-  if state.adding then   -- dpy-lua attach's add_action: the node runs, its components stay
-    error(string.format("add_action: %s: replaces the node's %s (node:wrap), which only an action given in "
-                        .. "the config can do", state.adding, k), 0)
-  end
+  if state.adding then error(not_addable(state.adding, k), 0) end   -- the node runs: its components stay
   if state.locked then error(slot_error(self, k, true), 2) end
   local refuse = DEPENDENTS[k] and DEPENDENTS[k](state.slots)
   if refuse then error(string.format("node:wrap('%s'): %s", k, refuse), 2) end
@@ -256,10 +259,7 @@ function M.add_action(node, spec)
   local found, err = registry.thawed(registry.check, "action", spec)
   if not found then error("add_action: " .. err, 0) end
   local name = found.name
-  if found.wraps then   -- on every node, chosen or not: what it does depends on no node
-    error(string.format("add_action: %s: replaces the node's %s (node:wrap), which only an action given in "
-                        .. "the config can do", name, found.wraps), 0)
-  end
+  if found.wraps then error(not_addable(name, found.wraps), 0) end   -- on every node, chosen or not
   state.adding = name
   local ok, handlers, modifiers, savers = pcall(registry.thawed, build_actions, node, { spec })
   state.adding = nil

@@ -6,7 +6,6 @@ local registry = require "dpy.registry"
 local graph = require "dpy.graph"
 local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
-local options = require "dpy.options"
 local simclock = require "dpy.simclock"
 local churn = require "dpy.churn"
 
@@ -100,10 +99,9 @@ function M.check(cfg)
     error(string.format("processes: %d processes for %d nodes (a process hosts one node or more)", cfg.processes,
                         cfg.nodes), 0)
   end
-  local alg = M.algorithm(cfg)
+  local alg, alg_options = registry.options("algorithm", cfg.algorithm)
   if alg.check then   -- what an algorithm's options need of the run (epidemic: s below nodes)
-    local entry = cfg.algorithm
-    local bad = alg.check(options.with_defaults(type(entry) == "table" and entry or {}, alg.options or {}), cfg)
+    local bad = alg.check(alg_options, cfg)
     if bad then error(bad, 0) end
   end
   simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
@@ -125,9 +123,8 @@ function M.check(cfg)
                         .. "secure_fedavg); %s samples none", alg.name), 0)
   end
   for i, entry in ipairs(cfg.actions or {}) do   -- what an action needs of the run (differential_privacy)
-    local spec = registry.spec("action", entry)
-    local bad = spec.check and spec.check(options.with_defaults(type(entry) == "table" and entry or {},
-                                                                spec.options or {}), cfg, alg)
+    local spec, opts = registry.options("action", entry)
+    local bad = spec.check and spec.check(opts, cfg, alg)
     if bad then error(string.format("actions[%d]: %s", i, bad), 0) end
   end
   local checked = {}

@@ -212,12 +212,18 @@ function M.spec(kind, entry, level, base)
   return spec
 end
 
+--- The spec of a config entry and the entry's options with the defaults of the spec's schema
+-- filled in (what its new gets); raises (at the caller's level) when M.check finds no spec.
+function M.options(kind, entry, level, base)
+  local spec, err, resolved = M.check(kind, entry, base)
+  if not spec then error(err, (level or 1) + 1) end
+  return spec, options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
+end
+
 --- Builds a component from its config entry; ctx carries what it needs (a dataset, a model, the
 -- node). new gets the entry's options with the defaults of the spec's schema filled in.
 function M.build(kind, entry, ctx, base)
-  local spec, err, resolved = M.check(kind, entry, base)
-  if not spec then error(err, 2) end
-  local cfg = options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
+  local spec, cfg = M.options(kind, entry, 2, base)
   return (spec.new(cfg, ctx or {}))
 end
 

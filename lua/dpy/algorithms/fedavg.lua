@@ -5,7 +5,6 @@
 -- (dpy.sparse.upload; topk with error feedback), and the server averages each coordinate over the
 -- clients that sent it (dpy.sparse.federated_mean; a coordinate nobody sent keeps its value).
 local registry = require "dpy.registry"
-local options = require "dpy.options"
 local tensor = require "dpy.tensor"
 local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
@@ -17,9 +16,8 @@ local SPARSE = { topk = true, random_subsample = true }   -- the rules a client'
 -- The run's sparse upload ({ sharing = dpy.sparse.upload, chain = the transforms over its payload }),
 -- or nil: sharing average, the whole model.
 local function upload(node)
-  local spec, _, resolved = registry.check("sharing", node.cfg.sharing)
+  local spec, o = registry.options("sharing", node.cfg.sharing)
   if not SPARSE[spec.name] then return nil end
-  local o = options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
   local up = sparse.upload(spec.name, o, node)
   return { sharing = up, chain = transforms.chain(node.cfg.transforms, { dtype = up.payload, bound = up.bound }) }
 end
