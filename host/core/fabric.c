@@ -125,6 +125,10 @@ int dpy_fabric_buffer_shared(const void *buffer) {
     return atomic_load(&dpy_payload_of(buffer)->refs) > 1;
 }
 
+void dpy_fabric_retain(void *buffer) {
+    atomic_fetch_add(&dpy_payload_of(buffer)->refs, 1);
+}
+
 int dpy_fabric_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t channel,
                     uint32_t round, const void *data, size_t len, char *err, size_t errlen) {
     return dpy_fabric_send_many(f, sender, &receiver, 1, channel, round, 0, data, len, err, errlen);

@@ -76,9 +76,12 @@ int dpy_fabric_send_many(dpy_fabric *f, uint32_t sender, const uint32_t *receive
 void *dpy_fabric_buffer(size_t len);
 
 /* Whether anyone but its owner still holds a dpy_fabric_buffer (a message to a local receiver
-** that has not given it back). Only the owner adds references: once false, it stays false until
-** the owner sends the buffer again. */
+** that has not given it back, another model that shares it). Only an owner adds references: once
+** false, it stays false until the owner sends the buffer or shares it again. */
 int dpy_fabric_buffer_shared(const void *buffer);
+
+/* One more reference to a dpy_fabric_buffer, given back with dpy_fabric_release. */
+void dpy_fabric_retain(void *buffer);
 
 /* dpy_fabric_send_many for the whole of a dpy_fabric_buffer: local receivers share the buffer
 ** itself, so the sender must not write to it afterwards. */

@@ -86,6 +86,8 @@ struct dpy_module *dpy_checkmodule(lua_State *L, int arg);
 int luaopen_dpy_tensor_core(lua_State *L);
 int luaopen_dpy_generator_core(lua_State *L);
 int luaopen_dpy_nn_core(lua_State *L);
+/* The process's nodes are built: it gives up its hold on their shared initial models (l_nn.c). */
+void dpy_nn_forget_initial(void);
 int luaopen_dpy_optim_core(lua_State *L);
 int luaopen_dpy_data_core(lua_State *L);
 int luaopen_dpy_host_core(lua_State *L);

@@ -4,6 +4,7 @@
 ** (forward in C++), or a container whose forward is a Lua function (custom modules). The user
 ** value holds { children = {name = module}, forward = function }.
 */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,9 +115,13 @@ static int m_forward(lua_State *L) {
 
 static int m_call(lua_State *L) { return m_forward(L); }
 
-/* m:parameters() -> { dpy.Tensor... } sharing the module's storage */
+static void own_buffer(lua_State *L, dpy_module *m);
+
+/* m:parameters() -> { dpy.Tensor... } sharing the module's storage (the module's alone first: the
+** caller may write them) */
 static int m_parameters(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
+    own_buffer(L, m);
     size_t n = dpy_module_nparams(m);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
@@ -154,6 +159,7 @@ static int push_named(lua_State *L, dpy_module *m, size_t n, named_fn get) {
 /* m:named_parameters() -> { [name] = dpy.Tensor }, { names in order } */
 static int m_named_parameters(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
+    own_buffer(L, m);
     return push_named(L, m, dpy_module_nparams(m), dpy_module_param);
 }
 
@@ -270,6 +276,63 @@ static int set_flat(lua_State *L, int grads) {
     if (dpy_module_set_flat(m, t, grads) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
+}
+
+/* {==== models built alike share their parameters until one is written ====}
+** Every node of a run draws the same initial model (container.build seeds them alike), and a
+** node's start touching fresh memory for its copy is most of what the start costs at thousands of
+** nodes. m:share_initial() makes m's parameters views of the process's one buffer of those values
+** (compared byte for byte: a model drawn differently keeps its own), copied on write as the
+** buffer share_flat sends is. The process holds the buffers it hands out, the last INITIAL_MAX
+** kinds, until its nodes are built (dpy_nn_forget_initial): while it holds one every holder sees it
+** shared, and once it lets one go nothing adds a holder. */
+#define INITIAL_MAX 4
+static struct { void *buf; size_t bytes; } initial[INITIAL_MAX];
+static pthread_mutex_t initial_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* m:share_initial() -> whether m's parameters are now views of the process's shared buffer */
+static int m_share_initial(lua_State *L) {
+    dpy_module *m = dpy_checkmodule(L, 1);
+    int shared = 0;
+    size_t bytes = (size_t)dpy_module_numel(m) * sizeof(float);
+    if (!dpy_module_plain(m) || bytes == 0) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    pthread_mutex_lock(&initial_mu);
+    int k = 0;
+    for (; k < INITIAL_MAX && initial[k].buf; k++)
+        if (initial[k].bytes == bytes && dpy_module_flat_equals(m, initial[k].buf, bytes))
+            break;
+    if (k < INITIAL_MAX && initial[k].buf) {   /* the same values: the shared copy instead of m's */
+        dpy_fabric_retain(initial[k].buf);
+        shared = dpy_module_adopt_flat(m, initial[k].buf, bytes, 0, dpy_fabric_release) == DPY_OK;
+    } else {                                   /* the first of its kind: m's values become it */
+        if (k == INITIAL_MAX) {                /* the oldest kind makes room */
+            dpy_fabric_release(initial[0].buf);
+            memmove(initial, initial + 1, (INITIAL_MAX - 1) * sizeof initial[0]);
+            initial[--k].buf = NULL;
+        }
+        void *buf = dpy_fabric_buffer(bytes);
+        if (buf && dpy_module_adopt_flat(m, buf, bytes, 1, dpy_fabric_release) == DPY_OK) {
+            dpy_fabric_retain(buf);
+            initial[k].buf = buf;
+            initial[k].bytes = bytes;
+            shared = 1;
+        }
+    }
+    pthread_mutex_unlock(&initial_mu);
+    lua_pushboolean(L, shared);
+    return 1;
+}
+
+void dpy_nn_forget_initial(void) {
+    pthread_mutex_lock(&initial_mu);
+    for (int k = 0; k < INITIAL_MAX; k++) {
+        dpy_fabric_release(initial[k].buf);
+        initial[k].buf = NULL;
+    }
+    pthread_mutex_unlock(&initial_mu);
 }
 
 /* m:set_flat(t); raises unless t is 1-d with m:numel() values */
@@ -466,7 +529,7 @@ static int n_is_module(lua_State *L) {
 static const luaL_Reg methods[] = {
     {"forward", m_forward}, {"parameters", m_parameters}, {"is_native", m_is_native},
     {"named_parameters", m_named_parameters}, {"named_buffers", m_named_buffers}, {"numel", m_numel}, {"get_flat", m_get_flat},
-    {"share_flat", m_share_flat}, {"own_flat", m_own_flat},
+    {"share_flat", m_share_flat}, {"own_flat", m_own_flat}, {"share_initial", m_share_initial},
     {"grad_flat", m_grad_flat}, {"set_flat", m_set_flat}, {"set_grad_flat", m_set_grad_flat},
     {"per_sample_grads", m_per_sample_grads}, {"private_grad", m_private_grad}, {"mix", m_mix}, {"train", m_train}, {"eval", m_eval},
     {"is_training", m_is_training}, {"to", m_to}, {"zero_grad", m_zero_grad}, {"save", m_save},

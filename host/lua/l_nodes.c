@@ -170,7 +170,8 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 ** (bench/decentralized scale). Unheld, a node allocates little (receiving, Lua), uncached.
 */
 /*
-** Its nodes built, a process gives back what their start freed and then keeps what the rounds free:
+** Its nodes built, a process lets go of their shared initial model, gives back what their start
+** freed and then keeps what the rounds free:
 ** each round frees and takes again the same buffers, and jemalloc's decay gave some back every
 ** round, pieces of huge pages at a time, taken again at a page fault each (kept: rounds of one
 ** step at 64 nodes take 0.80-0.89 of the time, at 1024 0.67-0.78, for 1-5 % more memory). Not
@@ -181,7 +182,10 @@ static void built_locked(group *g, node_ctx *n) {
     if (n->built)
         return;
     n->built = 1;
-    if (++g->built == g->count && g->keep_freed && !g->keeping) {
+    if (++g->built < g->count)
+        return;
+    dpy_nn_forget_initial();   /* the last node that shares the initial model frees it */
+    if (g->keep_freed && !g->keeping) {
         g->keeping = 1;
         dpy_heap_keep_freed(1);
     }

@@ -269,6 +269,8 @@ DPY_API dpy_err dpy_module_adopt_flat(dpy_module *m, void *buf, size_t nbytes, i
 DPY_API dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release_fn release,
                                     double self_weight, const dpy_tensor *const *xs,
                                     const double *weights, size_t n) DPY_NOEXCEPT;
+/* Whether the parameters, in parameter order, are byte for byte the nbytes of buf (plain ones only). */
+DPY_API int dpy_module_flat_equals(const dpy_module *m, const void *buf, size_t nbytes) DPY_NOEXCEPT;
 /* The buffer of the last adoption while the parameters are still exactly its views, else NULL. */
 DPY_API void *dpy_module_flat_buffer(const dpy_module *m) DPY_NOEXCEPT;
 /* A float32 vector over that buffer (the parameters themselves, no copy); NULL when there is none. */

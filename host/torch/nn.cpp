@@ -3,6 +3,7 @@
 #include "mix.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 
@@ -430,6 +431,22 @@ dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release
         mix(params, &into, self_weight, xs, weights, n);
         repoint(m, params, flat);
     });
+}
+
+int dpy_module_flat_equals(const dpy_module *m, const void *buf, size_t nbytes) noexcept {
+    try {
+        auto bytes = static_cast<const char *>(buf);
+        size_t off = 0;
+        for (const auto &p : m->m->parameters()) {
+            size_t len = (size_t)p.numel() * sizeof(float);
+            if (!plain_floats(p) || len > nbytes - off || memcmp(p.data_ptr<float>(), bytes + off, len) != 0)
+                return 0;
+            off += len;
+        }
+        return off == nbytes;
+    } catch (...) {
+        return 0;
+    }
 }
 
 void *dpy_module_flat_buffer(const dpy_module *m) noexcept {

@@ -123,6 +123,7 @@ end
 --- node:train([steps = local_steps]) -> mean loss
 function Node:train(steps)
   if not self.trainer then error("node " .. self.uid .. " is a server: it does not train", 2) end
+  self.model:own_flat()   -- the optimizer writes the parameters in place
   return self.trainer:run(steps or self.local_steps)
 end
 
@@ -140,10 +141,15 @@ end
 
 --- node:fire(event, ...) runs the actions' handlers of event.
 function Node:fire(event, ...)
-  self.model:own_flat()   -- a handler may write the model: never the parameters a receiver still reads
-  for _, h in ipairs(self.handlers[event] or {}) do h(self, ...) end
+  -- a handler or a client's code may write the model: never the parameters another node reads
+  local handlers = self.handlers[event]
+  if handlers then self.model:own_flat() end
+  for _, h in ipairs(handlers or {}) do h(self, ...) end
   local conn, id, code, kind = self.endpoint:attach_poll()   -- what an attached client queued
-  if conn or self.attach_breaks then require("dpy.attach.node").event(self, event, conn, id, code, kind) end
+  if conn or self.attach_breaks then
+    self.model:own_flat()
+    require("dpy.attach.node").event(self, event, conn, id, code, kind)
+  end
 end
 
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
@@ -247,6 +253,8 @@ function M.build(ep, args)
   c.evaluates = M.evaluates(cfg, uid)
   c.algorithm = registry.build("algorithm", cfg.algorithm, node)
   c.handlers, c.modifiers, c.checkpointers = build_actions(node, cfg.actions)
+  -- the nodes of a process hold one copy of the initial model until each writes its own
+  c.model:share_initial()
   return node
 end
 

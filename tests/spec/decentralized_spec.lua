@@ -254,6 +254,37 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("starts the nodes of a process on one copy of the initial model, and a write reaches one node", function()
+    -- node 0 writes its model at startup through the parameters it took when built, once every
+    -- other node is built on the copy it shares (share_initial): the write must reach node 0 alone
+    local path = tmpdir() .. "/startup_write.lua"
+    write_file(path, [[
+      local registry = require "dpy.registry"
+      local tensor = require "dpy.tensor"
+      return registry.register { kind = "action", name = "startup_write",
+        new = function(_, node)
+          local params = node.model:parameters()
+          local ep = node.endpoint
+          return { startup = function(n)
+            if n.uid == 0 then
+              for k = 1, 7 do assert(ep:recv(k, 7, 0, 20, "float32")) end   -- built, every one
+              tensor.no_grad(function() for _, p in ipairs(params) do p:add_(1) end end)
+              for k = 1, 7 do ep:send(k, 7, 0, tensor.zeros(1)) end
+            else
+              ep:send(0, 7, 0, tensor.zeros(1))
+              assert(ep:recv(0, 7, 0, 20, "float32"))   -- written
+            end
+            n.log:write("startup sum %.6f", n.model:get_flat():sum():item())
+          end }
+        end }]])
+    local code, _, err, out = run(TINY .. "nodes = 8\nrounds = 1\nactions = { '" .. path .. "' }\n")
+    assert.are.equal(0, code, err)
+    local sums = {}
+    for uid = 0, 7 do sums[uid] = tonumber(read_file(out .. "/" .. uid .. ".log"):match("startup sum (%S+)")) end
+    for uid = 2, 7 do assert.are.equal(sums[1], sums[uid], "node " .. uid) end
+    assert.is_true(math.abs(sums[0] - sums[1] - 215370) < 1, sums[0] - sums[1])   -- the cnn's parameters, + 1 each
+  end)
+
   it("gives a user's algorithm that trains after sharing the model its own copy first", function()
     -- no combine between the send and the training: the optimizer's in-place step must not reach
     -- the message the node's own inbox still holds, nor may an action's handler

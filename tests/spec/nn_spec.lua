@@ -2,6 +2,7 @@
 local tensor = require "dpy.tensor"
 local nn = require "dpy.nn"
 local registry = require "dpy.registry"
+local host = require "dpy.host.core"
 
 local function shape(m, x) return m(x):size() end
 
@@ -131,6 +132,47 @@ describe("nn containers", function()
       m:mix(0.1, xs, ws)
       assert.is_true((m:get_flat() - want):abs():max():item() < 1e-5, n .. " terms")
     end
+  end)
+
+  it("shares one copy of models drawn alike until each is written (share_initial)", function()
+    local function draw(seed)
+      tensor.manual_seed(seed)
+      return nn.sequential { nn.linear(2048, 2048), nn.linear(2048, 4) }   -- 16 MiB
+    end
+    local function same(m, t, tol) return (m:get_flat() - t):abs():max():item() <= (tol or 0) end
+    local values = draw(21):get_flat()
+    local rss, models = host.memory().rss, {}
+    for i = 1, 8 do
+      models[i] = draw(21)
+      assert.is_true(models[i]:share_initial())
+    end
+    -- each model's own draw is given back as it shares, and the next draw takes its place: one
+    -- copy held, where eight would be 128 MiB (jemalloc reuses freed memory at once)
+    local grew = (host.memory().rss - rss) / 2 ^ 20
+    if host.versions().allocator == "jemalloc" then assert.is_true(grew < 48, "grew " .. grew .. " MiB") end
+    local other = draw(22)
+    local own = other:get_flat()
+    assert.is_true(other:share_initial())   -- a kind of its own: its values kept
+    assert.is_true(same(other, own) and not same(other, values))
+    -- every way of writing one of them leaves the others as drawn
+    tensor.no_grad(function() for _, p in ipairs(models[1]:parameters()) do p:add_(1) end end)
+    local _, names = models[2]:named_parameters()
+    tensor.no_grad(function() models[2]:named_parameters()[names[1]]:mul_(0) end)
+    models[3]:mix(0.5, { values + 2 }, { 0.5 })
+    models[4]:set_flat(values + 3)
+    models[5]:own_flat()
+    local opt = require("dpy.optim").sgd(models[6], { lr = 0.1 })
+    models[6](tensor.randn(2, 2048)):sum():backward()
+    opt:step()
+    tensor.no_grad(function() for _, p in ipairs(other:parameters()) do p:add_(1) end end)
+    assert.is_true(same(models[1], values + 1))
+    assert.is_true(same(models[3], values + 1, 1e-6))
+    assert.is_true(same(models[4], values + 3))
+    assert.is_false(same(models[2], values) or same(models[6], values))
+    for i = 5, 8 do
+      if i ~= 6 then assert.is_true(same(models[i], values), "model " .. i) end
+    end
+    assert.is_true(same(other, own + 1))
   end)
 
   it("saves and loads its state", function()
