@@ -224,10 +224,10 @@ static int m_grad_flat(lua_State *L) {
 ** receivers as it is. Until they give it back, whatever this module writes to its parameters
 ** (m:mix, m:set_flat, m:own_flat) moves them to a new buffer first: copy on write. */
 
-/* The buffer m's parameters are views of, when local receivers still read it; else NULL. */
-static void *read_by_others(dpy_module *m) {
-    void *buf = dpy_module_flat_buffer(m);
-    return buf && dpy_fabric_buffer_shared(buf) ? buf : NULL;
+/* Whether any of m's parameters lies in a buffer that others still read (local receivers of what
+** m, or the model m is a child of, sent; the nodes that share the initial model). */
+static int read_by_others(dpy_module *m) {
+    return dpy_module_reads_shared(m, dpy_fabric_release, dpy_fabric_buffer_shared);
 }
 
 /* m's parameters in a buffer no one else reads: moved, values and all, when others do. */

@@ -1,6 +1,7 @@
 /* l_optim.c: dpy.Optimizer, libtorch's SGD, Adam and AdamW over a list of parameter tensors. */
 #include <string.h>
 
+#include "fabric.h"
 #include "dpy_lua.h"
 
 typedef struct { dpy_optim *h; } optim_box;
@@ -76,7 +77,11 @@ static int o_new(lua_State *L) {
 }
 
 static int o_step(lua_State *L) {
-    if (dpy_optim_step(checkoptim(L, 1)) != DPY_OK)
+    dpy_optim *o = checkoptim(L, 1);
+    if (dpy_optim_reads_shared(o, dpy_fabric_release, dpy_fabric_buffer_shared))
+        return luaL_error(L, "optimizer step: other nodes still read its parameters (the model this node "
+                             "sent, or the initial model nodes share): call model:own_flat() first");
+    if (dpy_optim_step(o) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
 }

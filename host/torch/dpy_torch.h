@@ -269,6 +269,10 @@ DPY_API dpy_err dpy_module_adopt_flat(dpy_module *m, void *buf, size_t nbytes, i
 DPY_API dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release_fn release,
                                     double self_weight, const dpy_tensor *const *xs,
                                     const double *weights, size_t n) DPY_NOEXCEPT;
+/* Whether a parameter lies in a buffer adopted with release that shared(buffer) says another reads
+** (the module's own flat buffer, or its parent's: a child module's parameters lie there too). */
+DPY_API int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release,
+                                    int (*shared)(const void *)) DPY_NOEXCEPT;
 /* Whether the parameters, in parameter order, are byte for byte the nbytes of buf (plain ones only). */
 DPY_API int dpy_module_flat_equals(const dpy_module *m, const void *buf, size_t nbytes) DPY_NOEXCEPT;
 /* The buffer of the last adoption while the parameters are still exactly its views, else NULL. */
@@ -347,6 +351,9 @@ DPY_API dpy_err dpy_optim_new(dpy_optim **out, dpy_optim_kind kind,
                               const dpy_optim_opts *opts) DPY_NOEXCEPT;
 DPY_API void dpy_optim_free(dpy_optim *o) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_optim_step(dpy_optim *o) DPY_NOEXCEPT;
+/* dpy_module_reads_shared for the optimizer's parameters (its step writes them in place). */
+DPY_API int dpy_optim_reads_shared(const dpy_optim *o, dpy_release_fn release,
+                                   int (*shared)(const void *)) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_optim_zero_grad(dpy_optim *o) DPY_NOEXCEPT;
 DPY_API double dpy_optim_lr(const dpy_optim *o) DPY_NOEXCEPT;
 DPY_API void dpy_optim_set_lr(dpy_optim *o, double lr) DPY_NOEXCEPT;

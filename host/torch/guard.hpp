@@ -20,6 +20,16 @@ struct dpy_generator {
     at::Generator g;
 };
 
+// Whether t lies in a buffer handed over with release (its storage's deleter, see over() in
+// nn.cpp) that shared says someone else still reads: a child module's parameters, or a tied one,
+// lie in their model's buffer without being the module's own flat views.
+inline bool dpy_in_shared(const torch::Tensor &t, dpy_release_fn release, int (*shared)(const void *)) {
+    if (!t.defined() || !t.has_storage())
+        return false;
+    const c10::DataPtr &d = t.storage().data_ptr();
+    return d.get_deleter() == release && d.get_context() && shared(d.get_context());
+}
+
 struct dpy_module {
     std::shared_ptr<torch::nn::Module> m;
     // Empty for a container whose forward lives in Lua.

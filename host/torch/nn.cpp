@@ -335,8 +335,11 @@ static torch::Tensor over(void *buf, size_t nbytes, const std::vector<torch::Ten
         if (nbytes != (size_t)total * sizeof(float))
             dpy_invalid("a flat buffer of " + std::to_string(nbytes) + " bytes for " +
                         std::to_string(total) + " parameters");
-        return torch::from_blob(buf, {total}, [release](void *d) { release(d); },
-                                torch::TensorOptions().dtype(torch::kFloat32));
+        // release is the storage's own deleter (not a wrapped function): dpy_in_shared knows the
+        // buffer by it, from any tensor that lies in it
+        c10::Storage st(c10::Storage::use_byte_size_t(), nbytes,
+                        c10::DataPtr(buf, buf, release, c10::Device(c10::kCPU)), nullptr, false);
+        return torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32)).set_(st, 0, {total}, {1});
     } catch (...) {
         release(buf);
         throw;
@@ -431,6 +434,17 @@ dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release
         mix(params, &into, self_weight, xs, weights, n);
         repoint(m, params, flat);
     });
+}
+
+int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release, int (*shared)(const void *)) noexcept {
+    try {
+        for (const auto &p : m->m->parameters())
+            if (dpy_in_shared(p, release, shared))
+                return 1;
+        return 0;
+    } catch (...) {
+        return 0;
+    }
 }
 
 int dpy_module_flat_equals(const dpy_module *m, const void *buf, size_t nbytes) noexcept {

@@ -50,6 +50,18 @@ dpy_err dpy_optim_new(dpy_optim **out, dpy_optim_kind kind, const dpy_tensor *co
 
 void dpy_optim_free(dpy_optim *o) noexcept { delete o; }
 
+int dpy_optim_reads_shared(const dpy_optim *o, dpy_release_fn release, int (*shared)(const void *)) noexcept {
+    try {
+        for (const auto &g : o->o->param_groups())
+            for (const auto &p : g.params())
+                if (dpy_in_shared(p, release, shared))
+                    return 1;
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
 dpy_err dpy_optim_step(dpy_optim *o) noexcept {
     return dpy_guard([&] { o->o->step(); });
 }

@@ -24,7 +24,10 @@ M.build = container.build
 -- Before round r: what an attached client queued; a paused run waits here.
 local function attach_boundary(node, r)
   local conn, id, code, kind = node.endpoint:attach_wait(r)
-  if conn or node.attach_sessions then require("dpy.attach.node").boundary(node, r, conn, id, code, kind) end
+  if conn or node.attach_sessions then
+    node.model:own_flat()   -- a client's code may write the model
+    require("dpy.attach.node").boundary(node, r, conn, id, code, kind)
+  end
 end
 
 local function evaluate(node, r)

@@ -60,6 +60,7 @@ end
 
 --- t:step() -> loss of one batch (a number), batch size, and whether it ended an epoch
 function Trainer:step()
+  self.model:own_flat()   -- the step writes the parameters in place: never those others still read
   local xb, yb, last = self.loader:next()
   local x <close> = xb
   self.opt:zero_grad()

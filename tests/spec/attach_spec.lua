@@ -115,6 +115,19 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(out .. "/attach/p1.sock"))
   end)
 
+  it("gives a client's code at the first round its node's own model, not the copy the nodes share", function()
+    local out = start_paused(CONFIG, "processes=1")
+    local code, o, e = attach(out, 5, { "model:get_flat():sum():item()", "trainer:run(1)", "use(4)",
+                                        "model:get_flat():sum():item()", "detach()" })
+    assert.are.equal(0, code, e)
+    local sums = {}
+    for line in o:gmatch("[^\n]+") do
+      if tonumber(line) then sums[#sums + 1] = line end
+    end
+    assert.are.equal(3, #sums, o)   -- node 5's model, its training loss, node 4's model
+    assert.are.equal(sums[1], sums[3], o)
+  end)
+
   it("adds an action to a running node: a built-in one the config did not name, or a user's file", function()
     local out, pid, log = start_paused(CONFIG)
     local file = tmpdir() .. "/hello.lua"

@@ -285,6 +285,25 @@ describe("decentralized runs", function()
     assert.is_true(math.abs(sums[0] - sums[1] - 215370) < 1, sums[0] - sums[1])   -- the cnn's parameters, + 1 each
   end)
 
+  it("gives a user's algorithm that trains through node.trainer its own copy of the initial model", function()
+    -- no exchange.train: the trainer's own step must take the model from the copy the nodes share
+    local path = tmpdir() .. "/local_only.lua"
+    write_file(path, [[
+      local registry = require "dpy.registry"
+      return registry.register { kind = "algorithm", name = "local_only",
+        new = function() return function(node, r)
+          node.endpoint:acquire(r)
+          local loss = node.trainer:run(node.local_steps)
+          node.endpoint:release()
+          return loss, 0
+        end end }]])
+    local outs = run_layouts(TINY .. "nodes = 8\nrounds = 1\nalgorithm = '" .. path .. "'\n")
+    for uid = 0, 7 do
+      local name = "/" .. uid .. ".model.pt"
+      assert.are.equal(read_file(outs[1] .. name), read_file(outs[2] .. name), "node " .. uid)
+    end
+  end)
+
   it("gives a user's algorithm that trains after sharing the model its own copy first", function()
     -- no combine between the send and the training: the optimizer's in-place step must not reach
     -- the message the node's own inbox still holds, nor may an action's handler

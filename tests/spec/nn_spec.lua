@@ -175,6 +175,35 @@ describe("nn containers", function()
     assert.is_true(same(other, own + 1))
   end)
 
+  it("copies a shared model on write through a child module, a tied layer or the optimizer too", function()
+    local function tied(seed)
+      tensor.manual_seed(seed)
+      local hidden = nn.linear(8, 8)
+      return nn.module { inp = nn.linear(4, 8), h1 = hidden, h2 = hidden,
+                         forward = function(self, x) return self.h2(self.h1(self.inp(x))) end }
+    end
+    local function sum(m) return m:get_flat():sum():item() end
+    local a, b, c = tied(31), tied(31), tied(31)
+    local opt = require("dpy.optim").sgd(a, { lr = 0.5 })   -- built first, as a node's is
+    for _, m in ipairs { a, b, c } do assert.is_true(m:share_initial()) end
+    local s0 = sum(c)
+    tensor.no_grad(function() for _, p in ipairs(a.inp:parameters()) do p:add_(1) end end)   -- a child's
+    b.h1:set_flat(tensor.zeros(b.h1:numel()))                                                -- a tied one's
+    assert.are.equal(s0, sum(c))
+    assert.is_true(sum(a) > s0 + 30 and sum(b) ~= s0)
+    a:mix(1, {}, {})   -- a's whole model is its own again only once it is written as a whole
+    local d = tied(31)
+    local dopt = require("dpy.optim").sgd(d, { lr = 0.5 })
+    assert.is_true(d:share_initial())
+    d(tensor.randn(2, 4)):sum():backward()
+    assert.error_matches(function() dopt:step() end, "other nodes still read its parameters")
+    d:own_flat()
+    dopt:step()
+    assert.are.equal(s0, sum(c))
+    assert.are_not.equal(s0, sum(d))
+    opt:free()
+  end)
+
   it("saves and loads its state", function()
     local dir = tmpdir()
     local a, b = nn.linear(3, 3), nn.linear(3, 3)
