@@ -22,6 +22,7 @@
 #define GROUP_MT "dpy.NodeGroup"
 #define ENDPOINT_MT "dpy.Endpoint"
 #define NODE_STACK ((size_t)2 << 20)
+#define NODE_GC_PAUSE 120   /* % of the heap after a collection at which the next starts (Lua: 200) */
 
 typedef struct group group;
 
@@ -272,6 +273,9 @@ static void *node_main(void *arg) {
         finish(n, err);
         return NULL;
     }
+    /* a node's heap is mostly what it keeps (modules, its metrics): the default pause lets garbage
+    ** grow it to twice that between collections, thousands of times over at thousands of nodes */
+    lua_gc(L, LUA_GCINC, NODE_GC_PAUSE, 0, 0);
     pthread_mutex_lock(&n->g->mu);
     n->L = L;
     if (n->g->interrupted)   /* it came before this node had a state to stop */

@@ -119,7 +119,7 @@ function M.save(node, r)
   if node.optimizer then put("optimizer", tensor.from_bytes(node.optimizer:state(), "uint8"), true) end
   local default = tensor.default_generator()
   put("rng", default:state(), true)
-  local meta = { format = M.FORMAT, uid = node.uid, round = r, metrics = node.metrics.series, actions = {} }
+  local meta = { format = M.FORMAT, uid = node.uid, round = r, metrics = node.metrics:export(), actions = {} }
   local loader = node.loader
   if loader then
     local shuffled = loader.order ~= nil and loader.order ~= loader.indices
@@ -268,7 +268,7 @@ function M.restore(node, path)
     node.dropped = {}
     for _, u in ipairs(meta.dropped) do node.dropped[u] = true end
   end
-  node.metrics.series = meta.metrics or {}
+  node.metrics:import(meta.metrics)
   for i, a in ipairs(node.checkpointers) do
     local saved = meta.actions[i]
     if not saved or saved.name ~= a.name then

@@ -11,8 +11,10 @@ local Tracker = {}
 Tracker.__index = Tracker
 
 --- metrics.new(uid, path) -> tracker
+-- A series is held flat, { round, value, round, value, ... }: a table a pair cost 114 bytes an
+-- entry, and a node of a long run records six entries a round (1,000 rounds: 680 KiB a node).
 function M.new(uid, path)
-  return setmetatable({ uid = uid, path = path, series = {} }, Tracker)
+  return setmetatable({ uid = uid, path = path, series = {}, other = {} }, Tracker)
 end
 
 --- tracker:add(name, round, value)
@@ -22,19 +24,62 @@ function Tracker:add(name, round, value)
     s = {}
     self.series[name] = s
   end
-  s[#s + 1] = { round, value }
+  local n = #s
+  if value == nil then value = cjson.null end
+  if type(value) ~= "number" and value ~= cjson.null or type(round) ~= "number" then
+    self.other[name] = true   -- not a number: saved pair by pair (below)
+  end
+  s[n + 1], s[n + 2] = round, value
 end
 
 --- tracker:last(name) -> round, value of the latest entry (nil if none)
 function Tracker:last(name)
   local s = self.series[name]
-  local e = s and s[#s]
-  if e then return e[1], e[2] end
+  local n = s and #s or 0
+  if n > 0 then return s[n - 1], s[n] end
 end
 
---- tracker:save() -> true | nil, err (write, fsync, rename: never a torn file)
+--- tracker:export() -> { name = { {round, value}, ... } }, the file's form (a checkpoint holds it)
+local function paired(s)
+  local out = {}
+  for i = 1, #s, 2 do out[#out + 1] = { s[i], s[i + 1] } end
+  return out
+end
+
+function Tracker:export()
+  local out = {}
+  for name, s in pairs(self.series) do out[name] = paired(s) end
+  return out
+end
+
+--- tracker:import(series): the series of tracker:export (or of a metrics file) in place of its own
+function Tracker:import(series)
+  self.series, self.other = {}, {}
+  for name, list in pairs(series or {}) do
+    for _, e in ipairs(list) do self:add(name, math.tointeger(e[1]) or e[1], e[2]) end
+  end
+end
+
+--- tracker:save() -> true | nil, err (write, fsync, rename: never a torn file). Each series is
+-- encoded flat and its numbers then paired, so that the file is {"<name>": [[round, value], ...]}
+-- without a table a pair (numbers and null hold no comma; a series with other values is paired
+-- first).
 function Tracker:save()
-  return host.write_atomic(self.path, cjson.encode({ uid = self.uid, metrics = self.series }))
+  local names = {}
+  for name in pairs(self.series) do names[#names + 1] = name end
+  table.sort(names)
+  local parts = {}
+  for i, name in ipairs(names) do
+    local s, json = self.series[name]
+    if self.other[name] then
+      json = cjson.encode(paired(s))
+    else
+      json = "[" .. cjson.encode(s):sub(2, -2):gsub("([^,]+),([^,]+)", "[%1,%2]") .. "]"
+    end
+    parts[i] = cjson.encode(name) .. ":" .. json
+  end
+  return host.write_atomic(self.path, string.format('{"uid":%s,"metrics":{%s}}', cjson.encode(self.uid),
+                                                    table.concat(parts, ",")))
 end
 
 --- metrics.read(path) -> the decoded table | nil, err

@@ -79,6 +79,54 @@ describe("a run's output #e2e", function()
   end)
 end)
 
+describe("a node's metrics (dpy.metrics)", function()
+  local metrics = require "dpy.metrics"
+  local cjson = metrics.json
+
+  it("writes each series as [[round, value], ...], what cjson writes of the pairs, odd values too", function()
+    local path = tmpdir() .. "/m.json"
+    local t = metrics.new(3, path)
+    for r = 1, 40 do
+      t:add("loss", r, 1 / r)
+      t:add("bytes", r, r * 123456789)
+      t:add("diverged", r, r % 7 == 0 and 0 / 0 or (r % 5 == 0 and math.huge or -r / 4))
+    end
+    t:add("ready_seconds", 0, 0.1234567890123)
+    t:add("note", 1, "a,b")
+    t:add("note", 2, { x = 1, y = { 2, 3 } })
+    t:add("gap", 1, nil)
+    t:add("gap", 2, 5)
+    assert.is_true(t:save())
+    local got = cjson.decode(read_file(path))
+    local want = cjson.decode(cjson.encode({ uid = 3, metrics = t:export() }))
+    assert.are.same(want, got)
+    assert.are.same({ 38, -9.5 }, got.metrics.diverged[38])
+    assert.are.equal(cjson.null, got.metrics.diverged[7][2])   -- NaN and Inf as null
+    assert.are.equal(cjson.null, got.metrics.diverged[5][2])
+    assert.are.same({ { 1, "a,b" }, { 2, { x = 1, y = { 2, 3 } } } }, got.metrics.note)
+    assert.are.same({ 2, 5 }, { t:last("gap") })
+    -- a checkpoint's copy comes back the same
+    local back = metrics.new(3, path)
+    back:import(got.metrics)
+    assert.are.same(got.metrics, back:export())
+  end)
+
+  it("holds a long run's series in a few bytes an entry", function()
+    collectgarbage()
+    local before = collectgarbage("count")
+    local t = metrics.new(0, "unused")
+    for r = 1, 1000 do
+      for _, name in ipairs { "train_loss", "bytes_sent", "bytes_received", "train_seconds", "exchange_seconds",
+                              "wall_seconds" } do
+        t:add(name, r, r + 0.5)
+      end
+    end
+    collectgarbage()
+    local kib = collectgarbage("count") - before
+    assert.is_true(kib < 250, kib .. " KiB for 6,000 entries")   -- a table a pair: 670 KiB
+  end)
+end)
+
 describe("how the REPL shows values (dpy.pretty)", function()
   it("shows a table's own entries whatever its __len says, and a tensor inside it on one line", function()
     local pretty, tensor = require "dpy.pretty", require "dpy.tensor"
