@@ -22,7 +22,7 @@
 #define GROUP_MT "dpy.NodeGroup"
 #define ENDPOINT_MT "dpy.Endpoint"
 #define NODE_STACK ((size_t)2 << 20)
-#define NODE_GC_PAUSE 120   /* % of the heap after a collection at which the next starts (Lua: 200) */
+#define NODE_GC_PAUSE 120   /* release_memory: a collection starts at 120 % of the last one's heap (Lua: 200) */
 
 typedef struct group group;
 
@@ -274,8 +274,10 @@ static void *node_main(void *arg) {
         return NULL;
     }
     /* a node's heap is mostly what it keeps (modules, its metrics): the default pause lets garbage
-    ** grow it to twice that between collections, thousands of times over at thousands of nodes */
-    lua_gc(L, LUA_GCINC, NODE_GC_PAUSE, 0, 0);
+    ** grow it to twice that between collections, thousands of times over at thousands of nodes.
+    ** With release_memory the collector runs sooner (rounds about 4 % slower at 64 nodes, 1 step) */
+    if (!n->g->keep_freed)
+        lua_gc(L, LUA_GCINC, NODE_GC_PAUSE, 0, 0);
     pthread_mutex_lock(&n->g->mu);
     n->L = L;
     if (n->g->interrupted)   /* it came before this node had a state to stop */
