@@ -11,8 +11,8 @@ local Tracker = {}
 Tracker.__index = Tracker
 
 --- metrics.new(uid, path) -> tracker
--- A series is held flat, { round, value, round, value, ... }: a table a pair cost 114 bytes an
--- entry, and a node of a long run records six entries a round (1,000 rounds: 680 KiB a node).
+-- A series is held flat, { round, value, round, value, ... }: 33 bytes an entry, where a table a
+-- pair cost 105, and a node records six entries a round (1,000 rounds: 193 KiB, not 612).
 function M.new(uid, path)
   return setmetatable({ uid = uid, path = path, series = {}, other = {} }, Tracker)
 end
