@@ -289,6 +289,8 @@ static int set_flat(lua_State *L, int grads) {
 #define INITIAL_MAX 4
 static struct { void *buf; size_t bytes; } initial[INITIAL_MAX];
 static pthread_mutex_t initial_mu = PTHREAD_MUTEX_INITIALIZER;
+static int initial_closed;   /* the nodes are built: a late call (a node that gave its slot back
+                             ** while it built) keeps its own copy rather than a buffer held for good */
 
 /* m:share_initial() -> whether m's parameters are now views of the process's shared buffer */
 static int m_share_initial(lua_State *L) {
@@ -300,6 +302,11 @@ static int m_share_initial(lua_State *L) {
         return 1;
     }
     pthread_mutex_lock(&initial_mu);
+    if (initial_closed) {
+        pthread_mutex_unlock(&initial_mu);
+        lua_pushboolean(L, 0);
+        return 1;
+    }
     int k = 0;
     for (; k < INITIAL_MAX && initial[k].buf; k++)
         if (initial[k].bytes == bytes && dpy_module_flat_equals(m, initial[k].buf, bytes))
@@ -328,6 +335,7 @@ static int m_share_initial(lua_State *L) {
 
 void dpy_nn_forget_initial(void) {
     pthread_mutex_lock(&initial_mu);
+    initial_closed = 1;
     for (int k = 0; k < INITIAL_MAX; k++) {
         dpy_fabric_release(initial[k].buf);
         initial[k].buf = NULL;
