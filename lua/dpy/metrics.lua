@@ -39,13 +39,14 @@ function Tracker:last(name)
   if n > 0 then return s[n - 1], s[n] end
 end
 
---- tracker:export() -> { name = { {round, value}, ... } }, the file's form (a checkpoint holds it)
+-- A flat series as the file's list of pairs.
 local function paired(s)
   local out = {}
   for i = 1, #s, 2 do out[#out + 1] = { s[i], s[i + 1] } end
   return out
 end
 
+--- tracker:export() -> { name = { {round, value}, ... } }, the file's form (a checkpoint holds it)
 function Tracker:export()
   local out = {}
   for name, s in pairs(self.series) do out[name] = paired(s) end
