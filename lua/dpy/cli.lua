@@ -83,10 +83,10 @@ local function failure_text(failed)
   return table.concat(lines, "\n") .. "\n"
 end
 
-local function load_config(path, overrides)
+local function load_config(path, overrides, opts)
   local config = require "dpy.config"
   local ok, cfg, source, included = pcall(function()
-    local values, text, inc = config.load(path, overrides)
+    local values, text, inc = config.load(path, overrides, opts)
     return values, text, config.files(values, path, inc)
   end)
   if not ok then
@@ -324,8 +324,12 @@ function M.repl_node(args)
   local cfg = load_config(a.config, a.overrides)
   if not cfg then return 2 end
   local uid = a.uid or 0
+  local overrides = { table.unpack(a.overrides) }
   if not cfg.nodes then   -- a centralized config: one node holding the whole training set
-    cfg.nodes, cfg.graph = 1, "full"
+    overrides[#overrides + 1] = "nodes=1"
+    cfg = load_config(a.config, overrides, { either_kind = true })
+    if not cfg then return 2 end
+    cfg.graph = "full"
   end
   if uid < 0 or uid >= cfg.nodes then
     io.stderr:write(string.format("dpy-lua repl: --uid %d: the config has %d nodes\n", uid, cfg.nodes))
@@ -346,7 +350,6 @@ function M.repl_node(args)
     os.execute("rm -rf " .. require("dpy.paths").shell_quote(dir))
   end })
   layout.prepare(cfg, dir, checked)
-  local overrides = { table.unpack(a.overrides) }
   overrides[#overrides + 1] = "nodes=" .. cfg.nodes
   local group, ep = require("dpy.nodes.core").start {
     nodes = cfg.nodes, process = 0, processes = 1, node_process = layout.node_process(cfg.nodes, 1),

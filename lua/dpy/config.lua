@@ -30,8 +30,8 @@ M.SCHEMA = {
   loss = { type = "string", default = "cross_entropy",
            one_of = { "cross_entropy", "nll", "mse", "bce_with_logits" }, doc = "training loss" },
   batch_size = { type = "integer", default = 32, min = 1, doc = "training batch size" },
-  epochs = { type = "integer", default = 2, min = 1, doc = "passes over the training data", mode = "centralized" },
-  max_steps = { type = "integer", min = 1, doc = "stop after this many steps (default: none)", mode = "centralized" },
+  epochs = { type = "integer", default = 2, min = 1, doc = "passes over the training data" },
+  max_steps = { type = "integer", min = 1, doc = "stop after this many steps (default: none)" },
   eval_every = { type = "integer", min = 1,
                  doc = "centralized: steps between evaluations (default: 4 per epoch); "
                        .. "decentralized: rounds between evaluations (default: 10)" },
@@ -48,10 +48,9 @@ M.SCHEMA = {
   processes = { type = "integer", default = 1, min = 1, doc = "processes on this machine" },
   graph = { kind = "graph", default = { "regular", degree = 4 }, doc = "topology (D-PSGD)" },
   partition = { kind = "partitioner", default = "iid", doc = "how training data is split" },
-  rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds", mode = "decentralized" },
-  local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round", mode = "decentralized" },
-  local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)",
-                   mode = "decentralized" },
+  rounds = { type = "integer", default = 100, min = 1, doc = "communication rounds" },
+  local_steps = { type = "integer", default = 10, min = 1, doc = "training steps per round" },
+  local_epochs = { type = "integer", min = 1, doc = "passes over the node's shard per round (instead of local_steps)" },
   reset_optimizer = { type = "boolean", default = false,
                       doc = "drop the optimizer's state (momentum, moments) before each round's training, "
                             .. "as DecentralizePy's reset_optimizer (its default there)" },
@@ -141,6 +140,21 @@ M.SCHEMA = {
   transforms = { list_of = "transform", default = {}, chain = true,
                  doc = "state transforms applied in order to every shared vector, undone in reverse" },
 }
+
+-- The keys only one kind of run reads (`nodes` makes a run decentralized). A config of the other
+-- kind that sets one is refused: its run would ignore it without a word (a centralized config's
+-- differential_privacy action would train without the noise).
+local ONLY = {
+  centralized = { "epochs", "max_steps" },
+  decentralized = { "processes", "graph", "partition", "rounds", "local_steps", "local_epochs", "reset_optimizer",
+                    "algorithm", "fraction", "eval_nodes", "on_peer_failure", "peer_timeout", "round_timeout",
+                    "stragglers", "sim_clock", "churn", "stop_grace", "checkpoint_every", "actions", "slots",
+                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "faults", "sharing",
+                    "transforms" },
+}
+for mode, keys in pairs(ONLY) do
+  for _, k in ipairs(keys) do M.SCHEMA[k].mode = mode end
+end
 
 local SAFE = {
   math = math, string = string, table = table, ipairs = ipairs, pairs = pairs, type = type,
@@ -342,16 +356,20 @@ function M.load(path, overrides, opts)
     local mode = M.SCHEMA[k] and M.SCHEMA[k].mode
     return mode and (mode == "decentralized") ~= decentralized and mode
   end
+  local wrong = {}
   for k in pairs(values) do
-    local mode = not (opts and opts.either_kind) and other(k)
-    if mode and effective then
-      values[k] = nil
-    elseif mode then
-      error(string.format("%s: config key '%s' is for %s runs; this one is %s", where[k] or path, k, mode,
-                          decentralized and "decentralized (nodes is set): its nodes train local_steps or "
-                                            .. "local_epochs a round, for rounds rounds"
-                                        or "centralized (no nodes): it trains epochs or max_steps"), 0)
+    if not (opts and opts.either_kind) and other(k) then
+      if effective then values[k] = nil else wrong[#wrong + 1] = k end
     end
+  end
+  if #wrong > 0 then   -- the first one set, in line order (the command line's last)
+    local function line(k) return tonumber((where[k] or ""):match(":(%d+)$")) or math.huge end
+    table.sort(wrong, function(a, b) return line(a) < line(b) or line(a) == line(b) and a < b end)
+    local k = wrong[1]
+    error(string.format("%s: config key '%s' is for %s runs; this one is %s", where[k] or path, k, other(k),
+                        decentralized and "decentralized (nodes is set): its nodes train local_steps or "
+                                          .. "local_epochs a round, for rounds rounds"
+                                      or "centralized (no nodes): it trains epochs or max_steps"), 0)
   end
   for k, s in pairs(M.SCHEMA) do
     if values[k] == nil and not other(k) then values[k] = s.default end

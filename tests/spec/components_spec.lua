@@ -256,7 +256,7 @@ describe("a user's components", function()
   end)
 
   it("resolve path options against the config's directory", function()
-    local dir = files { ["c.lua"] = "graph = { 'file', path = 'g.edges' }\n", ["g.edges"] = "2\n0 1\n" }
+    local dir = files { ["c.lua"] = "nodes = 2\ngraph = { 'file', path = 'g.edges' }\n", ["g.edges"] = "2\n0 1\n" }
     local cfg = config.load(dir .. "/c.lua")
     assert.are.equal(dir .. "/g.edges", cfg.graph.path)
   end)

@@ -14,6 +14,9 @@ local function load_error(text, overrides)
   return err, path
 end
 
+-- The same for a decentralized config: text, then nodes = 2 on the line after
+local function nodes_error(text, overrides) return load_error(text .. "\nnodes = 2", overrides) end
+
 describe("config loading", function()
   it("fills defaults and keeps what was set", function()
     local cfg = config.load(write_config("epochs = 3\nlocal lr = 0.1\noptimizer = { 'sgd', lr = lr }\n"))
@@ -56,26 +59,27 @@ describe("config loading", function()
 
   it("refuses fault options it does not know, and probabilities outside [0, 1]", function()
     assert.matches(":1: config key 'faults': unknown option 'dorp' %(did you mean 'drop'%?%)",
-                   load_error("faults = { dorp = 0.5 }"))
+                   nodes_error("faults = { dorp = 0.5 }"))
     assert.matches("config key 'faults': option 'drop' must be a number >= 0 and <= 1, got 1.5",
-                   load_error("faults = { drop = 1.5 }"))
+                   nodes_error("faults = { drop = 1.5 }"))
     assert.matches("config key 'faults': option 'corrupt' must be a number >= 0 and <= 1, got %-0.1",
-                   load_error("faults = { corrupt = -0.1 }"))
+                   nodes_error("faults = { corrupt = -0.1 }"))
     assert.matches("config key 'faults': option 'delay' must be a number >= 0, got %-1",
-                   load_error("faults = { delay = -1 }"))
-    assert.matches("config key 'faults' must be a table, got 0.5", load_error("faults = 0.5"))
-    local cfg = config.load(write_config("faults = { drop = 0.1, duplicate = 0, corrupt = 1, delay = 0.02 }"))
+                   nodes_error("faults = { delay = -1 }"))
+    assert.matches("config key 'faults' must be a table, got 0.5", nodes_error("faults = 0.5"))
+    local cfg = config.load(write_config("faults = { drop = 0.1, duplicate = 0, corrupt = 1, delay = 0.02 }\n"
+                                         .. "nodes = 2"))
     assert.are.same({ drop = 0.1, duplicate = 0, corrupt = 1, delay = 0.02 }, cfg.faults)
   end)
 
   it("refuses a port outside 1024..65535, a fraction <= 0 and a negative peer_timeout", function()
-    assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 70000", load_error("port = 70000"))
-    assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 80", load_error("port = 80"))
-    assert.matches("config key 'fraction' must be a number > 0 and <= 1, got %-1", load_error("fraction = -1"))
-    assert.matches("config key 'peer_timeout' must be a number > 0, got %-1", load_error("peer_timeout = -1"))
-    assert.matches("command line: port=70000: config key 'port'", load_error("", { "port=70000" }))
+    assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 70000", nodes_error("port = 70000"))
+    assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 80", nodes_error("port = 80"))
+    assert.matches("config key 'fraction' must be a number > 0 and <= 1, got %-1", nodes_error("fraction = -1"))
+    assert.matches("config key 'peer_timeout' must be a number > 0, got %-1", nodes_error("peer_timeout = -1"))
+    assert.matches("command line: port=70000: config key 'port'", nodes_error("", { "port=70000" }))
     -- the highest port a process listens on: port + processes - 1
-    assert.are.equal(65535, config.load(write_config("port = 65535")).port)
+    assert.are.equal(65535, config.load(write_config("port = 65535\nnodes = 2")).port)
   end)
 
   it("names misspelt components and their options", function()
@@ -110,6 +114,15 @@ describe("config loading", function()
     assert.matches("command line: rounds=5: config key 'rounds' is for decentralized runs; this one is centralized",
                    load_error("epochs = 1\n", { "rounds=5" }))
     assert.matches("config key 'local_steps' is for decentralized runs", load_error("local_steps = 3\n"))
+    -- every key a centralized run does not read: its differential_privacy action would train without noise
+    for line, key in ipairs { "actions = { 'differential_privacy' }", "algorithm = 'fedavg'", "fraction = 0.5",
+                              "graph = 'ring'", "processes = 4", "transforms = { { 'zstd' } }", "encrypt = true" } do
+      local text = "epochs = 1\n" .. string.rep("\n", line) .. key .. "\nseed = 3\n"
+      assert.matches("c.lua:" .. (line + 2) .. ": config key '" .. key:match("^%w+") .. "' is for decentralized runs",
+                     load_error(text))
+    end
+    -- several: the first one set is named
+    assert.matches("c.lua:2: config key 'sharing'", load_error("epochs = 1\nsharing = 'average'\nport = 2000\n"))
     assert.are.equal(2, config.load(write_config("nodes = 4\nrounds = 2\n")).rounds)
     -- a run directory's effective config of before held them: the run ignored them, and so does its rerun
     local old = tmpdir() .. "/config.effective.lua"
@@ -118,6 +131,9 @@ describe("config loading", function()
     assert.are.same({ 4, 2 }, { cfg.nodes, cfg.rounds })
     assert.is_nil(cfg.epochs)
     assert.is_nil(cfg.max_steps)
+    write_file(old, "epochs = 2\nprocesses = 1\nactions = {}\nhuge_pages = true\n")
+    cfg = config.load(old)
+    assert.are.same({ 2 }, { cfg.epochs, cfg.processes, cfg.actions, cfg.huge_pages })
   end)
 
   it("reports a missing config file", function()
