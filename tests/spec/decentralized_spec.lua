@@ -41,7 +41,7 @@ describe("decentralized runs", function()
   end)
 
   -- The kernel's word for each process that hosts nodes: /proc/self/status's THP_enabled.
-  it("takes huge pages in every node process unless huge_pages = false", function()
+  it("takes huge pages in every node process unless huge_pages = false #e2e", function()
     if not read_file("/proc/self/status"):find("THP_enabled:", 1, true) then
       pending("this kernel reports no THP_enabled") return
     end
@@ -147,7 +147,7 @@ describe("decentralized runs", function()
     assert.matches("peer 2 failed: [^\n]*boom at round 2", read_file(out .. "/1.log"))   -- the true reason
   end)
 
-  it("runs each compute slot on one core while a node holds it (pin_slots)", function()
+  it("runs each compute slot on one core while a node holds it (pin_slots) #e2e", function()
     local cpus = action_file("cpus", "post_train", 'node.log:write("round %d: cpus %s", r, allowed())', [[
       local function allowed()   -- the calling thread's CPUs, as the kernel lists them
         local f = assert(io.open("/proc/thread-self/status"))
