@@ -106,17 +106,26 @@ function M.check(cfg)
   end
   simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
   churn.schedule(cfg)   -- raises on a uid that is not a node
-  if cfg.churn and not (alg.churn and not registry.spec("sharing", cfg.sharing).exchange) then
+  -- a sharing rule with messages of its own (secure_average) follows no clock, churn or deadline
+  local own = registry.spec("sharing", cfg.sharing)
+  own = own.exchange and own.name
+  local who = alg.name .. (own and " with sharing " .. own or "")
+  if cfg.churn and not (alg.churn and not own) then
     error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
-                        alg.name), 0)
+                        who), 0)
   end
   if cfg.reset_optimizer and alg.name == "ps" then   -- ps's workers send gradients: no state of theirs to drop
     error("reset_optimizer: drops a node's optimizer state before its round's training, not ps's (its "
           .. "server steps the one optimizer)", 0)
   end
-  if cfg.sim_clock and not (alg.simulated and not registry.spec("sharing", cfg.sharing).exchange) then
+  if cfg.sim_clock and not (alg.simulated and not own) then
     error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
-                        .. "not %s", alg.name), 0)
+                        .. "not %s", who), 0)
+  end
+  if cfg.round_timeout and not (alg.deadlines and not own) then
+    error(string.format("round_timeout: the deadline of a round's wait in dpsgd and epidemic (with a sharing rule "
+                        .. "of received models; a user's algorithm that waits by exchange.deadline(node, true) "
+                        .. "says deadlines = true); %s waits by peer_timeout", who), 0)
   end
   if cfg.fraction and cfg.fraction ~= 1 and not alg.samples then   -- 1: everyone, what any algorithm does
     error(string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "

@@ -46,7 +46,7 @@ local function round(node, r)
 end
 
 return registry.register {
-  kind = "algorithm", name = "dpsgd", graph = true, simulated = true, churn = true,
+  kind = "algorithm", name = "dpsgd", graph = true, simulated = true, churn = true, deadlines = true,
   doc = "D-PSGD: train, send the model to the graph's neighbours, combine by the sharing rule",
   new = function() return round end,
 }

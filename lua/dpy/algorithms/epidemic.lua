@@ -66,7 +66,7 @@ local function round(o, node, r)
 end
 
 M.spec = registry.register {
-  kind = "algorithm", name = "epidemic", sharing = true, simulated = true, churn = true,
+  kind = "algorithm", name = "epidemic", sharing = true, simulated = true, churn = true, deadlines = true,
   doc = "Epidemic Learning: send the model to s peers of a fresh random directed graph each round "
         .. "(EL-Oracle: s-regular; EL-Local: each node's own draw), average what came, 1/(k + 1) each",
   options = {

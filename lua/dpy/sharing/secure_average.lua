@@ -44,6 +44,7 @@ end
 
 return registry.register {
   kind = "sharing", name = "secure_average",
+  exchange = true,   -- its messages are its own: no simulated clock, churn or round deadline (dpy.layout.check)
   payload_bound = function(cfg, values, encoded)
     return math.max(encoded or 0, secagg.payload_bound(cfg.nodes, values))
   end,
