@@ -58,22 +58,29 @@ function M.new(t)
                         loss = not t.task and name or nil, task = t.task, steps = 0, samples = 0 }, Trainer)
 end
 
---- t:step() -> loss of one batch (a number), batch size, and whether it ended an epoch
-function Trainer:step()
-  self.model:own_flat()   -- the step writes the parameters in place: never those others still read
+--- t:backward() -> loss of the next batch (a number), batch size, and whether it ended an epoch;
+-- its gradients are added to the parameters' (ps's workers sum those of several batches)
+function Trainer:backward()
   local xb, yb, last = self.loader:next()
   local x <close> = xb
-  self.opt:zero_grad()
   local raw <close> = self.model(x)
   local out = self.task and self.task.outputs(raw) or raw
   local y <close> = self.task and self.task.targets(yb) or targets(self.loss, out, yb, self.steps == 0)
   local loss <close> = self.loss_fn(out, y)
   loss:backward()
-  self.opt:step()
   local n = y:size(0)
   if y ~= yb then yb:free() end
   self.steps, self.samples = self.steps + 1, self.samples + n
   return loss:item(), n, last
+end
+
+--- t:step() -> loss of one batch (a number), batch size, and whether it ended an epoch
+function Trainer:step()
+  self.model:own_flat()   -- the step writes the parameters in place: never those others still read
+  self.opt:zero_grad()
+  local loss, n, last = self:backward()
+  self.opt:step()
+  return loss, n, last
 end
 
 --- t:run(k) -> mean loss over k steps; the gradients are dropped after the last

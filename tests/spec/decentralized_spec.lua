@@ -114,6 +114,19 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("gives a parameter server's workers the batches, targets and loss of a node's training", function()
+    -- local_epochs: a worker's shard of 667 samples is 42 batches of 16, the run of local_steps = 42
+    local one = "algorithm = 'ps'\nrounds = 1\n"
+    local _, _, err, epoch = run(TINY .. one .. "local_epochs = 1\n")
+    local _, _, err2, steps = run(TINY .. one .. "local_steps = 42\n")
+    assert.are.equal(read_file(steps .. "/0.model.pt"), read_file(epoch .. "/0.model.pt"), err .. err2)
+    -- a binary task: one logit, bce_with_logits on the mapped labels (about ln 2 from the start)
+    local code, _, err3, out = run(TINY .. one .. "task = 'binary'\npositive_classes = { 0, 6 }\n")
+    assert.are.equal(0, code, err3)
+    local loss = node_metrics(out, 1).train_loss[1][2]
+    assert.is_true(math.abs(loss - math.log(2)) < 0.1, "worker 1's loss " .. loss)
+  end)
+
   it("stops every node when a peer dies under on_peer_failure = 'abort'", function()
     local crash = action_file("crash", "pre_train",
       "if node.uid == 3 and r == 2 then host.kill(host.pid(), 9) end",

@@ -1,9 +1,8 @@
 --- Algorithm ps (a synchronous parameter server): node 0 holds the model. Each round the workers
--- pull it, compute the gradient of local_steps batches (their mean) and push it; the server
+-- pull it, compute the gradient of local_steps batches (their mean; local_epochs: an epoch's) and
+-- push it, with the targets and loss of a node's own training (a binary task's too); the server
 -- applies the mean of the workers' gradients with its optimizer.
 local registry = require "dpy.registry"
-local nn = require "dpy.nn"
-local trainer = require "dpy.trainer"
 local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
 
@@ -53,7 +52,6 @@ end
 
 local function round(node, r)
   if node.is_server then return serve(node, r) end
-  local cfg = node.cfg
   local t0 = host.clock()
   local model = exchange.receive(node, 0, r)
   if not model then return nil, 0 end
@@ -62,18 +60,9 @@ local function round(node, r)
   node.endpoint:acquire(r)
   local t1 = host.clock()
   node.optimizer:zero_grad()
-  local sum = 0
-  local loss_fn = nn[cfg.loss]
-  for i = 1, cfg.local_steps do
-    local x, y = node.loader:next()
-    local out = node.model(x)
-    local t = trainer.targets(cfg.loss, out, y, i == 1)   -- as a node's own training takes them
-    local l = loss_fn(out, t)
-    l:backward()
-    sum = sum + l:item()
-    x:free(); y:free(); t:free(); out:free(); l:free()
-  end
-  local grad = node.model:grad_flat() / cfg.local_steps
+  local sum, k = 0, node.local_steps   -- local_epochs' steps, when set
+  for _ = 1, k do sum = sum + node.trainer:backward() end   -- the batches, targets and loss a node's training takes
+  local grad = node.model:grad_flat() / k
   local secs = host.clock() - t1
   node.endpoint:release()
   node:fire("post_train", r)
@@ -82,7 +71,7 @@ local function round(node, r)
   grad:free()
   node.exchange_seconds = host.clock() - t0 - secs
   node:fire("post_exchange", r)
-  return sum / cfg.local_steps, secs
+  return sum / k, secs
 end
 
 return registry.register {
