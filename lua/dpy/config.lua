@@ -240,6 +240,7 @@ end
 
 local load_into
 local WHERE = setmetatable({}, { __mode = "k" })   -- values -> key -> "file:line" of its last setting
+local EFFECTIVE = setmetatable({}, { __mode = "k" })   -- values loaded from a run directory's record
 
 -- The sandbox: reads see config values set so far, then SAFE (and include); writes are checked.
 local function sandbox(values, dir, depth, included)
@@ -352,6 +353,7 @@ function M.load(path, overrides, opts)
   -- config written before this check held such keys, which that run ignored: they are dropped)
   local decentralized = values.nodes ~= nil
   local effective = path:match("/config%.effective%.lua$") or path == "config.effective.lua"
+  EFFECTIVE[values] = effective and true or nil
   local function other(k)
     local mode = M.SCHEMA[k] and M.SCHEMA[k].mode
     return mode and (mode == "decentralized") ~= decentralized and mode
@@ -377,5 +379,9 @@ function M.load(path, overrides, opts)
   values.name = values.name or path:match("([^/]+)%.lua$") or path
   return values, source, included
 end
+
+--- Whether cfg was loaded from a run directory's config.effective.lua (a rerun or --resume): it
+-- runs as it ran, keys a later version refuses included.
+function M.is_effective(cfg) return EFFECTIVE[cfg] == true end
 
 return M

@@ -8,6 +8,7 @@ local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
 local simclock = require "dpy.simclock"
 local churn = require "dpy.churn"
+local config = require "dpy.config"
 
 local M = {}
 
@@ -110,7 +111,9 @@ function M.check(cfg)
   local own = registry.spec("sharing", cfg.sharing)
   own = own.exchange and own.name
   local who = alg.name .. (own and " with sharing " .. own or "")
-  if cfg.churn and not (alg.churn and not own) then
+  -- a run directory of before these three checks reruns as it ran: without what they refuse
+  local rerun = config.is_effective(cfg)
+  if cfg.churn and not (alg.churn and not own) and not rerun then
     error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
                         who), 0)
   end
@@ -118,11 +121,11 @@ function M.check(cfg)
     error("reset_optimizer: drops a node's optimizer state before its round's training, not ps's (its "
           .. "server steps the one optimizer)", 0)
   end
-  if cfg.sim_clock and not (alg.simulated and not own) then
+  if cfg.sim_clock and not (alg.simulated and not own) and not rerun then
     error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
                         .. "not %s", who), 0)
   end
-  if cfg.round_timeout and not (alg.deadlines and not own) then
+  if cfg.round_timeout and not (alg.deadlines and not own) and not rerun then
     error(string.format("round_timeout: the deadline of a round's wait in dpsgd and epidemic (with a sharing rule "
                         .. "of received models; a user's algorithm that waits by exchange.deadline(node, true) "
                         .. "says deadlines = true); %s waits by peer_timeout", who), 0)

@@ -214,6 +214,12 @@ describe("dpy-lua run", function()
                               .. " repl configs/centralized.lua train_samples=600 test_samples=100")
     assert.are.equal(0, code, err)
     assert.matches("\n0\t2\n", out)
+    -- and the keys of a node, which that node reads
+    code, out, err = sh("echo 'print(#node.cfg.actions, node.cfg.reset_optimizer)' | " .. BIN
+                        .. " repl configs/centralized.lua train_samples=600 test_samples=100 "
+                        .. "'actions={\"model_norm\"}' reset_optimizer=true")
+    assert.are.equal(0, code, err)
+    assert.matches("\n1\ttrue\n", out)
   end)
 
   it("refuses a centralized run's missing dataset before writing anything", function()

@@ -64,3 +64,20 @@ describe("nodes.core.start's slot ranks", function()
     assert.error_matches(function() start { 0, 1 } end, "'ranks' needs 1 entries")
   end)
 end)
+
+describe("layout.check", function()
+  -- round_timeout where no round waits by it was ignored; a run directory of then reruns as it ran
+  it("refuses what a run would ignore, but reruns a run directory that recorded it", function()
+    local config = require "dpy.config"
+    local dir = tmpdir()
+    local text = "nodes = 4\nalgorithm = 'fedavg'\nround_timeout = 5\ntrain_samples = 400\ntest_samples = 100\n"
+    write_file(dir .. "/c.lua", text)
+    local ok, err = pcall(layout.check, config.load(dir .. "/c.lua"))
+    assert.is_false(ok)
+    assert.matches("^round_timeout: .*; fedavg waits by peer_timeout", err)
+    write_file(dir .. "/config.effective.lua", text)
+    assert.is_true(config.is_effective(config.load(dir .. "/config.effective.lua")))
+    assert.is_truthy(layout.check(config.load(dir .. "/config.effective.lua")).parts)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
