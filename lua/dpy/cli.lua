@@ -350,7 +350,6 @@ function M.repl_node(args)
     os.execute("rm -rf " .. require("dpy.paths").shell_quote(dir))
   end })
   layout.prepare(cfg, dir, checked)
-  overrides[#overrides + 1] = "nodes=" .. cfg.nodes
   local group, ep = require("dpy.nodes.core").start {
     nodes = cfg.nodes, process = 0, processes = 1, node_process = layout.node_process(cfg.nodes, 1),
     uids = { uid }, attach = true, run_id = 1, slots = 1, args = {},

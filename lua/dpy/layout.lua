@@ -111,7 +111,7 @@ function M.check(cfg)
   local own = registry.spec("sharing", cfg.sharing)
   own = own.exchange and own.name
   local who = alg.name .. (own and " with sharing " .. own or "")
-  -- a run directory of before these three checks reruns as it ran: without what they refuse
+  -- a run directory of before these three checks reruns as it ran, what they refuse ignored as then
   local rerun = config.is_effective(cfg)
   if cfg.churn and not (alg.churn and not own) and not rerun then
     error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
