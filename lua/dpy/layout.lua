@@ -111,7 +111,7 @@ function M.check(cfg)
   local own = registry.spec("sharing", cfg.sharing)
   own = own.exchange and own.name
   local who = alg.name .. (own and " with sharing " .. own or "")
-  -- a run directory of before these three checks reruns as it ran, what they refuse ignored as then
+  -- a run directory of before these checks reruns as it ran, what they refuse ignored as then
   local rerun = config.is_effective(cfg)
   if cfg.churn and not (alg.churn and not own) and not rerun then
     error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
@@ -129,6 +129,11 @@ function M.check(cfg)
     error(string.format("round_timeout: the deadline of a round's wait in dpsgd and epidemic (with a sharing rule "
                         .. "of received models; a user's algorithm that waits by exchange.deadline(node, true) "
                         .. "says deadlines = true); %s waits by peer_timeout", who), 0)
+  end
+  if next(cfg.transforms or {}) and (alg.secure or own) and not rerun then
+    error(string.format("transforms: secure aggregation sends the model as masked fixed-point sums (fraction_bits), "
+                        .. "which no transform chain encodes; %s would apply it to %s", who,
+                        own and "none of its messages" or "the server's broadcast alone"), 0)
   end
   if cfg.fraction and cfg.fraction ~= 1 and not alg.samples then   -- 1: everyone, what any algorithm does
     error(string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "

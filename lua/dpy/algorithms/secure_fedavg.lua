@@ -68,6 +68,7 @@ end
 
 return registry.register {
   kind = "algorithm", name = "secure_fedavg", server = true, samples = true,
+  secure = true,   -- the uploads are masked fixed-point sums: no transform chain (dpy.layout.check)
   payload_bound = function(cfg, values, encoded)
     return math.max(encoded or 0, secagg.payload_bound(cfg.nodes, values))
   end,
