@@ -277,6 +277,13 @@ function M.train(node, steps)
   if node.cfg.reset_optimizer then node.optimizer:reset() end
   local t0 = host.clock()
   local loss = node.trainer:run(steps)
+  M.straggle(node, steps, t0)
+  return loss, host.clock() - t0
+end
+
+--- exchange.straggle(node, steps, t0): a straggler's slowdown of the steps it computed since t0,
+-- holding the round's slot (what train does after its steps; ps's workers call it themselves)
+function M.straggle(node, steps, t0)
   local clock = node.simclock
   local factor = clock:slowdown(node.round)
   if clock.simulated then
@@ -286,7 +293,6 @@ function M.train(node, steps)
     host.sleep((factor - 1) * (host.clock() - t0))
     node.endpoint:acquire(node.round)
   end
-  return loss, host.clock() - t0
 end
 
 return M

@@ -63,6 +63,7 @@ local function round(node, r)
   local sum, k = 0, node.local_steps   -- local_epochs' steps, when set
   for _ = 1, k do sum = sum + node.trainer:backward() end   -- the batches, targets and loss a node's training takes
   local grad = node.model:grad_flat() / k
+  exchange.straggle(node, k, t1)   -- stragglers (in real time: ps has no simulated clock)
   local secs = host.clock() - t1
   node.endpoint:release()
   node:fire("post_train", r)
