@@ -88,6 +88,33 @@ local function config_error(key, err)
   error(msg, 0)
 end
 
+-- What the run's algorithm or sharing rule would not follow, without a word: churn, a simulated
+-- clock, round deadlines, a transform chain (a message, or nil). A sharing rule with messages of
+-- its own (secure_average) follows none of them.
+local function not_followed(cfg, alg)
+  local own = registry.spec("sharing", cfg.sharing)
+  own = own.exchange and own.name
+  local who = alg.name .. (own and " with sharing " .. own or "")
+  if cfg.churn and not (alg.churn and not own) then
+    return string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
+                         who)
+  end
+  if cfg.sim_clock and not (alg.simulated and not own) then
+    return string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), not %s",
+                         who)
+  end
+  if cfg.round_timeout and not (alg.deadlines and not own) then
+    return string.format("round_timeout: the deadline of a round's wait in dpsgd and epidemic (with a sharing rule "
+                         .. "of received models; a user's algorithm that waits by exchange.deadline(node, true) "
+                         .. "says deadlines = true); %s waits by peer_timeout", who)
+  end
+  if next(cfg.transforms or {}) and (alg.secure or own) then
+    return string.format("transforms: secure aggregation sends the model as masked fixed-point sums "
+                         .. "(fraction_bits), which no transform chain encodes; %s would apply it to %s", who,
+                         own and "none of its messages" or "the server's broadcast alone")
+  end
+end
+
 --- layout.check(cfg) -> what prepare writes, { graph, dynamic, parts }: raises, with the key at
 -- fault ("stragglers: ..."), on whatever the config alone makes wrong for a decentralized run:
 -- more processes than nodes, an algorithm's options that do not fit the run, a stragglers or churn
@@ -107,34 +134,13 @@ function M.check(cfg)
   end
   simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
   churn.schedule(cfg)   -- raises on a uid that is not a node
-  -- a sharing rule with messages of its own (secure_average) follows no clock, churn or deadline
-  local own = registry.spec("sharing", cfg.sharing)
-  own = own.exchange and own.name
-  local who = alg.name .. (own and " with sharing " .. own or "")
-  -- a run directory of before these checks reruns as it ran, what they refuse ignored as then
-  local rerun = config.is_effective(cfg)
-  if cfg.churn and not (alg.churn and not own) and not rerun then
-    error(string.format("churn: works with dpsgd and epidemic (with a sharing rule of received models), not %s",
-                        who), 0)
-  end
   if cfg.reset_optimizer and alg.name == "ps" then   -- ps's workers send gradients: no state of theirs to drop
     error("reset_optimizer: drops a node's optimizer state before its round's training, not ps's (its "
           .. "server steps the one optimizer)", 0)
   end
-  if cfg.sim_clock and not (alg.simulated and not own) and not rerun then
-    error(string.format("sim_clock: simulates dpsgd and epidemic (with a sharing rule of received models), "
-                        .. "not %s", who), 0)
-  end
-  if cfg.round_timeout and not (alg.deadlines and not own) and not rerun then
-    error(string.format("round_timeout: the deadline of a round's wait in dpsgd and epidemic (with a sharing rule "
-                        .. "of received models; a user's algorithm that waits by exchange.deadline(node, true) "
-                        .. "says deadlines = true); %s waits by peer_timeout", who), 0)
-  end
-  if next(cfg.transforms or {}) and (alg.secure or own) and not rerun then
-    error(string.format("transforms: secure aggregation sends the model as masked fixed-point sums (fraction_bits), "
-                        .. "which no transform chain encodes; %s would apply it to %s", who,
-                        own and "none of its messages" or "the server's broadcast alone"), 0)
-  end
+  -- a run directory of before these checks reruns as it ran, what they refuse ignored as then
+  local ignored = not config.is_effective(cfg) and not_followed(cfg, alg)
+  if ignored then error(ignored, 0) end
   if cfg.fraction and cfg.fraction ~= 1 and not alg.samples then   -- 1: everyone, what any algorithm does
     error(string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "
                         .. "secure_fedavg); %s samples none", alg.name), 0)
