@@ -89,7 +89,7 @@ local function config_error(key, err)
 end
 
 -- What the run's algorithm or sharing rule would not follow, without a word: churn, a simulated
--- clock, round deadlines, a transform chain (a message, or nil). A sharing rule with messages of
+-- clock, round deadlines, client sampling, a transform chain (a message, or nil). A sharing rule with messages of
 -- its own (secure_average) follows none of them.
 local function not_followed(cfg, alg)
   local own = registry.spec("sharing", cfg.sharing)
@@ -107,6 +107,10 @@ local function not_followed(cfg, alg)
     return string.format("round_timeout: the deadline of a round's wait in dpsgd and epidemic (with a sharing rule "
                          .. "of received models; a user's algorithm that waits by exchange.deadline(node, true) "
                          .. "says deadlines = true); %s waits by peer_timeout", who)
+  end
+  if cfg.fraction and cfg.fraction ~= 1 and not alg.samples then   -- 1: everyone, what any algorithm does
+    return string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "
+                         .. "secure_fedavg); %s samples none", alg.name)
   end
   if next(cfg.transforms or {}) and (alg.secure or own) then
     return string.format("transforms: secure aggregation sends the model as masked fixed-point sums "
@@ -141,10 +145,6 @@ function M.check(cfg)
   -- a run directory of before these checks reruns as it ran, what they refuse ignored as then
   local ignored = not config.is_effective(cfg) and not_followed(cfg, alg)
   if ignored then error(ignored, 0) end
-  if cfg.fraction and cfg.fraction ~= 1 and not alg.samples then   -- 1: everyone, what any algorithm does
-    error(string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "
-                        .. "secure_fedavg); %s samples none", alg.name), 0)
-  end
   for i, entry in ipairs(cfg.actions or {}) do   -- what an action needs of the run (differential_privacy)
     local spec, opts = registry.options("action", entry)
     local bad = spec.check and spec.check(opts, cfg, alg)

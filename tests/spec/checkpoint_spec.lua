@@ -154,7 +154,10 @@ end }
   -- the simulated clock goes on from the checkpoint's time: the same sim_seconds as the run that was not
   local SIM = { 1, "stragglers = { factors = { 1, 1, 1, 4 } }\n"
                    .. "sim_clock = { step_seconds = 0.01, latency = 0.005, bandwidth = 1e7 }\n", "simulated clock" }
-  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" }, SPARSE[1], SPARSE[2], SPARSE[3], SIM } do
+  -- the other algorithms' state: a parameter server's optimizer (a worker is killed), epidemic's draws
+  local OTHERS = { { 1, "algorithm = 'ps'\n", "ps", 1 }, { 2, "algorithm = { 'epidemic', s = 2 }\n", "epidemic" } }
+  for _, case in ipairs { { 1 }, { 2 }, { 1, STATEFUL, "stateful actions" }, SPARSE[1], SPARSE[2], SPARSE[3], SIM,
+                          OTHERS[1], OTHERS[2] } do
     local processes = case[1]
     it(string.format("ends bit for bit as the run that was not (%d process%s%s)", processes,
                      processes > 1 and "es" or "", case[3] and ", " .. case[3] or ""), function()

@@ -70,14 +70,17 @@ describe("layout.check", function()
   it("refuses what a run would ignore, but reruns a run directory that recorded it", function()
     local config = require "dpy.config"
     local dir = tmpdir()
-    local text = "nodes = 4\nalgorithm = 'fedavg'\nround_timeout = 5\ntrain_samples = 400\ntest_samples = 100\n"
-    write_file(dir .. "/c.lua", text)
-    local ok, err = pcall(layout.check, config.load(dir .. "/c.lua"))
-    assert.is_false(ok)
-    assert.matches("^round_timeout: .*; fedavg waits by peer_timeout", err)
-    write_file(dir .. "/config.effective.lua", text)
-    assert.is_true(config.is_effective(config.load(dir .. "/config.effective.lua")))
-    assert.is_truthy(layout.check(config.load(dir .. "/config.effective.lua")).parts)
+    for key, why in pairs { ["algorithm = 'fedavg'\nround_timeout = 5"] = "^round_timeout: .*; fedavg waits by",
+                            ["fraction = 0.5"] = "^fraction: .*; dpsgd samples none" } do
+      local text = "nodes = 4\ngraph = 'ring'\n" .. key .. "\ntrain_samples = 400\ntest_samples = 100\n"
+      write_file(dir .. "/c.lua", text)
+      local ok, err = pcall(layout.check, config.load(dir .. "/c.lua"))
+      assert.is_false(ok)
+      assert.matches(why, err)
+      write_file(dir .. "/config.effective.lua", text)
+      assert.is_true(config.is_effective(config.load(dir .. "/config.effective.lua")))
+      assert.is_truthy(layout.check(config.load(dir .. "/config.effective.lua")).parts)
+    end
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
