@@ -148,6 +148,10 @@ function M.check(cfg)
   for i, entry in ipairs(cfg.actions or {}) do   -- what an action needs of the run (differential_privacy)
     local spec, opts = registry.options("action", entry)
     local bad = spec.check and spec.check(opts, cfg, alg)
+    if not bad and spec.manifest then   -- what it decides for the run (the nodes it picks) may not fit the run
+      local ok, err = pcall(spec.manifest, opts, cfg)
+      bad = not ok and tostring(err) or nil
+    end
     if bad then error(string.format("actions[%d]: %s", i, bad), 0) end
   end
   local checked = {}

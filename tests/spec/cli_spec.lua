@@ -182,6 +182,8 @@ describe("dpy-lua run", function()
       { "algorithm=secure_fedavg 'transforms={{\"zstd\"}}'",
         "^dpy%-lua: transforms: .*; secure_fedavg would apply it to the server's broadcast alone" },
       { "loss=nll", "^dpy%-lua: loss: nll takes log%-probabilities; model 'cnn' gives logits" },
+      { "algorithm=fedavg 'actions={{\"label_flipping\",nodes={0,1}}}'",
+        "^dpy%-lua: actions%[1%]: label_flipping: nodes lists 0, not a training node %(1%.%.7%)" },
       { "'graph={\"file\",path=\"" .. dir .. "/split.txt\"}'",
         "^dpy%-lua: graph: the graph is not connected %(.*split%.txt%)" },
       { "algorithm=ps 'actions={\"differential_privacy\"}'",
