@@ -321,8 +321,9 @@ function M.repl_node(args)
     io.stderr:write(p:get_usage(), "\ndpy-lua repl: ", a, "\n")
     return 2
   end
-  local cfg = load_config(a.config, a.overrides, { either_kind = true })   -- the one node of a centralized config
-  if not cfg then return 2 end                                             -- reads the keys of both kinds
+  -- either kind: the one node of a centralized config reads the keys of both
+  local cfg = load_config(a.config, a.overrides, { either_kind = true })
+  if not cfg then return 2 end
   local uid = a.uid or 0
   local overrides = { table.unpack(a.overrides) }
   if not cfg.nodes then   -- a centralized config: one node holding the whole training set

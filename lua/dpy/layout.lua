@@ -89,8 +89,8 @@ local function config_error(key, err)
 end
 
 -- What the run's algorithm or sharing rule would not follow, without a word: churn, a simulated
--- clock, round deadlines, client sampling, a transform chain (a message, or nil). A sharing rule with messages of
--- its own (secure_average) follows none of them.
+-- clock, round deadlines, client sampling, a transform chain (a message, or nil). A sharing rule
+-- with messages of its own (secure_average) follows none of them.
 local function not_followed(cfg, alg)
   local own = registry.spec("sharing", cfg.sharing)
   own = own.exchange and own.name
