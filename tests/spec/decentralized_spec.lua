@@ -317,6 +317,42 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("hands a free compute slot to the waiting node with the lowest round, then the lowest rank", function()
+    -- one slot: node 0 holds it while the others ask for it with the rounds below, then lets go;
+    -- each holds it in turn for a moment and logs when it got it
+    local path = tmpdir() .. "/slot_order.lua"
+    write_file(path, [[
+      local registry = require "dpy.registry"
+      local host = require "dpy.host.core"
+      local tensor = require "dpy.tensor"
+      local ASK = { 3, 1, 2, 1, 2, 0 }
+      return registry.register { kind = "algorithm", name = "slot_order",
+        new = function() return function(node, r)
+          local ep = node.endpoint
+          if node.uid == 0 then
+            ep:acquire(0)
+            for k = 1, 6 do ep:send(k, 7, r, tensor.zeros(1)) end
+            host.sleep(2)   -- the others ask meanwhile
+          else
+            assert(ep:recv(0, 7, r, 20, "float32"))
+            ep:acquire(ASK[node.uid])
+            node.log:write("slot at %.6f", host.clock())
+            host.sleep(0.05)
+          end
+          ep:release()
+          return 0, 0
+        end end }]])
+    local code, _, err, out = run(TINY .. "nodes = 7\nrounds = 1\nslots = 1\n"
+                                  .. "algorithm = '" .. path .. "'\n")
+    assert.are.equal(0, code, err)
+    local order = {}
+    for uid = 1, 6 do order[uid] = uid end
+    local at = {}
+    for uid = 1, 6 do at[uid] = tonumber(read_file(out .. "/" .. uid .. ".log"):match("slot at (%S+)")) end
+    table.sort(order, function(a, b) return at[a] < at[b] end)
+    assert.are.same({ 6, 2, 4, 3, 5, 1 }, order)
+  end)
+
   it("gives a user's algorithm that trains after sharing the model its own copy first", function()
     -- no combine between the send and the training: the optimizer's in-place step must not reach
     -- the message the node's own inbox still holds, nor may an action's handler
