@@ -263,6 +263,18 @@ static int open_socket(const dpy_fabric *f, const char *addr, int listening, dou
     return fd;
 }
 
+/* The launcher's socket for this process, listening since it chose the port: no other program
+** can take the port before this process starts (two runs started together once drew the same
+** ports, and one failed to listen). */
+static int adopt_listener(int fd, const char *addr, char *err, size_t errlen) {
+    int on = 0;
+    socklen_t len = sizeof on;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) != 0 || !on)
+        return dpy_fail(err, errlen, "listen on %s: descriptor %d is not a listening socket", addr, fd);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);   /* this process's own children do not keep it */
+    return fd;
+}
+
 static conn *add_conn(dpy_fabric *f, int fd, int process) {
     int one = 1, buf = 4 << 20;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -635,7 +647,8 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     const dpy_fabric_opts *o = &f->o;
     if (dpy_auth_init(err, errlen) != 0)
         return -1;
-    f->listen_fd = open_socket(f, o->addresses[o->process], 1, 0, err, errlen);
+    f->listen_fd = o->listener ? adopt_listener(*o->listener, o->addresses[o->process], err, errlen)
+                               : open_socket(f, o->addresses[o->process], 1, 0, err, errlen);
     if (f->listen_fd < 0)
         return -1;
     f->epfd = epoll_create1(EPOLL_CLOEXEC);

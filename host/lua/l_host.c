@@ -129,10 +129,13 @@ static int h_set_threads(lua_State *L) {
     return 0;
 }
 
-/* host.spawn(argv, out_path) -> pid | nil, err: runs argv[1] with stdout and stderr to out_path */
+/* host.spawn(argv, out_path [, fds]) -> pid | nil, err: runs argv[1] with stdout and stderr to
+** out_path, and the descriptors fds[1], fds[2], ... as its 3, 4, ... (the others it holds stay
+** here: they are close-on-exec) */
 static int h_spawn(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *out = luaL_checkstring(L, 2);
+    int nfds = lua_isnoneornil(L, 3) ? 0 : (luaL_checktype(L, 3, LUA_TTABLE), (int)luaL_len(L, 3));
     int n = (int)luaL_len(L, 1);
     luaL_argcheck(L, n >= 1, 1, "empty argv");
     char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
@@ -146,6 +149,11 @@ static int h_spawn(lua_State *L) {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    for (int i = 0; i < nfds; i++) {   /* a dup2 onto itself clears close-on-exec too (glibc) */
+        lua_geti(L, 3, i + 1);
+        posix_spawn_file_actions_adddup2(&fa, (int)luaL_checkinteger(L, -1), 3 + i);
+        lua_pop(L, 1);
+    }
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -233,31 +241,62 @@ static int h_interrupted(lua_State *L) {
     return 1;
 }
 
-/* host.port_free(address, port) -> whether a socket could listen on address:port now (it is
-** bound, as a listener binds it, and closed): true, or false and why */
-static int h_port_free(lua_State *L) {
+/* A socket bound to address:port as a listener binds it (SO_REUSEADDR), listening if asked:
+** its descriptor (close-on-exec), or -1 and errno's message pushed */
+static int bound_socket(lua_State *L, int listening) {
     const char *address = luaL_checkstring(L, 1);
     char port[16];
     snprintf(port, sizeof port, "%d", (int)luaL_checkinteger(L, 2));
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
     int gai = getaddrinfo(address, port, &hints, &res);
     if (gai != 0) {
-        lua_pushboolean(L, 0);
         lua_pushstring(L, gai_strerror(gai));
-        return 2;
+        return -1;
     }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-             bind(fd, res->ai_addr, res->ai_addrlen) == 0;
+             bind(fd, res->ai_addr, res->ai_addrlen) == 0 && (!listening || listen(fd, 128) == 0);
     int e = errno;
+    freeaddrinfo(res);
+    if (ok)
+        return fd;
     if (fd >= 0)
         close(fd);
-    freeaddrinfo(res);
-    lua_pushboolean(L, ok);
-    if (ok)
-        return 1;
     lua_pushstring(L, strerror(e));
-    return 2;
+    return -1;
+}
+
+/* host.port_free(address, port) -> whether a socket could listen on address:port now (it is
+** bound, as a listener binds it, and closed): true, or false and why */
+static int h_port_free(lua_State *L) {
+    int fd = bound_socket(L, 0);
+    if (fd < 0) {
+        lua_pushboolean(L, 0);
+        lua_insert(L, -2);
+        return 2;
+    }
+    close(fd);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* host.listen(address, port) -> fd | nil, err: a socket listening on address:port, held for a
+** child process (host.spawn's fds) so that no other program takes the port before the child
+** starts; host.close(fd) lets it go here */
+static int h_listen(lua_State *L) {
+    int fd = bound_socket(L, 1);
+    if (fd < 0) {
+        luaL_pushfail(L);
+        lua_insert(L, -2);
+        return 2;
+    }
+    lua_pushinteger(L, fd);
+    return 1;
+}
+
+static int h_close(lua_State *L) {
+    close((int)luaL_checkinteger(L, 1));
+    return 0;
 }
 
 /* host.pid() -> this process's id */
@@ -268,7 +307,7 @@ static int h_pid(lua_State *L) {
 
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
-    {"pid", h_pid}, {"port_free", h_port_free}, {"catch_interrupt", h_catch_interrupt},
+    {"pid", h_pid}, {"port_free", h_port_free}, {"listen", h_listen}, {"close", h_close}, {"catch_interrupt", h_catch_interrupt},
     {"interrupted", h_interrupted}, {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {NULL, NULL}};

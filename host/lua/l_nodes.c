@@ -423,7 +423,8 @@ static void futex_buckets_for(size_t threads) {
 ** for a node driven from the calling state (the REPL).
 ** nodes.core.start{ nodes = N, process = p, processes = P, node_process = {uid -> p} (N entries),
 **   uids = {local uids}, ranks = {their order in a round's slots} (default: uid),
-**   addresses = {"host:port", ...} (P > 1), run_id, max_payload, slots,
+**   addresses = {"host:port", ...} (P > 1), listen_fd (this process's, already listening), run_id,
+**   max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
 **   bandwidth, bandwidth_min,
 **   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
@@ -442,6 +443,13 @@ static int n_start(lua_State *L) {
     lua_pop(L, 1);
     lua_getfield(L, 1, "encrypt");
     o.encrypt = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    int listener;   /* an inherited listening socket (dpy-lua node --listen-fd) */
+    lua_getfield(L, 1, "listen_fd");
+    if (!lua_isnil(L, -1)) {
+        listener = (int)luaL_checkinteger(L, -1);
+        o.listener = &listener;
+    }
     lua_pop(L, 1);
     lua_getfield(L, 1, "key_file");
     const char *key_file = luaL_optstring(L, -1, NULL);

@@ -224,6 +224,7 @@ function M.node(args)
   p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
   p:option("--seed", "Seed."):convert(math.tointeger)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
+  p:option("--listen-fd", "A socket listening at this process's address, inherited from the launcher."):convert(math.tointeger)
   p:option("--resume", "Resume from this round's checkpoints, or 'auto': the last round every node "
            .. "checkpointed in --dir.")
   p:flag("--force", "Started by mpirun or srun: replace the run that --dir holds.")
@@ -251,7 +252,7 @@ function M.node(args)
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
                  overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir),
-                 paused = a.paused }
+                 paused = a.paused, listen_fd = a.listen_fd }
   if a.resume then   -- before any process of the run can write a checkpoint
     local why
     opts.resume = math.tointeger(tonumber(a.resume))

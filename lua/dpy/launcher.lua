@@ -86,6 +86,7 @@ function M.host_process(cfg, p, opts, tick)
     node_process = layout.node_process(cfg.nodes, cfg.processes), uids = uids,
     ranks = slot_ranks(cfg, opts.dir, uids),
     addresses = cfg.processes > 1 and (opts.addresses or layout.addresses(cfg, opts.run_id)) or nil,
+    listen_fd = opts.listen_fd,
     run_id = opts.run_id, max_payload = max_payload,
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
@@ -211,8 +212,9 @@ local function spawn_children(cfg, opts)
     end
     if opts.paused then argv[#argv + 1] = "--paused" end
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
-    if not cfg.port then argv[#argv + 1] = "port=" .. opts.port end   -- the ports found free
-    local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p))
+    if not cfg.port then argv[#argv + 1] = "port=" .. opts.port end   -- the ports held
+    argv[#argv + 1] = "--listen-fd=3"   -- its port's socket, listening since the choice
+    local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p), { opts.listeners[p + 1] })
     if not pid then
       for _, c in ipairs(children) do host.kill(c, 15) end
       error("cannot start process " .. p .. ": " .. err, 0)
@@ -362,8 +364,10 @@ function M.run(cfg, opts)
     failed = failures(results)
   else
     M.make_key(opts.dir)
-    opts.port = layout.free_base_port(cfg, opts.run_id)
-    local children = spawn_children(cfg, opts)
+    opts.port, opts.listeners = layout.hold_ports(cfg, opts.run_id)
+    local spawned, children = pcall(spawn_children, cfg, opts)
+    for _, fd in ipairs(opts.listeners) do host.close(fd) end   -- the children hold them now
+    if not spawned then error(children, 0) end
     local codes = watch(cfg, children, bar, function()
       local pr = read_progress(cfg, opts.dir)
       bar:update(M.progress_line(cfg, pr, start))

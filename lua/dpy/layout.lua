@@ -42,20 +42,26 @@ function M.base_port(cfg, run_id)
   return cfg.port or (10000 + run_id % (22000 - (cfg.processes or 1)))
 end
 
---- The first port of a run whose processes all listen on this machine: cfg.port, else the first
--- of up to 64 picks from the run id (hops of a prime) whose cfg.processes ports are all free here
--- (another run on this machine may hold the first pick; a process that cannot listen fails the
--- run), else the first pick.
-function M.free_base_port(cfg, run_id)
-  if cfg.port then return cfg.port end
-  for k = 0, 63 do
-    local base, free = M.base_port(cfg, run_id + k * 7919), true
+--- layout.hold_ports(cfg, run_id) -> base, fds: the ports of a run whose processes all run on this
+-- machine, each one already listening here (fds[p + 1]: process p's, for host.spawn to hand over,
+-- then host.close): cfg.port, else the first of up to 64 picks from the run id (hops of a prime)
+-- where every process's port can listen (another run may hold a pick). Held from the choice on, so
+-- no other run takes one before its process starts: two runs started together drew neighbouring
+-- picks from their run ids, both found them free, and one of their processes failed to listen.
+-- Raises when no pick can be held, naming the port.
+function M.hold_ports(cfg, run_id)
+  local why
+  for k = 0, cfg.port and 0 or 63 do
+    local base, fds = M.base_port(cfg, run_id + k * 7919), {}
     for p = 0, cfg.processes - 1 do
-      if not host.port_free(cfg.host, base + p) then free = false break end
+      local fd, err = host.listen(cfg.host, base + p)
+      if not fd then why = string.format("%s:%d: %s", cfg.host, base + p, err) break end
+      fds[p + 1] = fd
     end
-    if free then return base end
+    if #fds == cfg.processes then return base, fds end
+    for _, fd in ipairs(fds) do host.close(fd) end
   end
-  return M.base_port(cfg, run_id)
+  error((cfg.port and "port: cannot listen on " or "no ports free for the processes (64 picks), the last: ") .. why, 0)
 end
 
 function M.addresses(cfg, run_id)

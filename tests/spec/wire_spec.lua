@@ -82,7 +82,26 @@ describe("the processes' ports", function()
     assert.are.equal(40000, layout.base_port({ port = 40000, processes = 4 }, 1))   -- the config's, as it is
   end)
 
-  it("skip a first pick another run on this machine holds, unless the config names the port", function()
+  it("are held from the choice on: runs of 4 processes started together all finish", function()
+    -- their run ids (clock and pid) were neighbours, and so were the ports drawn from them: both
+    -- launchers found them free, and a process of one run could not listen
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 1") .. "processes = 4\n")
+    local script = {}
+    for k = 1, 3 do
+      script[#script + 1] = string.format("(%s run %s/c.lua --out %s/r%d -q >%s/r%d.txt 2>&1; echo $? >%s/r%d.code) &",
+                                          BIN, dir, dir, k, dir, k, dir, k)
+    end
+    script[#script + 1] = "wait"
+    write_file(dir .. "/together.sh", table.concat(script, "\n") .. "\n")
+    os.execute("sh " .. dir .. "/together.sh")
+    for k = 1, 3 do
+      assert.are.equal("0", (read_file(string.format("%s/r%d.code", dir, k)) or ""):match("%d+"),
+                       read_file(string.format("%s/r%d.txt", dir, k)))
+    end
+  end)
+
+  it("skip a first pick another run on this machine holds, and a named port it holds is an error", function()
     local layout, host = require "dpy.layout", require "dpy.host.core"
     local dir = tmpdir()
     local port = 20000 + math.random(0, 9000)
@@ -99,10 +118,17 @@ describe("the processes' ports", function()
       local free, why = host.port_free("127.0.0.1", port)
       assert.is_false(free)
       assert.matches("in use", why)
-      local base = layout.free_base_port(cfg, id)
+      local base, fds = layout.hold_ports(cfg, id)
       assert.are_not.equal(port - 1, base)
-      for p = 0, 3 do assert.is_true(host.port_free("127.0.0.1", base + p)) end
-      assert.are.equal(port, layout.free_base_port({ processes = 4, host = "127.0.0.1", port = port }, id))
+      assert.are.equal(4, #fds)
+      for p = 0, 3 do   -- held: listening here until closed
+        assert.is_false(host.port_free("127.0.0.1", base + p))
+        host.close(fds[p + 1])
+        assert.is_true(host.port_free("127.0.0.1", base + p))
+      end
+      local named, why2 = pcall(layout.hold_ports, { processes = 4, host = "127.0.0.1", port = port }, id)
+      assert.is_false(named)
+      assert.matches("port: cannot listen on 127.0.0.1:" .. port .. ": Address already in use", why2, 1, true)
     end)
     host.kill(tonumber(read_file(dir .. "/pid")), 15)   -- run A forwards it to its processes
     assert(ok, err)
