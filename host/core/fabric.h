@@ -25,7 +25,7 @@ typedef struct {
     int process, processes;          /* this process's index, and how many there are */
     const int32_t *node_process;     /* uid -> process index (nodes entries; copied) */
     const char *const *addresses;    /* per process "host:port" for tcp (processes > 1) */
-    const int *listener;             /* or NULL: a socket already listening at addresses[process],
+    int listener;                    /* > 0: a socket already listening at addresses[process],
                                      ** inherited from the launcher that chose the port */
     double connect_timeout;          /* seconds for the start barrier */
     const volatile sig_atomic_t *stop; /* or NULL: nonzero (a signal came) ends the wait for peers */

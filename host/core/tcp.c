@@ -265,13 +265,22 @@ static int open_socket(const dpy_fabric *f, const char *addr, int listening, dou
 
 /* The launcher's socket for this process, listening since it chose the port: no other program
 ** can take the port before this process starts (two runs started together once drew the same
-** ports, and one failed to listen). */
+** ports, and one failed to listen). It must listen on the port its peers will dial. */
 static int adopt_listener(int fd, const char *addr, char *err, size_t errlen) {
+    fcntl(fd, F_SETFD, FD_CLOEXEC);   /* this process's own children do not keep it */
     int on = 0;
     socklen_t len = sizeof on;
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) != 0 || !on)
         return dpy_fail(err, errlen, "listen on %s: descriptor %d is not a listening socket", addr, fd);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);   /* this process's own children do not keep it */
+    struct sockaddr_storage sa;
+    socklen_t salen = sizeof sa;
+    const char *colon = strrchr(addr, ':');
+    int want = colon ? atoi(colon + 1) : -1, port = -1;
+    if (getsockname(fd, (struct sockaddr *)&sa, &salen) == 0)
+        port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                              : ((struct sockaddr_in *)&sa)->sin_port);
+    if (port != want)
+        return dpy_fail(err, errlen, "listen on %s: the socket handed down listens on port %d", addr, port);
     return fd;
 }
 
@@ -647,7 +656,7 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     const dpy_fabric_opts *o = &f->o;
     if (dpy_auth_init(err, errlen) != 0)
         return -1;
-    f->listen_fd = o->listener ? adopt_listener(*o->listener, o->addresses[o->process], err, errlen)
+    f->listen_fd = o->listener > 0 ? adopt_listener(o->listener, o->addresses[o->process], err, errlen)
                                : open_socket(f, o->addresses[o->process], 1, 0, err, errlen);
     if (f->listen_fd < 0)
         return -1;

@@ -129,13 +129,12 @@ static int h_set_threads(lua_State *L) {
     return 0;
 }
 
-/* host.spawn(argv, out_path [, fds]) -> pid | nil, err: runs argv[1] with stdout and stderr to
-** out_path, and the descriptors fds[1], fds[2], ... as its 3, 4, ... (the others it holds stay
-** here: they are close-on-exec) */
+/* host.spawn(argv, out_path [, fd]) -> pid | nil, err: runs argv[1] with stdout and stderr to
+** out_path, and descriptor fd as its 3 (the others this process holds stay here: close-on-exec) */
 static int h_spawn(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *out = luaL_checkstring(L, 2);
-    int nfds = lua_isnoneornil(L, 3) ? 0 : (luaL_checktype(L, 3, LUA_TTABLE), (int)luaL_len(L, 3));
+    int fd = (int)luaL_optinteger(L, 3, -1);
     int n = (int)luaL_len(L, 1);
     luaL_argcheck(L, n >= 1, 1, "empty argv");
     char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
@@ -147,13 +146,10 @@ static int h_spawn(lua_State *L) {
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    if (fd >= 0)   /* first, before fd 1 is replaced; onto itself it clears close-on-exec (glibc) */
+        posix_spawn_file_actions_adddup2(&fa, fd, 3);
     posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    for (int i = 0; i < nfds; i++) {   /* a dup2 onto itself clears close-on-exec too (glibc) */
-        lua_geti(L, 3, i + 1);
-        posix_spawn_file_actions_adddup2(&fa, (int)luaL_checkinteger(L, -1), 3 + i);
-        lua_pop(L, 1);
-    }
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attach.h"
 #include "auth.h"
@@ -410,6 +411,9 @@ static int32_t *int_list(lua_State *L, int t, const char *k, size_t n) {
 ** two; older kernels refuse the call, and nothing changes.
 */
 static void futex_buckets_for(size_t threads) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && threads <= (size_t)cpus)   /* the kernel's own size serves */
+        return;
     unsigned long want = 16;
     while (want < 4 * threads && want < (1ul << 16))
         want <<= 1;
@@ -444,13 +448,7 @@ static int n_start(lua_State *L) {
     lua_getfield(L, 1, "encrypt");
     o.encrypt = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    int listener;   /* an inherited listening socket (dpy-lua node --listen-fd) */
-    lua_getfield(L, 1, "listen_fd");
-    if (!lua_isnil(L, -1)) {
-        listener = (int)luaL_checkinteger(L, -1);
-        o.listener = &listener;
-    }
-    lua_pop(L, 1);
+    o.listener = (int)int_field(L, 1, "listen_fd", 0);   /* inherited, listening (dpy-lua node --listen-fd) */
     lua_getfield(L, 1, "key_file");
     const char *key_file = luaL_optstring(L, -1, NULL);
     lua_pop(L, 1);   /* the table keeps the string */

@@ -48,20 +48,26 @@ end
 -- where every process's port can listen (another run may hold a pick). Held from the choice on, so
 -- no other run takes one before its process starts: two runs started together drew neighbouring
 -- picks from their run ids, both found them free, and one of their processes failed to listen.
--- Raises when no pick can be held, naming the port.
+-- Raises, naming the address, when it cannot listen there for another reason than a port in use,
+-- or when no pick is free.
 function M.hold_ports(cfg, run_id)
-  local why
+  local why, in_use
   for k = 0, cfg.port and 0 or 63 do
     local base, fds = M.base_port(cfg, run_id + k * 7919), {}
     for p = 0, cfg.processes - 1 do
       local fd, err = host.listen(cfg.host, base + p)
-      if not fd then why = string.format("%s:%d: %s", cfg.host, base + p, err) break end
+      if not fd then
+        why, in_use = string.format("%s:%d: %s", cfg.host, base + p, err), err:find("in use", 1, true)
+        break
+      end
       fds[p + 1] = fd
     end
     if #fds == cfg.processes then return base, fds end
     for _, fd in ipairs(fds) do host.close(fd) end
+    if not in_use then break end   -- another pick would not help
   end
-  error((cfg.port and "port: cannot listen on " or "no ports free for the processes (64 picks), the last: ") .. why, 0)
+  if cfg.port or not in_use then error((cfg.port and "port" or "host") .. ": cannot listen on " .. why, 0) end
+  error("no free ports for the processes (64 picks from the run id), the last: " .. why, 0)
 end
 
 function M.addresses(cfg, run_id)
