@@ -272,14 +272,16 @@ static int adopt_listener(int fd, const char *addr, char *err, size_t errlen) {
     socklen_t len = sizeof on;
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) != 0 || !on)
         return dpy_fail(err, errlen, "listen on %s: descriptor %d is not a listening socket", addr, fd);
+    char host[256], want[32];
+    if (parse_address(addr, host, sizeof host, want, sizeof want) != 0)
+        return dpy_fail(err, errlen, "'%s' is not host:port", addr);
     struct sockaddr_storage sa;
     socklen_t salen = sizeof sa;
-    const char *colon = strrchr(addr, ':');
-    int want = colon ? atoi(colon + 1) : -1, port = -1;
+    int port = -1;
     if (getsockname(fd, (struct sockaddr *)&sa, &salen) == 0)
         port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                               : ((struct sockaddr_in *)&sa)->sin_port);
-    if (port != want)
+    if (port != atoi(want))
         return dpy_fail(err, errlen, "listen on %s: the socket handed down listens on port %d", addr, port);
     return fd;
 }
