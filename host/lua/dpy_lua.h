@@ -9,6 +9,7 @@
 #include <lua.h>
 #include <signal.h>
 #include <stddef.h>
+#include <sys/types.h>   /* pid_t */
 
 #include "dpy_torch.h"
 
@@ -93,6 +94,8 @@ int luaopen_dpy_data_core(lua_State *L);
 int luaopen_dpy_host_core(lua_State *L);
 /* The flag host.catch_interrupt's handler sets to the first signal's number (0: none yet). */
 const volatile sig_atomic_t *dpy_host_interrupt_flag(void);
+/* Clears that flag (a forked child starts without its parent's signal). */
+void dpy_host_forget_interrupt(void);
 int luaopen_dpy_nodes_core(lua_State *L);
 int luaopen_dpy_codec_core(lua_State *L);
 int luaopen_dpy_sparse_core(lua_State *L);
@@ -100,6 +103,15 @@ int luaopen_dpy_aggregate_core(lua_State *L);
 int luaopen_dpy_ssh_core(lua_State *L);
 int luaopen_dpy_crypto_core(lua_State *L);
 int luaopen_dpy_attach_core(lua_State *L);
+
+/* {==== child processes (spawn.c) ====} */
+
+/* Called by main once the libraries are loaded: main_fn runs a command line as main does, on a
+** fresh Lua state, in a child forked to run this program (dpy_spawn). */
+void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **));
+/* Starts argv[0] with stdout and stderr to the file out and descriptor fd (>= 0) as its 3; the
+** others this process holds stay here. 0 and *pid, or an errno. */
+int dpy_spawn(char *const argv[], const char *out, int fd, pid_t *pid);
 
 /* {==== the allocator (heap.c) ====} */
 

@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <netdb.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +13,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #include "dpy_core.h"
 #include "dpy_lua.h"
@@ -130,7 +127,7 @@ static int h_set_threads(lua_State *L) {
 }
 
 /* host.spawn(argv, out_path [, fd]) -> pid | nil, err: runs argv[1] with stdout and stderr to
-** out_path, and descriptor fd as its 3 (the others this process holds stay here: close-on-exec) */
+** out_path, and descriptor fd as its 3 (the others this process holds stay here); spawn.c */
 static int h_spawn(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *out = luaL_checkstring(L, 2);
@@ -144,15 +141,8 @@ static int h_spawn(lua_State *L) {
         lua_pop(L, 1);   /* the table keeps the string */
     }
     argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (fd >= 0)   /* first, before fd 1 is replaced; onto itself it clears close-on-exec (glibc) */
-        posix_spawn_file_actions_adddup2(&fa, fd, 3);
-    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    int rc = dpy_spawn(argv, out, fd, &pid);
     if (rc != 0) {
         luaL_pushfail(L);
         lua_pushstring(L, strerror(rc));
@@ -228,6 +218,8 @@ static int h_catch_interrupt(lua_State *L) {
 }
 
 const volatile sig_atomic_t *dpy_host_interrupt_flag(void) { return &g_interrupted; }
+
+void dpy_host_forget_interrupt(void) { g_interrupted = 0; }
 
 static int h_interrupted(lua_State *L) {
     if (g_interrupted)
