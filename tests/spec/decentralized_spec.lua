@@ -24,6 +24,27 @@ describe("decentralized runs", function()
     end
   end)
 
+  it("forks its processes, libraries loaded: a fraction of the CPU of executing them, the same numbers #e2e", function()
+    -- bash's time: the CPU of the launcher and its 4 processes, waited for; DPY_FORK=0 executes them
+    local function timed(env)
+      local dir = tmpdir()
+      write_file(dir .. "/c.lua", TINY .. "rounds = 1\nprocesses = 4\n")
+      local code, _, err = sh(string.format("%s bash -c 'TIMEFORMAT=\"cpu %%U %%S\"; time %s run %s/c.lua --out %s/out -q'",
+                                            env, BIN, dir, dir))
+      assert.are.equal(0, code, err)
+      local user, sys = err:match("cpu ([%d.]+) ([%d.]+)")
+      return tonumber(user) + tonumber(sys), dir .. "/out"
+    end
+    local exec_cpu, exec_out = timed("DPY_FORK=0")
+    local fork_cpu, fork_out = timed("")
+    assert.is_true(fork_cpu < 0.6 * exec_cpu, string.format("forked %.2f s of CPU, executed %.2f", fork_cpu, exec_cpu))
+    for uid = 0, 3 do
+      assert.are.equal(read_file(string.format("%s/%d.model.pt", exec_out, uid)),
+                       read_file(string.format("%s/%d.model.pt", fork_out, uid)))
+      assert.are.same(node_metrics(exec_out, uid).train_loss, node_metrics(fork_out, uid).train_loss)
+    end
+  end)
+
   it("records per-round metrics and exact byte counts", function()
     local code, _, err, out = run(TINY)
     assert.are.equal(0, code, err)
