@@ -29,8 +29,9 @@ describe("decentralized runs", function()
     local function timed(env)
       local dir = tmpdir()
       write_file(dir .. "/c.lua", TINY .. "rounds = 1\nprocesses = 4\n")
-      local code, _, err = sh(string.format("%s bash -c 'TIMEFORMAT=\"cpu %%U %%S\"; time %s run %s/c.lua --out %s/out -q'",
-                                            env, BIN, dir, dir))
+      local code, _, err = sh(string.format(
+        "%s bash -c 'TIMEFORMAT=\"cpu %%U %%S\"; time %s run %s/c.lua --out %s/out -q'",
+        env, BIN, dir, dir))
       assert.are.equal(0, code, err)
       local user, sys = err:match("cpu ([%d.]+) ([%d.]+)")
       return tonumber(user) + tonumber(sys), dir .. "/out"
