@@ -450,6 +450,5 @@ int main(int argc, char **argv) {
     ** to clean up, and libtorch's static destructors unregister its thousands of operators one
     ** by one (0.1 s of CPU a process; in a forked child, whose registry is the parent's pages
     ** copied on write, several times that). */
-    fflush(NULL);
-    _exit(code);
+    dpy_exit(code);
 }

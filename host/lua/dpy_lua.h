@@ -112,6 +112,9 @@ void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **));
 /* Starts argv[0] with stdout and stderr to the file out and descriptor fd (>= 0) as its 3; the
 ** others this process holds stay here. 0 and *pid, or an errno. */
 int dpy_spawn(char *const argv[], const char *out, int fd, pid_t *pid);
+/* Ends the process without the libraries' exit handlers (stdio flushed; the sanitizer's leak
+** check kept): see main.c. */
+_Noreturn void dpy_exit(int code);
 
 /* {==== the allocator (heap.c) ====} */
 

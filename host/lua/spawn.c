@@ -16,10 +16,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "dpy_lua.h"
+
+#if defined(__SANITIZE_ADDRESS__) && __has_include(<sanitizer/lsan_interface.h>)
+#include <sanitizer/lsan_interface.h>
+#define LEAK_CHECK() __lsan_do_leak_check()   /* what exit would have done (ASAN_OPTIONS) */
+#else
+#define LEAK_CHECK() ((void)0)
+#endif
 
 extern char **environ;
 
@@ -80,6 +88,11 @@ static void set_title(char *const argv[]) {
             return;
         *e = copy;
     }
+    char *name = strdup(program_invocation_name);   /* glibc's, for its messages: argv[0] */
+    if (!name)
+        return;
+    program_invocation_name = name;
+    program_invocation_short_name = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
     size_t n = 0;
     for (int i = 0; argv[i] && n + 1 < g_title_room; i++) {
         if (i > 0)
@@ -93,38 +106,71 @@ static void set_title(char *const argv[]) {
     memset(g_title + n, 0, g_title_room - n);
 }
 
+void dpy_exit(int code) {
+    fflush(NULL);
+    LEAK_CHECK();
+    _exit(code);
+}
+
+/* Closes every descriptor from first on (the parent's files: other processes' sockets). */
+static void close_from(int first) {
+    if (close_range((unsigned)first, ~0U, 0) == 0)
+        return;
+    DIR *d = opendir("/proc/self/fd");   /* a kernel before 5.9, or a filter that refuses it */
+    if (!d)
+        return;
+    int mine = dirfd(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        int n = atoi(e->d_name);
+        if (n >= first && n != mine)
+            close(n);
+    }
+    closedir(d);
+}
+
 /* In the forked child: what an exec would have given it, then the command. Never returns. */
-static void run_child(char *const argv[], int out, int fd) {
+static void run_child(char *const argv[], int out, int fd, const sigset_t *mask) {
     if (dup2(out, 1) < 0 || dup2(1, 2) < 0 || (fd >= 0 && dup2(fd, 3) < 0))
         _exit(127);
-    close_range(fd >= 0 ? 4 : 3, ~0U, 0);   /* the parent's files: other processes' sockets */
+    close_from(fd >= 0 ? 4 : 3);
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
     signal(SIGTERM, SIG_DFL);
     dpy_host_forget_interrupt();
+    sigprocmask(SIG_SETMASK, mask, NULL);   /* blocked since the fork: none went to the handlers */
     set_title(argv);
     int argc = 0;
     while (argv[argc])
         argc++;
-    int code = g_main(argc, (char **)argv);
-    fflush(NULL);
-    _exit(code);   /* as main does: no exit handlers */
+    dpy_exit(g_main(argc, (char **)argv));
+}
+
+/* 0 and *pid; -1 when fork failed (posix_spawn may still succeed); else an errno. */
+static int fork_child(char *const argv[], const char *out, int fd, pid_t *pid) {
+    if (fd >= 0 && fcntl(fd, F_GETFD) < 0)
+        return errno;   /* as posix_spawn's dup2 would say */
+    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o < 0)
+        return errno;
+    fflush(NULL);   /* else the child writes this process's buffered output again */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &old);
+    pid_t p = fork();
+    if (p == 0)
+        run_child(argv, o, fd, &old);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(o);
+    if (p < 0)
+        return -1;
+    *pid = p;
+    return 0;
 }
 
 int dpy_spawn(char *const argv[], const char *out, int fd, pid_t *pid) {
     if (can_fork(argv[0])) {
-        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (o < 0)
-            return errno;
-        fflush(NULL);   /* else the child writes this process's buffered output again */
-        pid_t p = fork();
-        if (p == 0)
-            run_child(argv, o, fd);
-        int e = errno;
-        close(o);
-        if (p < 0)
-            return e;
-        *pid = p;
-        return 0;
+        int rc = fork_child(argv, out, fd, pid);
+        if (rc >= 0)
+            return rc;
     }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);

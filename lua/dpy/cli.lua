@@ -167,6 +167,7 @@ function M.run(args)
   local opts = { dir = dir, source = source, included = included, argv = { "run", table.unpack(args) },
                  quiet = a.quiet, config = config_path, overrides = overrides, force = a.force,
                  rerun_of = rerun and rerun.dir, paused = a.paused }
+  if cfg.nodes and cfg.processes > 1 then require("dpy.launcher").hold_threads() end   -- until they fork
   local checked, err = pcall(experiment.check, cfg, opts)
   if not checked then   -- the graph, the files the config names, an --out that holds a run
     io.stderr:write("dpy-lua: ", tostring(err), "\n")

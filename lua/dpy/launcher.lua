@@ -341,6 +341,22 @@ function M.record_attached(cfg, dir)
   return #list
 end
 
+-- A run of several processes forks them from this one (host/lua/spawn.c), which it cannot once
+-- libgomp has started its threads here (a full dataset's partition did): until then this process
+-- works on one thread, and gives the processes the threads back.
+local held
+function M.hold_threads()
+  if not held then
+    held = host.versions().threads
+    host.set_threads(1)
+  end
+end
+
+local function release_threads()
+  if held then host.set_threads(held) end
+  held = nil
+end
+
 --- Runs the experiment; opts = { dir, config (path), overrides, exe, quiet, resume = round }.
 -- Returns the summary (summary.interrupted = { signal, number, round } when a signal stopped it);
 -- raises naming the failed nodes.
@@ -348,6 +364,7 @@ function M.run(cfg, opts)
   local bar = progress.new { quiet = opts.quiet }
   local start = host.clock()
   opts.t0 = opts.t0 or start
+  if cfg.processes > 1 then M.hold_threads() end
   local info = layout.prepare(cfg, opts.dir, opts.layout)   -- what experiment.check built, if it ran
   opts.layout = nil
   if info.spectral_gap then
@@ -355,6 +372,7 @@ function M.run(cfg, opts)
   end
   local failed, round = {}, 0
   host.catch_interrupt()
+  release_threads()
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
       local pr = group:progress()
