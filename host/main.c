@@ -422,8 +422,7 @@ static int run_command(int argc, char **argv) {
     } else {
         code = run_interpreter(L, argv, argc);
     }
-    lua_close(L);   /* every __gc runs while libtorch is alive */
-    fflush(stdout);
+    lua_close(L);   /* every __gc runs while libtorch is alive; dpy_exit flushes stdio */
     return code;
 }
 
