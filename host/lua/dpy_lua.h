@@ -109,9 +109,14 @@ int luaopen_dpy_attach_core(lua_State *L);
 /* Called by main once the libraries are loaded: main_fn runs a command line as main does, on a
 ** fresh Lua state, in a child forked to run this program (dpy_spawn). */
 void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **));
-/* Starts argv[0] with stdout and stderr to the file out and descriptor fd (>= 0) as its 3; the
-** others this process holds stay here. 0 and *pid, or an errno. */
-int dpy_spawn(char *const argv[], const char *out, int fd, pid_t *pid);
+/* What a child gets: stdout to the file out, stderr to err (NULL: out too), descriptor fd
+** (>= 0) as its 3, the others this process holds staying here; it starts in dir (NULL: here). */
+typedef struct {
+    const char *out, *err, *dir;
+    int fd;
+} dpy_spawn_io;
+/* Starts argv[0] with io: 0 and *pid, or an errno. */
+int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid);
 /* Ends the process without the libraries' exit handlers (stdio flushed; the sanitizer's leak
 ** check kept): see main.c. */
 _Noreturn void dpy_exit(int code);

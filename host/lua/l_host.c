@@ -126,12 +126,21 @@ static int h_set_threads(lua_State *L) {
     return 0;
 }
 
-/* host.spawn(argv, out_path [, fd]) -> pid | nil, err: runs argv[1] with stdout and stderr to
-** out_path, and descriptor fd as its 3 (the others this process holds stay here); spawn.c */
+/* host.spawn(argv, out_path [, {fd =, err =, dir =}]) -> pid | nil, err: runs argv[1] with stdout
+** and stderr to out_path (stderr to the path err when given), descriptor fd as its 3 (the others
+** this process holds stay here), in the directory dir; spawn.c */
 static int h_spawn(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    const char *out = luaL_checkstring(L, 2);
-    int fd = (int)luaL_optinteger(L, 3, -1);
+    dpy_spawn_io io = {.out = luaL_checkstring(L, 2), .fd = -1};
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        lua_getfield(L, 3, "fd");
+        io.fd = (int)luaL_optinteger(L, -1, -1);
+        lua_getfield(L, 3, "err");
+        io.err = luaL_optstring(L, -1, NULL);
+        lua_getfield(L, 3, "dir");
+        io.dir = luaL_optstring(L, -1, NULL);   /* the strings stay on the stack until we return */
+    }
     int n = (int)luaL_len(L, 1);
     luaL_argcheck(L, n >= 1, 1, "empty argv");
     char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
@@ -142,7 +151,7 @@ static int h_spawn(lua_State *L) {
     }
     argv[n] = NULL;
     pid_t pid;
-    int rc = dpy_spawn(argv, out, fd, &pid);
+    int rc = dpy_spawn(argv, &io, &pid);
     if (rc != 0) {
         luaL_pushfail(L);
         lua_pushstring(L, strerror(rc));

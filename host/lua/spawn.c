@@ -34,6 +34,7 @@ extern char **environ;
 
 static int (*g_main)(int, char **);
 static int g_threads;          /* the threads this process had when its main began */
+static int g_torch_threads;    /* the intra-op threads main gave libtorch */
 static char *g_title;          /* the original argv and environment strings, end to end */
 static size_t g_title_room;
 
@@ -54,6 +55,7 @@ static int thread_count(void) {
 void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **)) {
     g_main = main_fn;
     g_threads = thread_count();
+    g_torch_threads = dpy_torch_num_threads();
     /* where the kernel reads the command line from: argv's strings, then the environment's
     ** when they follow (a child's title may run over into them once they are copied away) */
     char *end = argv[0] + strlen(argv[0]) + 1;
@@ -130,13 +132,15 @@ static void close_from(int first) {
 }
 
 /* In the forked child: what an exec would have given it, then the command. Never returns. */
-static void run_child(char *const argv[], int out, int fd, const sigset_t *mask) {
-    if (dup2(out, 1) < 0 || dup2(1, 2) < 0 || (fd >= 0 && dup2(fd, 3) < 0))
+static void run_child(char *const argv[], int out, int err, const dpy_spawn_io *io, const sigset_t *mask) {
+    if (dup2(out, 1) < 0 || dup2(err >= 0 ? err : 1, 2) < 0 || (io->fd >= 0 && dup2(io->fd, 3) < 0) ||
+        (io->dir && chdir(io->dir) != 0))
         _exit(127);
-    close_from(fd >= 0 ? 4 : 3);
+    close_from(io->fd >= 0 ? 4 : 3);
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
     signal(SIGTERM, SIG_DFL);
     dpy_host_forget_interrupt();
+    dpy_torch_set_threads(g_torch_threads);   /* main's count: the parent may have changed its own */
     sigprocmask(SIG_SETMASK, mask, NULL);   /* blocked since the fork: none went to the handlers */
     set_title(argv);
     int argc = 0;
@@ -145,40 +149,57 @@ static void run_child(char *const argv[], int out, int fd, const sigset_t *mask)
     dpy_exit(g_main(argc, (char **)argv));
 }
 
+static int open_output(const char *path) {
+    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
 /* 0 and *pid; -1 when fork failed (posix_spawn may still succeed); else an errno. */
-static int fork_child(char *const argv[], const char *out, int fd, pid_t *pid) {
-    if (fd >= 0 && fcntl(fd, F_GETFD) < 0)
+static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
+    if (io->fd >= 0 && fcntl(io->fd, F_GETFD) < 0)
         return errno;   /* as posix_spawn's dup2 would say */
-    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (o < 0)
+    int out = open_output(io->out);
+    if (out < 0)
         return errno;
+    int err = io->err ? open_output(io->err) : -1;
+    if (io->err && err < 0) {
+        int e = errno;
+        close(out);
+        return e;
+    }
     fflush(NULL);   /* else the child writes this process's buffered output again */
     sigset_t all, old;
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, &old);
     pid_t p = fork();
     if (p == 0)
-        run_child(argv, o, fd, &old);
+        run_child(argv, out, err, io, &old);
     sigprocmask(SIG_SETMASK, &old, NULL);
-    close(o);
+    close(out);
+    if (err >= 0)
+        close(err);
     if (p < 0)
         return -1;
     *pid = p;
     return 0;
 }
 
-int dpy_spawn(char *const argv[], const char *out, int fd, pid_t *pid) {
+int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
     if (can_fork(argv[0])) {
-        int rc = fork_child(argv, out, fd, pid);
+        int rc = fork_child(argv, io, pid);
         if (rc >= 0)
             return rc;
     }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    if (fd >= 0)   /* first, before fd 1 is replaced; onto itself it clears close-on-exec (glibc) */
-        posix_spawn_file_actions_adddup2(&fa, fd, 3);
-    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (io->fd >= 0)   /* first, before fd 1 is replaced; onto itself it clears close-on-exec (glibc) */
+        posix_spawn_file_actions_adddup2(&fa, io->fd, 3);
+    posix_spawn_file_actions_addopen(&fa, 1, io->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (io->err)
+        posix_spawn_file_actions_addopen(&fa, 2, io->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    else
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (io->dir)   /* after the opens: relative paths name files here, as in the forked child */
+        posix_spawn_file_actions_addchdir_np(&fa, io->dir);
     int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     return rc;

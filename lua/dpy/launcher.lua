@@ -214,7 +214,8 @@ local function spawn_children(cfg, opts)
     for _, o in ipairs(opts.overrides or {}) do argv[#argv + 1] = o end
     if not cfg.port then argv[#argv + 1] = "port=" .. opts.port end   -- the ports held
     argv[#argv + 1] = "--listen-fd=3"   -- its port's socket, listening since the choice
-    local pid, err = host.spawn(argv, string.format("%s/process-%d.out", opts.dir, p), opts.listeners[p + 1])
+    local out = string.format("%s/process-%d.out", opts.dir, p)
+    local pid, err = host.spawn(argv, out, { fd = opts.listeners[p + 1] })
     if not pid then
       for _, c in ipairs(children) do host.kill(c, 15) end
       error("cannot start process " .. p .. ": " .. err, 0)
