@@ -138,8 +138,9 @@ describe("decentralized runs", function()
   end)
 
   it("gives a parameter server's workers the batches, targets and loss of a node's training", function()
-    -- local_epochs: a worker's shard of 667 samples is 42 batches of 16, the run of local_steps = 42
-    local one = "algorithm = 'ps'\nrounds = 1\n"
+    -- local_epochs: a worker's shard of 667 samples is 42 batches of 16, the run of local_steps = 42;
+    -- the server waits for 3 workers' 42 steps on one process (20 s under the sanitizers, loaded)
+    local one = "algorithm = 'ps'\nrounds = 1\npeer_timeout = 90\n"
     local _, _, err, epoch = run(TINY .. one .. "local_epochs = 1\n")
     local _, _, err2, steps = run(TINY .. one .. "local_steps = 42\n")
     assert.are.equal(read_file(steps .. "/0.model.pt"), read_file(epoch .. "/0.model.pt"), err .. err2)
