@@ -140,7 +140,6 @@ static void run_child(char *const argv[], int out, int err, const dpy_spawn_io *
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
     signal(SIGTERM, SIG_DFL);
     dpy_host_forget_interrupt();
-    dpy_torch_set_threads(g_torch_threads);   /* main's count: the parent may have changed its own */
     sigprocmask(SIG_SETMASK, mask, NULL);   /* blocked since the fork: none went to the handlers */
     set_title(argv);
     int argc = 0;
@@ -184,11 +183,17 @@ static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
 }
 
 int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
-    if (can_fork(argv[0])) {
-        int rc = fork_child(argv, io, pid);
-        if (rc >= 0)
-            return rc;
-    }
+    /* A process working on fewer threads than main gave it (launcher.lua, the specs' runner) has
+    ** stopped libtorch's pool threads: they come back for the count that can_fork checks, and the
+    ** child starts with main's count, as an executed one would. */
+    int threads = dpy_torch_num_threads();
+    if (threads != g_torch_threads)
+        dpy_torch_set_threads(g_torch_threads);
+    int rc = can_fork(argv[0]) ? fork_child(argv, io, pid) : -1;
+    if (threads != g_torch_threads)
+        dpy_torch_set_threads(threads);
+    if (rc >= 0)
+        return rc;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     if (io->fd >= 0)   /* first, before fd 1 is replaced; onto itself it clears close-on-exec (glibc) */
@@ -200,7 +205,7 @@ int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (io->dir)   /* after the opens: relative paths name files here, as in the forked child */
         posix_spawn_file_actions_addchdir_np(&fa, io->dir);
-    int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
+    rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     return rc;
 }

@@ -77,6 +77,9 @@ local function forked(argv, dir, out, err)
 end
 
 local FORK = os.getenv("DPY_TEST_FORK") ~= "0"
+-- The specs' own tensor work on one thread: once libgomp has started its pool here, spawn.c can
+-- no longer fork (a forked child gets main's thread count back).
+if FORK then host.set_threads(1) end
 
 --- Runs a shell command; returns its exit code, stdout and stderr.
 function sh(cmd)
