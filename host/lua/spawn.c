@@ -6,8 +6,8 @@
 ** forked from this process, already loaded, and runs the command on a fresh Lua state as an
 ** executed one would (dpy_spawn_init's main). It is executed instead when this process has
 ** started threads since it was loaded (a forked child would hold only this one, and libgomp's
-** pool, once started, does not survive a fork: launcher.lua keeps it from starting), when the
-** fork fails, or when DPY_FORK=0.
+** pool, once started, does not survive a fork: launcher.lua and the specs' runner work on one
+** thread so that it never starts), when the fork fails, or when DPY_FORK=0.
 */
 #define _GNU_SOURCE
 #include <dirent.h>
