@@ -111,8 +111,10 @@ for seed = 1, seeds do
       local f = assert(io.open(dir .. ".lua", "w"))
       f:write(config(v, seed, rounds))
       f:close()
-      local ok = os.execute(string.format("rm -rf %q && %q run %q.lua --out %q -q >%q.out 2>&1", dir, bin, dir, dir,
-                                          dir))
+      os.execute("rm -rf " .. require("dpy.paths").shell_quote(dir))
+      -- forked from this process, libraries loaded (host.spawn), as dpy-lua run starts its processes
+      local pid = assert(host.spawn({ bin, "run", dir .. ".lua", "--out", dir, "-q" }, dir .. ".out"))
+      local ok = host.wait(pid) == 0
       -- a run whose every node diverged exits 1 but is finished: a result, not a failure
       if not (ok or finished(dir, v, seed)) then
         error(string.format("%s, seed %d: the run failed (see %s.out)", v.label, seed, dir), 0)

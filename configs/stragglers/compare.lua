@@ -84,7 +84,9 @@ for _, v in ipairs(variants) do
                         .. "test_samples = 2000\n%s%s", base, nodes, rounds, local_steps,
                         real and "stragglers = { fraction = 0.1, slowdown = 4 }\n" or "", v.lines))
   f:close()
-  if not os.execute(string.format("%q run %q --out %q -q >%q.out 2>&1", bin, cfg, dir, dir)) then
+  -- forked from this process, libraries loaded (host.spawn), as dpy-lua run starts its processes
+  local pid = assert(host.spawn({ bin, "run", cfg, "--out", dir, "-q" }, dir .. ".out"))
+  if host.wait(pid) ~= 0 then
     error(string.format("%s: the run failed (see %s.out)", v.label, dir), 0)
   end
   local curve, late = read_run(dir)

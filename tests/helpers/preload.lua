@@ -117,7 +117,7 @@ end
 
 --- A 4-node ring run of 3 short rounds on a slice of Fashion-MNIST: seconds, not minutes.
 TINY_RUN = "seed = 2\nnodes = 4\ngraph = 'ring'\nrounds = 3\nlocal_steps = 3\nbatch_size = 16\n"
-           .. "train_samples = 2000\ntest_samples = 200\neval_every = 1\npeer_timeout = 20\n"
+           .. "train_samples = 2000\ntest_samples = 100\neval_every = 1\npeer_timeout = 20\n"
 
 --- Runs a config given as text; returns exit code, stdout, stderr and the run directory.
 function run_config(config_text, extra)
