@@ -134,12 +134,16 @@ static int h_spawn(lua_State *L) {
     dpy_spawn_io io = {.out = luaL_checkstring(L, 2), .fd = -1};
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
-        lua_getfield(L, 3, "fd");
-        io.fd = (int)luaL_optinteger(L, -1, -1);
-        lua_getfield(L, 3, "err");
-        io.err = luaL_optstring(L, -1, NULL);
-        lua_getfield(L, 3, "dir");
-        io.dir = luaL_optstring(L, -1, NULL);   /* the strings stay on the stack until we return */
+        int isnum = 1;
+        if (lua_getfield(L, 3, "fd") != LUA_TNIL)
+            io.fd = (int)lua_tointegerx(L, -1, &isnum);
+        luaL_argcheck(L, isnum, 3, "fd must be an integer");
+        int t = lua_getfield(L, 3, "err");   /* the strings stay on the stack until we return */
+        luaL_argcheck(L, t == LUA_TNIL || t == LUA_TSTRING, 3, "err must be a path");
+        io.err = lua_tostring(L, -1);
+        t = lua_getfield(L, 3, "dir");
+        luaL_argcheck(L, t == LUA_TNIL || t == LUA_TSTRING, 3, "dir must be a path");
+        io.dir = lua_tostring(L, -1);
     }
     int n = (int)luaL_len(L, 1);
     luaL_argcheck(L, n >= 1, 1, "empty argv");

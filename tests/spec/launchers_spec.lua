@@ -123,3 +123,21 @@ describe("rendezvous", function()
     end
   end)
 end)
+
+describe("host.spawn", function()
+  local host = require "dpy.host.core"
+
+  it("gives the child its output and error files and its directory, forked or executed alike", function()
+    local dir = tmpdir()
+    local lua = "io.write(require('dpy.host.core').cwd()) io.stderr:write('E') os.exit(3)"
+    for _, argv in ipairs { { DPY_BIN, "-e", lua },                        -- this program: forked
+                            { "/bin/sh", "-c", "printf %s \"$PWD\"; printf E >&2; exit 3" } } do
+      local pid = assert(host.spawn(argv, dir .. "/o", { err = dir .. "/e", dir = dir }))
+      assert.are.equal(3, wait_exit(pid))
+      assert.are.equal(dir, read_file(dir .. "/o"))
+      assert.are.equal("E", read_file(dir .. "/e"))
+    end
+    assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { fd = "x" }) end,
+                     "bad argument #3 to 'spawn' (fd must be an integer)")
+  end)
+end)
