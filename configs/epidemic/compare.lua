@@ -15,6 +15,7 @@
 local host = require "dpy.host.core"
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
+local rundir = require "dpy.rundir"
 
 local nodes = math.tointeger(tonumber(arg and arg[1])) or 64
 local s = math.tointeger(tonumber(arg and arg[2])) or 7
@@ -111,7 +112,7 @@ for seed = 1, seeds do
       local f = assert(io.open(dir .. ".lua", "w"))
       f:write(config(v, seed, rounds))
       f:close()
-      os.execute("rm -rf " .. require("dpy.paths").shell_quote(dir))
+      rundir.remove(dir)
       -- forked from this process, libraries loaded (host.spawn), as dpy-lua run starts its processes
       local pid = assert(host.spawn({ bin, "run", dir .. ".lua", "--out", dir, "-q" }, dir .. ".out"))
       local ok = host.wait(pid) == 0

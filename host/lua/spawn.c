@@ -7,7 +7,9 @@
 ** executed one would (dpy_spawn_init's main). It is executed instead when this process has
 ** started threads since it was loaded (a forked child would hold only this one, and libgomp's
 ** pool, once started, does not survive a fork: launcher.lua and the specs' runner work on one
-** thread so that it never starts), when the fork fails, or when DPY_FORK=0.
+** thread so that it never starts), when the fork fails, when argv[0] is relative and the child
+** starts in another directory, or when DPY_FORK=0. Either way the output files are opened here
+** (a relative path names a file in this directory) before the child moves to its own.
 */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -74,10 +76,12 @@ static int is_self(const char *path) {
            a.st_ino == b.st_ino;
 }
 
-static int can_fork(const char *path) {
+/* Whether the child may be forked, threads aside: argv[0] is this program (a relative one named
+** from here, so only when the child stays here) and DPY_FORK is not 0. */
+static int may_fork(const char *path, const char *dir) {
     const char *env = getenv("DPY_FORK");
-    return g_main && !(env && strcmp(env, "0") == 0) && g_threads > 0 &&
-           thread_count() == g_threads && is_self(path);
+    return g_main && !(env && strcmp(env, "0") == 0) && g_threads > 0 && (path[0] == '/' || !dir) &&
+           is_self(path);
 }
 
 /* The child's command line in place of this process's (ps, pgrep -f and /proc/PID/cmdline show
@@ -131,12 +135,14 @@ static void close_from(int first) {
     closedir(d);
 }
 
-/* In the forked child: what an exec would have given it, then the command. Never returns. */
-static void run_child(char *const argv[], int out, int err, const dpy_spawn_io *io, const sigset_t *mask) {
-    if (dup2(out, 1) < 0 || dup2(err >= 0 ? err : 1, 2) < 0 || (io->fd >= 0 && dup2(io->fd, 3) < 0) ||
-        (io->dir && chdir(io->dir) != 0))
+/* In the forked child: what an exec would have given it, then the command. Never returns. The
+** files come from fork_child at 4 and above, so fd goes to 3 first, as posix_spawn's does. */
+static void run_child(char *const argv[], const int files[3], int fd, const sigset_t *mask) {
+    const int out = files[0], err = files[1], dir = files[2];
+    if ((fd >= 0 && dup2(fd, 3) < 0) || dup2(out, 1) < 0 || dup2(err >= 0 ? err : 1, 2) < 0 ||
+        (dir >= 0 && fchdir(dir) != 0))
         _exit(127);
-    close_from(io->fd >= 0 ? 4 : 3);
+    close_from(fd >= 0 ? 4 : 3);
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
     signal(SIGTERM, SIG_DFL);
     dpy_host_forget_interrupt();
@@ -148,50 +154,63 @@ static void run_child(char *const argv[], int out, int err, const dpy_spawn_io *
     dpy_exit(g_main(argc, (char **)argv));
 }
 
-static int open_output(const char *path) {
-    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+/* open(2) at descriptor 4 or above (clear of the child's 0 to 3), close-on-exec; -1 and errno. */
+static int open_above_3(const char *path, int flags) {
+    int f = open(path, flags | O_CLOEXEC, 0644);
+    if (f < 0 || f > 3)
+        return f;
+    int moved = fcntl(f, F_DUPFD_CLOEXEC, 4);
+    int e = errno;
+    close(f);
+    errno = e;
+    return moved;
 }
 
-/* 0 and *pid; -1 when fork failed (posix_spawn may still succeed); else an errno. */
+/* 0 and *pid; -1 when fork failed (posix_spawn may still succeed); else an errno, as posix_spawn
+** would give it (a bad fd, an output or a directory that cannot be opened). */
 static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
     if (io->fd >= 0 && fcntl(io->fd, F_GETFD) < 0)
-        return errno;   /* as posix_spawn's dup2 would say */
-    int out = open_output(io->out);
-    if (out < 0)
         return errno;
-    int err = io->err ? open_output(io->err) : -1;
-    if (io->err && err < 0) {
-        int e = errno;
-        close(out);
-        return e;
+    const int out_flags = O_WRONLY | O_CREAT | O_TRUNC;
+    int files[3] = {-1, -1, -1}, rc = 0;   /* out, err, dir: opened here, relative paths named here */
+    if ((files[0] = open_above_3(io->out, out_flags)) < 0 ||
+        (io->err && (files[1] = open_above_3(io->err, out_flags)) < 0) ||
+        (io->dir && (files[2] = open_above_3(io->dir, O_PATH | O_DIRECTORY)) < 0))
+        rc = errno;
+    if (rc == 0) {
+        fflush(NULL);   /* else the child writes this process's buffered output again */
+        sigset_t all, old;
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &old);
+        pid_t p = fork();
+        if (p == 0)
+            run_child(argv, files, io->fd, &old);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        if (p < 0)
+            rc = -1;
+        else
+            *pid = p;
     }
-    fflush(NULL);   /* else the child writes this process's buffered output again */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, &old);
-    pid_t p = fork();
-    if (p == 0)
-        run_child(argv, out, err, io, &old);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    close(out);
-    if (err >= 0)
-        close(err);
-    if (p < 0)
-        return -1;
-    *pid = p;
-    return 0;
+    for (int i = 0; i < 3; i++)
+        if (files[i] >= 0)
+            close(files[i]);
+    return rc;
 }
 
 int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
-    /* A process working on fewer threads than main gave it (launcher.lua, the specs' runner) has
-    ** stopped libtorch's pool threads: they come back for the count that can_fork checks, and the
-    ** child starts with main's count, as an executed one would. */
-    int threads = dpy_torch_num_threads();
-    if (threads != g_torch_threads)
-        dpy_torch_set_threads(g_torch_threads);
-    int rc = can_fork(argv[0]) ? fork_child(argv, io, pid) : -1;
-    if (threads != g_torch_threads)
-        dpy_torch_set_threads(threads);
+    int rc = -1;
+    if (may_fork(argv[0], io->dir)) {
+        /* A process working on fewer threads than main gave it (the specs' runner) has stopped
+        ** libtorch's pool threads: they come back for the count that the fork needs, and the
+        ** child starts with main's count, as an executed one would. */
+        int threads = dpy_torch_num_threads();
+        if (threads != g_torch_threads)
+            dpy_torch_set_threads(g_torch_threads);
+        if (thread_count() == g_threads)
+            rc = fork_child(argv, io, pid);
+        if (threads != g_torch_threads)
+            dpy_torch_set_threads(threads);
+    }
     if (rc >= 0)
         return rc;
     posix_spawn_file_actions_t fa;

@@ -43,18 +43,13 @@ function read_file(path)
   return s
 end
 
--- The words of a command line "[cd DIR && ]WORD ..." whose words are plain or single-quoted
--- (nothing else the shell would expand, redirect or chain), unquoted, and DIR; else nil.
+-- The words of a command line whose words are plain or single-quoted, between blanks and tabs
+-- (nothing else the shell would expand, redirect, chain or end), unquoted; else nil.
 local function plain_words(cmd)
-  local dir, rest = cmd:match("^%s*cd%s+(%S+)%s+&&%s+(.*)$")
-  if dir then
-    local d = plain_words(dir)
-    return d and #d == 1 and plain_words(rest), d and d[1]
-  end
-  local words, i = {}, cmd:match("^%s*()")
+  local words, i = {}, cmd:match("^[ \t]*()")
   while i <= #cmd do
     local word, j = {}, i
-    while j <= #cmd and not cmd:sub(j, j):match("%s") do
+    while j <= #cmd and not cmd:sub(j, j):match("[ \t]") do
       local quoted, after = cmd:match("^'([^']*)'()", j)
       local bare, after2 = cmd:match("^([%w%-%._/=:,+@%%]+)()", j)
       if quoted then word[#word + 1], j = quoted, after
@@ -62,9 +57,17 @@ local function plain_words(cmd)
       else return nil end
     end
     words[#words + 1] = table.concat(word)
-    i = cmd:match("^%s*()", j)
+    i = cmd:match("^[ \t]*()", j)
   end
   return words
+end
+
+-- The words of "[cd /DIR && ]WORD ..." (plain_words) and DIR, an absolute path; else nil.
+local function command_words(cmd)
+  local cd, rest = cmd:match("^[ \t]*cd[ \t]+([^ \t]+)[ \t]+&&[ \t]+(.*)$")
+  if not cd then return plain_words(cmd) end
+  local dir = plain_words(cd)
+  if dir and #dir == 1 and dir[1]:sub(1, 1) == "/" then return plain_words(rest), dir[1] end
 end
 
 -- Runs argv (DPY_BIN and its arguments) forked from this process, which has libtorch loaded:
@@ -84,7 +87,7 @@ if FORK then host.set_threads(1) end
 --- Runs a shell command; returns its exit code, stdout and stderr.
 function sh(cmd)
   local out, err = os.tmpname(), os.tmpname()
-  local argv, dir = plain_words(cmd)
+  local argv, dir = command_words(cmd)
   local code = FORK and argv and argv[1] == DPY_BIN and forked(argv, dir, out, err)
   if not code then
     local ok, _, status = os.execute(string.format("(%s) >%s 2>%s", cmd, out, err))

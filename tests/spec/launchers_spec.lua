@@ -129,15 +129,39 @@ describe("host.spawn", function()
 
   it("gives the child its output and error files and its directory, forked or executed alike", function()
     local dir = tmpdir()
+    local o, e = "spawn_spec_" .. host.pid() .. ".o", "spawn_spec_" .. host.pid() .. ".e"   -- named from here
     local lua = "io.write(require('dpy.host.core').cwd()) io.stderr:write('E') os.exit(3)"
     for _, argv in ipairs { { DPY_BIN, "-e", lua },                        -- this program: forked
                             { "/bin/sh", "-c", "printf %s \"$PWD\"; printf E >&2; exit 3" } } do
-      local pid = assert(host.spawn(argv, dir .. "/o", { err = dir .. "/e", dir = dir }))
+      local pid = assert(host.spawn(argv, o, { err = e, dir = dir }))
       assert.are.equal(3, wait_exit(pid))
-      assert.are.equal(dir, read_file(dir .. "/o"))
-      assert.are.equal("E", read_file(dir .. "/e"))
+      assert.are.equal(dir, read_file(o))
+      assert.are.equal("E", read_file(e))
+      os.remove(o)
+      os.remove(e)
+      assert.is_nil(io.open(dir .. "/" .. o))
+      -- a directory it cannot enter: no child, the reason, as posix_spawn gives it
+      local none, err = host.spawn(argv, dir .. "/o", { dir = dir .. "/missing" })
+      assert.is_nil(none)
+      assert.are.equal("No such file or directory", err)
     end
     assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { fd = "x" }) end,
                      "bad argument #3 to 'spawn' (fd must be an integer)")
+    assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { stderr = "x" }) end,
+                     "bad argument #3 to 'spawn' (unknown option 'stderr' (fd, err, dir))")
+  end)
+
+  it("forks this program, libraries loaded: a child's CPU time before its first line is a fraction", function()
+    -- os.clock() is the child's CPU time: an executed dpy-lua spends 0.6-0.9 s loading libtorch
+    local dir = tmpdir()
+    local function child_cpu(argv)
+      local pid = assert(host.spawn(argv, dir .. "/o"))
+      assert.are.equal(0, wait_exit(pid))
+      return tonumber(read_file(dir .. "/o"))
+    end
+    local lua = "io.write(os.clock())"
+    local forked = child_cpu { DPY_BIN, "-e", lua }
+    local executed = child_cpu { "/bin/sh", "-c", "exec " .. shell_quote(DPY_BIN) .. " -e " .. shell_quote(lua) }
+    assert.is_true(forked < 0.25 * executed, string.format("forked %.3f s, executed %.3f s", forked, executed))
   end)
 end)
