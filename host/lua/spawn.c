@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,7 +55,24 @@ static int thread_count(void) {
     return n;
 }
 
+/* A child goes when the one that started it does, by whatever end (a second Ctrl-C, SIGKILL, the
+** OOM killer): SIGTERM, which stops a run's nodes as Ctrl-C does, instead of a process running on
+** unsupervised. The kernel sends it when the starting thread ends; a parent already gone by now
+** ends the child here. */
+#define PARENT_ENV "DPY_SPAWN_PARENT"
+static void follow_parent(pid_t parent) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)
+        _exit(128 + SIGTERM);
+}
+
 void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **)) {
+    const char *parent = getenv(PARENT_ENV);   /* executed by dpy_spawn: set for this child only */
+    if (parent) {
+        pid_t p = (pid_t)atol(parent);
+        unsetenv(PARENT_ENV);
+        follow_parent(p);
+    }
     g_main = main_fn;
     g_threads = thread_count();
     g_torch_threads = dpy_torch_num_threads();
@@ -137,7 +155,8 @@ static void close_from(int first) {
 
 /* In the forked child: what an exec would have given it, then the command. Never returns. The
 ** files come from fork_child at 4 and above, so fd goes to 3 first, as posix_spawn's does. */
-static void run_child(char *const argv[], const int files[3], int fd, const sigset_t *mask) {
+static void run_child(char *const argv[], const int files[3], int fd, pid_t parent, const sigset_t *mask) {
+    follow_parent(parent);
     const int out = files[0], err = files[1], dir = files[2];
     if ((fd >= 0 && dup2(fd, 3) < 0) || dup2(out, 1) < 0 || dup2(err >= 0 ? err : 1, 2) < 0 ||
         (dir >= 0 && fchdir(dir) != 0))
@@ -182,9 +201,9 @@ static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         sigset_t all, old;
         sigfillset(&all);
         sigprocmask(SIG_SETMASK, &all, &old);
-        pid_t p = fork();
+        pid_t self = getpid(), p = fork();
         if (p == 0)
-            run_child(argv, files, io->fd, &old);
+            run_child(argv, files, io->fd, self, &old);
         sigprocmask(SIG_SETMASK, &old, NULL);
         if (p < 0)
             rc = -1;
@@ -195,6 +214,29 @@ static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         if (files[i] >= 0)
             close(files[i]);
     return rc;
+}
+
+/* This process's environment with PARENT_ENV=its pid first (an inherited one left out); NULL when
+** out of memory. The caller frees the first string and the array. */
+static char **env_with_parent(void) {
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = malloc((n + 2) * sizeof *env);
+    char *mine = malloc(sizeof PARENT_ENV + 24);
+    if (!env || !mine) {
+        free(env);
+        free(mine);
+        return NULL;
+    }
+    snprintf(mine, sizeof PARENT_ENV + 24, PARENT_ENV "=%ld", (long)getpid());
+    size_t k = 0;
+    env[k++] = mine;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], PARENT_ENV "=", sizeof PARENT_ENV) != 0)
+            env[k++] = environ[i];
+    env[k] = NULL;
+    return env;
 }
 
 int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
@@ -224,7 +266,12 @@ int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (io->dir)   /* after the opens: relative paths name files here, as in the forked child */
         posix_spawn_file_actions_addchdir_np(&fa, io->dir);
-    rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
+    char **env = is_self(argv[0]) ? env_with_parent() : NULL;   /* this program follows its parent */
+    rc = posix_spawn(pid, argv[0], &fa, NULL, argv, env ? env : environ);
     posix_spawn_file_actions_destroy(&fa);
+    if (env) {
+        free(env[0]);
+        free(env);
+    }
     return rc;
 }

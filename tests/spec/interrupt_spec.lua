@@ -131,6 +131,31 @@ describe("stopping a run", function()
     end)
   end
 
+  -- A second Ctrl-C ends the launcher at once, as SIGKILL or the OOM killer would: its processes,
+  -- forked or executed, go with it instead of running on unsupervised.
+  for _, fork in ipairs { "1", "0" } do
+    it("takes its processes with it when the launcher is killed, DPY_FORK=" .. fork, function()
+      local dir = tmpdir()
+      local out = dir .. "/out"
+      write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\n")
+      write_file(dir .. "/bg.sh", string.format("DPY_FORK=%s %s run %s/c.lua --out %s >%s/run.out 2>&1 &\n"
+                                                .. "echo $! >%s/pid\n", fork, BIN, dir, out, dir, dir))
+      os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
+      local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
+      assert.truthy(pid)
+      assert.truthy(wait_for(function()
+        local m = node_metrics(out, 3)
+        return m and m.test_accuracy and #m.test_accuracy >= 1
+      end, 60), "round 1 never reached the metrics")
+      assert.are.equal(3, #procs_of(out), "the launcher and its two processes")
+      host.kill(pid, 9)
+      local gone = wait_for(function() return #procs_of(out) == 0 end, 15)
+      local left = procs_of(out)
+      kill_all(out)
+      assert.truthy(gone, #left .. " dpy-lua process(es) left running")
+    end)
+  end
+
   for _, case in ipairs { { "SIGINT", 2, 130 }, { "SIGTERM", 15, 143 } } do
     local name, signum, expected = case[1], case[2], case[3]
     it("stops a centralized run on " .. name .. ", marking the manifest", function()
