@@ -32,13 +32,20 @@ local function summary_text(dir, s)
   }, "\n")
 end
 
+-- "8 rounds", or for a run resumed from round 2 the rounds it ran: "rounds 3-8"
+local function rounds_text(s)
+  if s.from == 0 then return string.format("%d round%s", s.rounds, s.rounds == 1 and "" or "s") end
+  if s.rounds <= s.from then return "no round after round " .. s.from end
+  return string.format("rounds %d-%d", s.from + 1, s.rounds)
+end
+
 local function decentralized_text(cfg, dir, s)
   local lines = {
     string.format("results in %s", dir),
-    string.format("  %d nodes (%s, %d process%s), %d rounds in %.1f s%s", cfg.nodes,
+    string.format("  %d nodes (%s, %d process%s), %s in %.1f s%s", cfg.nodes,
                   type(cfg.algorithm) == "table" and cfg.algorithm[1] or cfg.algorithm,
-                  cfg.processes, cfg.processes > 1 and "es" or "", s.rounds, s.seconds,
-                  s.rounds > 0 and string.format(": %.3f s per round", s.seconds_per_round) or ""),
+                  cfg.processes, cfg.processes > 1 and "es" or "", rounds_text(s), s.seconds,
+                  s.rounds > s.from and string.format(": %.3f s per round", s.seconds_per_round) or ""),
     "  " .. require("dpy.honest").describe(s.honest),
     s.evaluated > 0 and string.format("  final test accuracy over %d evaluated honest node%s: mean %.4f, min %.4f, "
                                       .. "max %.4f", s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
@@ -301,7 +308,7 @@ function M.node(args)
     return usage and 2 or 1
   end
   if rank == 0 and launched_by then   -- the summary, as `run` prints it
-    local summary = launcher.mpi_summary(cfg, a.dir, require("dpy.host.core").clock() - started)
+    local summary = launcher.mpi_summary(cfg, a.dir, require("dpy.host.core").clock() - started, opts.resume)
     print(decentralized_text(cfg, a.dir, summary))
     if summary.unfinished > 0 then
       print(string.format("  (%d process%s had not finished when this summary was written)", summary.unfinished,

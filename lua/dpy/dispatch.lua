@@ -486,7 +486,7 @@ function Job:finish()
     if not round and not complete then self.bar:warn("warning: no checkpoint to resume from came back: " .. err) end
   end
   local seconds = host.clock() - self.start
-  local summary = launcher.summarize(cfg, opts.dir, seconds)
+  local summary = launcher.summarize(cfg, opts.dir, seconds, opts.resume)
   -- an interrupted process is no failure of its own
   summary.failed = self.interrupted and {} or failures(cfg, opts, self.codes, self.channels, self.owner)
   summary.seconds = seconds

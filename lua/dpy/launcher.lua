@@ -152,8 +152,11 @@ function M.output_failures(list, text, ended)
 end
 
 -- Reads every node's metrics; returns the summary table's numbers (accuracy: the honest nodes';
--- diverged: { uid, round } of the nodes whose loss went NaN or Inf; trained: nodes with a loss).
-function M.summarize(cfg, dir, seconds)
+-- diverged: { uid, round } of the nodes whose loss went NaN or Inf; trained: nodes with a loss;
+-- rounds: the last any node finished; from: the round a resumed run started from, the seconds
+-- per round those it ran).
+function M.summarize(cfg, dir, seconds, from)
+  from = from or 0
   local honest = assert(require("dpy.honest").of_run(dir, cfg.nodes))
   local accs, node_bytes, rounds = {}, 0, 0
   local diverged, trained = {}, 0
@@ -184,8 +187,8 @@ function M.summarize(cfg, dir, seconds)
            diverged = diverged, trained = trained,
            -- MB: 10^6 bytes; (sent + received) / 2 per node, the server apart
            mb_per_node = node_bytes / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
-           server_mb = server and server_bytes / 2 / 1e6, rounds = rounds,
-           seconds_per_round = rounds > 0 and seconds / rounds or 0 / 0 }
+           server_mb = server and server_bytes / 2 / 1e6, rounds = rounds, from = from,
+           seconds_per_round = rounds > from and seconds / (rounds - from) or 0 / 0 }
 end
 
 function M.progress_line(cfg, p, start)
@@ -404,7 +407,7 @@ function M.run(cfg, opts)
   end
   bar:done()
   local seconds = host.clock() - start
-  local summary = M.summarize(cfg, opts.dir, seconds)
+  local summary = M.summarize(cfg, opts.dir, seconds, opts.resume)
   summary.failed = failed
   summary.seconds = seconds
   local sig = host.interrupted()
@@ -416,17 +419,18 @@ function M.run(cfg, opts)
   return summary
 end
 
---- launcher.mpi_summary(cfg, dir, seconds) -> the summary of a run that mpirun or srun started,
+--- launcher.mpi_summary(cfg, dir, seconds, from) -> the summary of a run that mpirun or srun started
+-- (resumed from round from),
 -- once every process has finished (rank 0 waits for their progress files, at most stop_grace
 -- seconds after its own nodes; then it sums up what is there). Failures: each rank prints its own.
-function M.mpi_summary(cfg, dir, seconds)
+function M.mpi_summary(cfg, dir, seconds, from)
   local deadline = host.clock() + (cfg.stop_grace or 30)
   local pr = read_progress(cfg, dir)
   while pr.finished < cfg.processes and host.clock() < deadline do
     host.sleep(0.2)
     pr = read_progress(cfg, dir)
   end
-  local summary = M.summarize(cfg, dir, seconds)
+  local summary = M.summarize(cfg, dir, seconds, from)
   summary.failed, summary.seconds = {}, seconds
   summary.attached = M.record_attached(cfg, dir)
   summary.unfinished = cfg.processes - pr.finished

@@ -179,7 +179,12 @@ end }
       local out
       code, out, err = sh(shell_quote(DPY_BIN) .. " run --resume " .. dir .. "/out")
       assert.are.equal(0, code, err)
-      assert.matches("resuming .* from round [12]", out)
+      local from = tonumber(out:match("resuming .* from round ([12])"))
+      assert.truthy(from, out)
+      -- the summary counts the rounds this run ran, and times them
+      local last, secs, per = out:match("rounds " .. from + 1 .. "%-(%d+) in ([%d.]+) s: ([%d.]+) s per round")
+      assert.are.equal("4", last, out)
+      assert.is_true(math.abs(tonumber(per) * (4 - from) - tonumber(secs)) < 0.052, out)   -- %.3f and %.1f
 
       local want = values(ref .. "/out", 4)
       assert.are.same(want, values(dir .. "/out", 4))
