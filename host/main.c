@@ -127,11 +127,17 @@ static void on_sigint(int sig) {
 }
 
 /* Runs the function on the stack (with nargs) under a traceback; reports errors on stderr. */
-static int docall(lua_State *L, int nargs, int nres) {
+/* A protected call that Ctrl-C interrupts; an error stays on the stack. */
+static int interruptible_call(lua_State *L, int nargs, int nres) {
     g_L = L;
     signal(SIGINT, on_sigint);
     int status = dpy_state_pcall(L, nargs, nres);
     signal(SIGINT, SIG_DFL);
+    return status;
+}
+
+/* Prints and pops the error a call left, if it failed. */
+static int report(lua_State *L, int status) {
     if (status != LUA_OK) {
         const char *msg = lua_tostring(L, -1);
         fprintf(stderr, "dpy-lua: %s\n", msg ? msg : "(error object is not a string)");
@@ -139,6 +145,10 @@ static int docall(lua_State *L, int nargs, int nres) {
         lua_pop(L, 1);
     }
     return status;
+}
+
+static int docall(lua_State *L, int nargs, int nres) {
+    return report(L, interruptible_call(L, nargs, nres));
 }
 
 /* The directory holding dpy/init.lua: $DPY_LUA_PATH, else lua/ beside the binary's dir. */
@@ -223,8 +233,9 @@ static int call_cli(lua_State *L, const char *fn, int nargs, int nres) {
     return docall(L, nargs, nres);
 }
 
-/* Runs the script; a file that only assigns config keys is a config run by mistake: it says so
-** (exit 2 as a usage error) instead of ending silently. */
+/* Runs the script; a file that only assigns config keys, or calls a config's include, is a
+** config run by mistake: it says so (exit 2 as a usage error) instead of ending silently or with
+** the error. */
 static int run_script(lua_State *L, char **argv, int argc, int script, int *usage) {
     const char *fname = argv[script];
     if (strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0)
@@ -239,19 +250,24 @@ static int run_script(lua_State *L, char **argv, int argc, int script, int *usag
     luaL_checkstack(L, n + 3, "too many arguments to script");
     for (int i = 1; i <= n; i++)
         lua_pushstring(L, argv[script + i]);
-    status = docall(L, n, 0);
-    if (status == LUA_OK && before) {
+    status = interruptible_call(L, n, 0);
+    if (before) {
         lua_rawgeti(L, LUA_REGISTRYINDEX, before);
         lua_pushstring(L, fname);
-        if (call_cli(L, "config_hint", 2, 1) == LUA_OK && lua_isstring(L, -1)) {
+        if (status != LUA_OK)
+            lua_pushvalue(L, -3);   /* the error */
+        if (call_cli(L, "config_hint", status == LUA_OK ? 2 : 3, 1) == LUA_OK && lua_isstring(L, -1)) {
             fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
             *usage = 1;
+            if (status != LUA_OK) {   /* said instead of the error */
+                lua_remove(L, -2);
+                status = LUA_OK;
+            }
         }
         lua_pop(L, 1);
-    }
-    if (before)
         luaL_unref(L, LUA_REGISTRYINDEX, before);
-    return status;
+    }
+    return report(L, status);
 }
 
 /* Calls require("dpy.cli").main(command, args...) and returns its exit code. */

@@ -603,9 +603,16 @@ function M.globals()
   return set
 end
 
---- cli.config_hint(before, path) -> a message when the script at path, just run, only assigned
--- config keys (`nodes = 16`...): a config run as a script by mistake; else nil.
-function M.config_hint(before, path)
+--- cli.config_hint(before, path, [err]) -> a message when the script at path, just run, only
+-- assigned config keys (`nodes = 16`...), or failed (err) calling a config's include: a config run
+-- as a script by mistake; else nil.
+function M.config_hint(before, path, err)
+  local hint = "%s looks like an experiment config (it %s); did you mean `dpy-lua run %s`?"
+  if err then
+    local own = type(err) == "string" and err:sub(1, #path + 1) == path .. ":"
+    return own and err:find("attempt to call a nil value (global 'include')", 1, true)
+           and string.format(hint, path, "calls include", path) or nil
+  end
   local schema = require("dpy.config").SCHEMA
   local keys = {}
   for k in pairs(_G) do
@@ -616,8 +623,7 @@ function M.config_hint(before, path)
   end
   if #keys < 2 then return nil end   -- a script may set one such global; a config sets several
   table.sort(keys)
-  return string.format("%s looks like an experiment config (it sets %s); did you mean `dpy-lua run %s`?", path,
-                       table.concat(keys, ", ", 1, math.min(#keys, 4)), path)
+  return string.format(hint, path, "sets " .. table.concat(keys, ", ", 1, math.min(#keys, 4)), path)
 end
 
 function M.main(command, ...)

@@ -96,6 +96,15 @@ describe("dpy-lua as an interpreter", function()
     code, out = sh(BIN .. " " .. dir .. "/s.lua")
     assert.are.equal(0, code)
     assert.are.equal("8\n", out)
+    -- a config built on another by include (configs/1_private.lua), which a script does not have
+    write_file(dir .. "/i.lua", "include 'c.lua'\nnodes = 8\n")
+    code, _, err = sh(BIN .. " " .. dir .. "/i.lua")
+    assert.are.equal(2, code, err)
+    assert.are.equal("dpy-lua: " .. dir .. "/i.lua looks like an experiment config (it calls include); did you mean "
+                     .. "`dpy-lua run " .. dir .. "/i.lua`?\n", err)
+    code, _, err = sh(BIN .. " -e 'include(1)'")   -- not a file: the error as it is
+    assert.are.equal(1, code)
+    assert.matches("attempt to call a nil value %(global 'include'%)", err)
   end)
 end)
 
