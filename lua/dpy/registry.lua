@@ -220,11 +220,41 @@ function M.options(kind, entry, level, base)
   return spec, options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
 end
 
+-- What a new of these kinds must return, checked where the code that uses it would otherwise fail
+-- far from the cause (a table for a model, more labels than images): nil, or what is wrong.
+local RESULTS = {
+  model = function(m)
+    if not require("dpy.nn").is_module(m) then return "must return a dpy.Module, got " .. type(m) end
+  end,
+  dataset = function(d)
+    if type(d) ~= "table" then return "must return a table, got " .. type(d) end
+    local tensor = require "dpy.tensor"
+    if not (tensor.is_tensor(d.images) and d.images:dim() >= 2) then
+      return "must return images, a tensor N x ... (one image a row)"
+    end
+    local n, labels = d.images:size(0), d.labels
+    if not (tensor.is_tensor(labels) and labels:dim() == 1) then return "must return labels, a tensor of N labels" end
+    if labels:numel() ~= n then return string.format("returned %d labels for %d images", labels:numel(), n) end
+    local dtype = labels:dtype()
+    if dtype ~= "int64" and dtype ~= "uint8" then return "returned labels of " .. dtype .. ", not int64 or uint8" end
+    if math.type(d.classes) ~= "integer" or d.classes < 1 then return "must return classes, an integer >= 1" end
+    local lo, hi = n > 0 and labels:min():item() or 0, n > 0 and labels:max():item() or 0
+    if lo < 0 or hi >= d.classes then
+      return string.format("returned labels from %d to %d for %d classes (0 to %d)", lo, hi, d.classes, d.classes - 1)
+    end
+  end,
+}
+
 --- Builds a component from its config entry; ctx carries what it needs (a dataset, a model, the
 -- node). new gets the entry's options with the defaults of the spec's schema filled in.
 function M.build(kind, entry, ctx, base)
   local spec, cfg = M.options(kind, entry, 2, base)
-  return (spec.new(cfg, ctx or {}))
+  local built = spec.new(cfg, ctx or {})
+  local wrong = RESULTS[kind] and RESULTS[kind](built)
+  if wrong then
+    error(string.format("%s '%s'%s: new %s", kind, spec.name, spec.path and " (" .. spec.path .. ")" or "", wrong), 0)
+  end
+  return built
 end
 
 --- The sorted names of the built-ins of kind (and any a config registered).

@@ -244,6 +244,32 @@ describe("a user's components", function()
     assert.matches("c.lua:2: sharing: .*/m.lua registers a model %('tiny'%), not a sharing", e)
   end)
 
+  it("name a model or dataset whose new returns what the run cannot use, and what is wrong", function()
+    local dir = files {
+      ["m.lua"] = [[return require("dpy.registry").register { kind = "model", name = "flat",
+                                                            new = function() return { 1, 2 } end }]],
+      ["d.lua"] = [[
+        local tensor = require "dpy.tensor"
+        return require("dpy.registry").register { kind = "dataset", name = "odd",
+          options = { labels = { type = "integer" }, dtype = { type = "string" }, top = { type = "integer" } },
+          new = function(cfg)
+            local labels = tensor.zeros(cfg.labels):to(cfg.dtype)
+            labels[1] = cfg.top
+            return { images = tensor.zeros(10, 1, 2, 2):to("uint8"), labels = labels, classes = 2 }
+          end }]] }
+    local ok, e = pcall(registry.build, "model", dir .. "/m.lua")
+    assert.is_false(ok)
+    assert.are.equal("model 'flat' (" .. dir .. "/m.lua): new must return a dpy.Module, got table", e)
+    for _, case in ipairs { { 12, "int64", 1, "returned 12 labels for 10 images" },
+                            { 10, "float32", 1, "returned labels of float32, not int64 or uint8" },
+                            { 10, "uint8", 5, "returned labels from 0 to 5 for 2 classes (0 to 1)" } } do
+      ok, e = pcall(registry.build, "dataset", { dir .. "/d.lua", labels = case[1], dtype = case[2], top = case[3] })
+      assert.is_false(ok)
+      assert.are.equal("dataset 'odd' (" .. dir .. "/d.lua): new " .. case[4], e)
+    end
+    assert.truthy(registry.build("dataset", { dir .. "/d.lua", labels = 10, dtype = "int64", top = 1 }).images)
+  end)
+
   it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()
     local dir = files { ["clip.lua"] = [[
       local registry = require "dpy.registry"
