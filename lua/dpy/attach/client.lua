@@ -260,6 +260,9 @@ function Client:step(k)
 end
 
 function Client:wait()
+  if self.paused_at then   -- paused already (pause, step): nothing would wake it
+    return self:wait_stopped(self.paused_at) or "(still pausing; nodes() shows where each node is)"
+  end
   while not self.over do
     if self.want_pause then
       self.want_pause = false
