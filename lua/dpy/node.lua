@@ -135,6 +135,12 @@ function M.main(ep, args)
   local ok, err = xpcall(run, debug.traceback, node, math.tointeger(tonumber(args.resume or "")))
   if not ok then
     node.metrics:save()   -- what was finished stays readable
+    local sig = host.interrupted()
+    if sig and tostring(err):match("^[^\n]*interrupted!") then   -- Ctrl-C or SIGTERM stopped it: no failure
+      node.log:write("stopped by signal %d in round %d", sig, node.round)
+      node.log:close()
+      error(err, 0)
+    end
     node.log:write("failed: %s", err)
     node.log:close()
     error(err, 0)

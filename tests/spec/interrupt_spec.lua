@@ -128,6 +128,11 @@ describe("stopping a run", function()
       end
       assert.are.same({}, tmp_files(out))
       assert.matches("interrupted", read_file(dir .. "/run.out"))
+      for uid = 0, 3 do   -- a node stopped is no node failed: its log says so, without a traceback
+        local text = read_file(string.format("%s/%d.log", out, uid))
+        assert.is_nil(text:find("failed:", 1, true), text)
+        assert.is_nil(text:find("traceback", 1, true), text)
+      end
     end)
   end
 
