@@ -25,8 +25,8 @@ local function summary_text(dir, s)
     string.format("results in %s", dir),
     string.format("  %d steps (%d samples) in %.1f s: %.0f samples/s", s.steps, s.samples,
                   s.train_seconds, s.samples_per_second),
-    string.format("  final test accuracy %.4f, test loss %.4f (%d evaluation rounds)",
-                  s.test_accuracy, s.test_loss, s.rounds),
+    string.format("  final test accuracy %.4f, test loss %.4f (%d evaluation round%s)",
+                  s.test_accuracy, s.test_loss, s.rounds, s.rounds == 1 and "" or "s"),
     string.format("  memory: %.0f MiB resident, %.1f MiB peak in tensors",
                   s.rss_bytes / 2 ^ 20, s.peak_tensor_bytes / 2 ^ 20),
   }, "\n")
