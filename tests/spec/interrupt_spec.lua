@@ -37,6 +37,30 @@ local function tmp_files(dir)
   return found
 end
 
+-- Starts `dpy-lua run` of config_text in dir in the background (env: "NAME=VALUE " before it);
+-- -> its pid and run directory. Its output goes to dir/run.out, its exit status to dir/code.
+local function start_run(dir, config_text, env)
+  write_file(dir .. "/c.lua", config_text)
+  local out = dir .. "/out"
+  write_file(dir .. "/bg.sh", string.format("%s%s run %s/c.lua --out %s >%s/run.out 2>&1 &\necho $! >%s/pid\n"
+                                            .. "wait $!\necho $? >%s/code\n", env or "", BIN, dir, out, dir, dir, dir))
+  os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
+  local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
+  assert.truthy(pid, "the run did not start")
+  return pid, out
+end
+
+-- Waits until every node of uids has finished round 1 (its metrics say so).
+local function wait_round_1(out, uids)
+  assert.truthy(wait_for(function()
+    for _, uid in ipairs(uids) do
+      local m = node_metrics(out, uid)
+      if not (m and m.test_accuracy and #m.test_accuracy >= 1) then return false end
+    end
+    return true
+  end, 60), "round 1 never reached the metrics")
+end
+
 local action = action_config
 
 describe("stopping a run", function()
@@ -93,22 +117,8 @@ describe("stopping a run", function()
     local name, signum, expected, processes = case[1], case[2], case[3], case[4]
     it(string.format("stops every node at once on %s, %d process(es)", name, processes), function()
       local dir = tmpdir()
-      local out = dir .. "/out"
-      write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 40") .. "processes = " .. processes .. "\n")
-      -- the run in the background (its pid and exit status into files)
-      write_file(dir .. "/bg.sh", string.format("%s run %s/c.lua --out %s >%s/run.out 2>&1 &\necho $! >%s/pid\n"
-                                                .. "wait $!\necho $? >%s/code\n", BIN, dir, out, dir, dir, dir))
-      os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
-      local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
-      assert.truthy(pid)
-      local first = wait_for(function()   -- every node has finished round 1
-        for uid = 0, 3 do
-          local m = node_metrics(out, uid)
-          if not (m and m.test_accuracy and #m.test_accuracy >= 1) then return false end
-        end
-        return true
-      end, 60)
-      assert.truthy(first, "round 1 never reached the metrics")
+      local pid, out = start_run(dir, TINY_RUN:gsub("rounds = 3", "rounds = 40") .. "processes = " .. processes .. "\n")
+      wait_round_1(out, { 0, 1, 2, 3 })
       local t0 = host.clock()
       host.kill(pid, signum)
       local code = wait_for(function() return tonumber(read_file(dir .. "/code") or "") end, 30)
@@ -140,18 +150,9 @@ describe("stopping a run", function()
   -- forked or executed, go with it instead of running on unsupervised.
   for _, fork in ipairs { "1", "0" } do
     it("takes its processes with it when the launcher is killed, DPY_FORK=" .. fork, function()
-      local dir = tmpdir()
-      local out = dir .. "/out"
-      write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\n")
-      write_file(dir .. "/bg.sh", string.format("DPY_FORK=%s %s run %s/c.lua --out %s >%s/run.out 2>&1 &\n"
-                                                .. "echo $! >%s/pid\n", fork, BIN, dir, out, dir, dir))
-      os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
-      local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
-      assert.truthy(pid)
-      assert.truthy(wait_for(function()
-        local m = node_metrics(out, 3)
-        return m and m.test_accuracy and #m.test_accuracy >= 1
-      end, 60), "round 1 never reached the metrics")
+      local pid, out = start_run(tmpdir(), TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\n",
+                                 "DPY_FORK=" .. fork .. " ")
+      wait_round_1(out, { 3 })
       assert.are.equal(3, #procs_of(out), "the launcher and its two processes")
       host.kill(pid, 9)
       local gone = wait_for(function() return #procs_of(out) == 0 end, 15)
@@ -165,18 +166,9 @@ describe("stopping a run", function()
     local name, signum, expected = case[1], case[2], case[3]
     it("stops a centralized run on " .. name .. ", marking the manifest", function()
       local dir = tmpdir()
-      local out = dir .. "/out"
-      write_file(dir .. "/c.lua", "seed = 3\nbatch_size = 16\nepochs = 1000\neval_every = 5\n"
-                                  .. "train_samples = 2000\ntest_samples = 100\n")
-      write_file(dir .. "/bg.sh", string.format("%s run %s/c.lua --out %s >%s/run.out 2>&1 &\necho $! >%s/pid\n"
-                                                .. "wait $!\necho $? >%s/code\n", BIN, dir, out, dir, dir, dir))
-      os.execute("sh " .. dir .. "/bg.sh >/dev/null 2>&1 &")
-      local pid = wait_for(function() return tonumber(read_file(dir .. "/pid") or "") end, 10)
-      assert.truthy(pid)
-      assert.truthy(wait_for(function()
-        local m = node_metrics(out, 0)
-        return m and m.test_accuracy and #m.test_accuracy >= 1
-      end, 60), "round 1 never reached the metrics")
+      local pid, out = start_run(dir, "seed = 3\nbatch_size = 16\nepochs = 1000\neval_every = 5\n"
+                                      .. "train_samples = 2000\ntest_samples = 100\n")
+      wait_round_1(out, { 0 })
       local t0 = host.clock()
       host.kill(pid, signum)
       local code = wait_for(function() return tonumber(read_file(dir .. "/code") or "") end, 30)
