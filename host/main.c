@@ -126,8 +126,8 @@ static void on_sigint(int sig) {
     dpy_state_interrupt(g_L);
 }
 
-/* Runs the function on the stack (with nargs) under a traceback; reports errors on stderr. */
-/* A protected call that Ctrl-C interrupts; an error stays on the stack. */
+/* Runs the function on the stack (with nargs) under a traceback, Ctrl-C interrupting it; an error
+** stays on the stack. */
 static int interruptible_call(lua_State *L, int nargs, int nres) {
     g_L = L;
     signal(SIGINT, on_sigint);
@@ -147,6 +147,7 @@ static int report(lua_State *L, int status) {
     return status;
 }
 
+/* Runs the function on the stack (with nargs) under a traceback; reports errors on stderr. */
 static int docall(lua_State *L, int nargs, int nres) {
     return report(L, interruptible_call(L, nargs, nres));
 }
