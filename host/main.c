@@ -257,15 +257,17 @@ static int run_script(lua_State *L, char **argv, int argc, int script, int *usag
         lua_pushstring(L, fname);
         if (status != LUA_OK)
             lua_pushvalue(L, -3);   /* the error */
-        if (call_cli(L, "config_hint", status == LUA_OK ? 2 : 3, 1) == LUA_OK && lua_isstring(L, -1)) {
-            fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
-            *usage = 1;
-            if (status != LUA_OK) {   /* said instead of the error */
-                lua_remove(L, -2);
-                status = LUA_OK;
+        if (call_cli(L, "config_hint", status == LUA_OK ? 2 : 3, 1) == LUA_OK) {   /* else nothing pushed */
+            if (lua_isstring(L, -1)) {
+                fprintf(stderr, "dpy-lua: %s\n", lua_tostring(L, -1));
+                *usage = 1;
+                if (status != LUA_OK) {   /* said instead of the error */
+                    lua_remove(L, -2);
+                    status = LUA_OK;
+                }
             }
+            lua_pop(L, 1);
         }
-        lua_pop(L, 1);
         luaL_unref(L, LUA_REGISTRYINDEX, before);
     }
     return report(L, status);

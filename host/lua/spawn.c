@@ -67,12 +67,6 @@ static void follow_parent(pid_t parent) {
 }
 
 void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **)) {
-    const char *parent = getenv(PARENT_ENV);   /* executed by dpy_spawn: set for this child only */
-    if (parent) {
-        pid_t p = (pid_t)atol(parent);
-        unsetenv(PARENT_ENV);
-        follow_parent(p);
-    }
     g_main = main_fn;
     g_threads = thread_count();
     g_torch_threads = dpy_torch_num_threads();
@@ -85,6 +79,14 @@ void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **)) {
         end += strlen(end) + 1;
     g_title = argv[0];
     g_title_room = (size_t)(end - argv[0]);
+    /* executed by dpy_spawn: set for this child only (after the room above is measured, which
+    ** the variable's string is part of) */
+    const char *parent = getenv(PARENT_ENV);
+    if (parent) {
+        pid_t p = (pid_t)atol(parent);
+        unsetenv(PARENT_ENV);
+        follow_parent(p);
+    }
 }
 
 /* argv[0] is the file this process runs. */
@@ -266,7 +268,8 @@ int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (io->dir)   /* after the opens: relative paths name files here, as in the forked child */
         posix_spawn_file_actions_addchdir_np(&fa, io->dir);
-    char **env = is_self(argv[0]) ? env_with_parent() : NULL;   /* this program follows its parent */
+    /* this program follows its parent (a relative argv[0] is named from here only without dir) */
+    char **env = (argv[0][0] == '/' || !io->dir) && is_self(argv[0]) ? env_with_parent() : NULL;
     rc = posix_spawn(pid, argv[0], &fa, NULL, argv, env ? env : environ);
     posix_spawn_file_actions_destroy(&fa);
     if (env) {

@@ -608,10 +608,10 @@ end
 -- as a script by mistake; else nil.
 function M.config_hint(before, path, err)
   local hint = "%s looks like an experiment config (it %s); did you mean `dpy-lua run %s`?"
-  if err then
-    local own = type(err) == "string" and err:sub(1, #path + 1) == path .. ":"
-    return own and err:find("attempt to call a nil value (global 'include')", 1, true)
-           and string.format(hint, path, "calls include", path) or nil
+  if err then   -- the script's own line (Lua shortens a long path to ".../its/tail")
+    local at = type(err) == "string" and err:match("^(.-):%d+: attempt to call a nil value %(global 'include'%)")
+    local own = at and (at == path or at:sub(1, 3) == "..." and path:sub(-(#at - 3)) == at:sub(4))
+    return own and string.format(hint, path, "calls include", path) or nil
   end
   local schema = require("dpy.config").SCHEMA
   local keys = {}

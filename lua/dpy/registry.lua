@@ -235,8 +235,8 @@ local RESULTS = {
     local n, labels = d.images:size(0), d.labels
     if not (tensor.is_tensor(labels) and labels:dim() == 1) then return "must return labels, a tensor of N labels" end
     if labels:numel() ~= n then return string.format("returned %d labels for %d images", labels:numel(), n) end
-    local dtype = labels:dtype()
-    if dtype ~= "int64" and dtype ~= "uint8" then return "returned labels of " .. dtype .. ", not int64 or uint8" end
+    local dtype = labels:dtype()   -- the loader widens any integer type to int64
+    if not dtype:match("^u?int%d+$") then return "returned labels of " .. dtype .. ", not of an integer type" end
     if math.type(d.classes) ~= "integer" or d.classes < 1 then return "must return classes, an integer >= 1" end
     local lo, hi = n > 0 and labels:min():item() or 0, n > 0 and labels:max():item() or 0
     if lo < 0 or hi >= d.classes then

@@ -102,6 +102,12 @@ describe("dpy-lua as an interpreter", function()
     assert.are.equal(2, code, err)
     assert.are.equal("dpy-lua: " .. dir .. "/i.lua looks like an experiment config (it calls include); did you mean "
                      .. "`dpy-lua run " .. dir .. "/i.lua`?\n", err)
+    local deep = dir .. "/" .. string.rep("sub", 30)   -- a path Lua shortens in its messages
+    assert(require("dpy.host.core").mkdir_p(deep))
+    write_file(deep .. "/i.lua", "include 'c.lua'\n")
+    code, _, err = sh(BIN .. " " .. deep .. "/i.lua")
+    assert.are.equal(2, code, err)
+    assert.matches("it calls include", err, 1, true)
     code, _, err = sh(BIN .. " -e 'include(1)'")   -- not a file: the error as it is
     assert.are.equal(1, code)
     assert.matches("attempt to call a nil value %(global 'include'%)", err)

@@ -261,13 +261,15 @@ describe("a user's components", function()
     assert.is_false(ok)
     assert.are.equal("model 'flat' (" .. dir .. "/m.lua): new must return a dpy.Module, got table", e)
     for _, case in ipairs { { 12, "int64", 1, "returned 12 labels for 10 images" },
-                            { 10, "float32", 1, "returned labels of float32, not int64 or uint8" },
+                            { 10, "float32", 1, "returned labels of float32, not of an integer type" },
                             { 10, "uint8", 5, "returned labels from 0 to 5 for 2 classes (0 to 1)" } } do
       ok, e = pcall(registry.build, "dataset", { dir .. "/d.lua", labels = case[1], dtype = case[2], top = case[3] })
       assert.is_false(ok)
       assert.are.equal("dataset 'odd' (" .. dir .. "/d.lua): new " .. case[4], e)
     end
-    assert.truthy(registry.build("dataset", { dir .. "/d.lua", labels = 10, dtype = "int64", top = 1 }).images)
+    for _, dtype in ipairs { "int64", "int32", "uint8" } do
+      assert.truthy(registry.build("dataset", { dir .. "/d.lua", labels = 10, dtype = dtype, top = 1 }).images)
+    end
   end)
 
   it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()

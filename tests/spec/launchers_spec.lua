@@ -151,6 +151,37 @@ describe("host.spawn", function()
                      "bad argument #3 to 'spawn' (unknown option 'stderr' (fd, err, dir))")
   end)
 
+  it("gives the children of an executed child their whole command line as their title", function()
+    -- a.lua starts libgomp's threads, so its child b.lua is executed (DPY_SPAWN_PARENT in its
+    -- environment, spawn.c); b.lua forks c, whose title must hold every word
+    local dir = tmpdir()
+    local long = string.rep("word ", 40)
+    write_file(dir .. "/a.lua", string.format([[
+      local host, tensor = require "dpy.host.core", require "dpy.tensor"
+      host.set_threads(2)
+      local x = tensor.rand(256, 256)
+      for _ = 1, 20 do x = (x:matmul(x)):clamp(0, 1) end
+      assert(tonumber(io.open("/proc/self/status"):read("a"):match("Threads:%%s*(%%d+)")) > 1)
+      local pid = host.spawn({ %q, %q }, %q)
+      os.exit(host.wait(pid))]], DPY_BIN, dir .. "/b.lua", dir .. "/b.out"))
+    local argv = { DPY_BIN, "-e", "require('dpy.host.core').sleep(30)" }
+    for w in long:gmatch("%S+") do argv[#argv + 1] = w end
+    write_file(dir .. "/b.lua", string.format([[
+      local host = require "dpy.host.core"
+      local pid = assert(host.spawn(%s, %q))
+      host.sleep(0.5)
+      io.write((io.open("/proc/" .. pid .. "/cmdline"):read("a"):gsub("%%z", " ")))
+      host.kill(pid, 9)
+      host.wait(pid)]], "{ " .. table.concat((function()
+        local q = {}
+        for i, w in ipairs(argv) do q[i] = string.format("%q", w) end
+        return q
+      end)(), ", ") .. " }", dir .. "/c.out"))
+    local code, _, err = sh(shell_quote(DPY_BIN) .. " " .. dir .. "/a.lua")
+    assert.are.equal(0, code, err)
+    assert.are.equal(table.concat(argv, " ") .. " ", read_file(dir .. "/b.out"))
+  end)
+
   it("forks this program, libraries loaded: a child's CPU time before its first line is a fraction", function()
     -- os.clock() is the child's CPU time: an executed dpy-lua spends 0.6-0.9 s loading libtorch
     local dir = tmpdir()
