@@ -96,12 +96,16 @@ static int is_self(const char *path) {
            a.st_ino == b.st_ino;
 }
 
-/* Whether the child may be forked, threads aside: argv[0] is this program (a relative one named
-** from here, so only when the child stays here) and DPY_FORK is not 0. */
+/* argv[0] names this program's file where the child resolves it: a relative one is named from
+** here, so only when the child starts here (not in dir). */
+static int names_self(const char *path, const char *dir) {
+    return (path[0] == '/' || !dir) && is_self(path);
+}
+
+/* Whether the child may be forked, threads aside: it runs this program and DPY_FORK is not 0. */
 static int may_fork(const char *path, const char *dir) {
     const char *env = getenv("DPY_FORK");
-    return g_main && !(env && strcmp(env, "0") == 0) && g_threads > 0 && (path[0] == '/' || !dir) &&
-           is_self(path);
+    return g_main && !(env && strcmp(env, "0") == 0) && g_threads > 0 && names_self(path, dir);
 }
 
 /* The child's command line in place of this process's (ps, pgrep -f and /proc/PID/cmdline show
@@ -268,8 +272,7 @@ int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (io->dir)   /* after the opens: relative paths name files here, as in the forked child */
         posix_spawn_file_actions_addchdir_np(&fa, io->dir);
-    /* this program follows its parent (a relative argv[0] is named from here only without dir) */
-    char **env = (argv[0][0] == '/' || !io->dir) && is_self(argv[0]) ? env_with_parent() : NULL;
+    char **env = names_self(argv[0], io->dir) ? env_with_parent() : NULL;   /* it follows its parent */
     rc = posix_spawn(pid, argv[0], &fa, NULL, argv, env ? env : environ);
     posix_spawn_file_actions_destroy(&fa);
     if (env) {

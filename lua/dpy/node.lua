@@ -138,10 +138,9 @@ function M.main(ep, args)
     local sig = host.interrupted()
     if sig and tostring(err):match("^[^\n]*interrupted!") then   -- Ctrl-C or SIGTERM stopped it: no failure
       node.log:write("stopped by signal %d in round %d", sig, node.round)
-      node.log:close()
-      error(err, 0)
+    else
+      node.log:write("failed: %s", err)
     end
-    node.log:write("failed: %s", err)
     node.log:close()
     error(err, 0)
   end

@@ -220,8 +220,9 @@ function M.options(kind, entry, level, base)
   return spec, options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
 end
 
--- What a new of these kinds must return, checked where the code that uses it would otherwise fail
--- far from the cause (a table for a model, more labels than images): nil, or what is wrong.
+-- What a user's new of these kinds must return, checked where the code that uses it would
+-- otherwise fail far from the cause (a table for a model, more labels than images): nil, or what
+-- is wrong. The built-ins' readers check their own data, and every node builds its datasets.
 local RESULTS = {
   model = function(m)
     if not require("dpy.nn").is_module(m) then return "must return a dpy.Module, got " .. type(m) end
@@ -250,7 +251,7 @@ local RESULTS = {
 function M.build(kind, entry, ctx, base)
   local spec, cfg = M.options(kind, entry, 2, base)
   local built = spec.new(cfg, ctx or {})
-  local wrong = RESULTS[kind] and RESULTS[kind](built)
+  local wrong = spec.path and RESULTS[kind] and RESULTS[kind](built)
   if wrong then
     error(string.format("%s '%s'%s: new %s", kind, spec.name, spec.path and " (" .. spec.path .. ")" or "", wrong), 0)
   end
