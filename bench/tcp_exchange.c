@@ -1,15 +1,16 @@
-/* tcp_exchange.c: a model of SIZE bytes sent between two processes on loopback, through the
-** fabric (framing, tag, the I/O thread, the inbox), through the fabric with encrypted
-** payloads, and through a plain socket copy of the same bytes, measured the same way: COUNT
-** ping-pongs of SIZE bytes out and 4 bytes back, after one untimed (the first pays for fresh
-** buffers: its page faults). TRIES rounds of the three, alternated, each on new connections: this
-** machine's speed drifts from one try to the next by up to 2x for all three alike, so each try's
-** ratios are taken within it and the medians reported. Then the tag and the encryption alone on
-** one core (seal and open of SIZE bytes), as a share of the fabric's exchange time.
-** Prints per try "try K fabric_ms F socket_ms S encrypted_ms E", then the medians "fabric_ms",
-** "encrypted_ms", "socket_ms" (per message), "fabric_over_socket", "encrypted_over_socket" (the
-** medians of the tries' ratios), "mac_MBps", "aead_MBps" (one core, seal + open), "mac_share",
-** "aead_share".
+/* tcp_exchange.c: a model of SIZE bytes sent between two processes of this machine through the
+** fabric as a run connects them (a Unix socket: framing, the I/O thread, the inbox), through the
+** fabric on tcp alone (tcp_only: the tag too, as between machines), and the same encrypted, against
+** a plain copy of the same bytes on a tcp socket (loopback) and on a Unix socket, measured the
+** same way: COUNT ping-pongs of SIZE bytes out and 4 bytes back, after one untimed (the first pays
+** for fresh buffers: its page faults). TRIES rounds of the five, alternated, each on new
+** connections: this machine's speed drifts from one try to the next by up to 2x for all alike, so
+** each try's ratios are taken within it and the medians reported. Then the tag and the encryption
+** alone on one core (seal and open of SIZE bytes), as a share of the tcp fabric's exchange time.
+** Prints per try "try K fabric_ms F tcp_fabric_ms T encrypted_ms E socket_ms S unix_socket_ms U",
+** then those medians (per message), the medians of the tries' ratios "fabric_over_socket" (F/S),
+** "fabric_over_unix_socket" (F/U), "tcp_fabric_over_socket" (T/S), "encrypted_over_socket" (E/S),
+** then "mac_MBps", "aead_MBps" (one core, seal + open), "mac_share", "aead_share".
 ** usage: bench_tcp SIZE_BYTES COUNT TRIES PORT */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +50,7 @@ static void full_io(int fd, void *buf, size_t len, int writing) {
 
 static const uint8_t key[DPY_KEY_BYTES] = {42};
 
-static double fabric_run(size_t size, int count, int port, int proc, char *buf, int encrypt) {
+static double fabric_run(size_t size, int count, int port, int proc, char *buf, int tcp_only, int encrypt) {
     char a0[64], a1[64], err[256];
     snprintf(a0, sizeof a0, "127.0.0.1:%d", port);
     snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 1);
@@ -56,7 +58,7 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf, 
     int32_t map[2] = {0, 1};
     dpy_fabric_opts o = {.run_id = 5, .nodes = 2, .max_payload = (uint32_t)size + 16, .process = proc,
                          .processes = 2, .node_process = map, .addresses = addrs,
-                         .connect_timeout = 20, .key = key, .encrypt = encrypt};
+                         .connect_timeout = 20, .key = key, .encrypt = encrypt, .tcp_only = tcp_only};
     dpy_fabric *f;
     if (dpy_fabric_open(&f, &o, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -86,25 +88,32 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf, 
     return secs;
 }
 
-static double socket_run(size_t size, int count, int port, int proc, char *buf) {
+/* A plain socket: tcp on loopback at port, or (unix_socket) a Unix socket named after it. */
+static double socket_run(size_t size, int count, int port, int proc, char *buf, int unix_socket) {
     int one = 1, fd;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    int n = snprintf(sun.sun_path + 1, sizeof sun.sun_path - 1, "bench-tcp-%d-%d", (int)getpid() - proc, port);
+    struct sockaddr *sa = unix_socket ? (struct sockaddr *)&sun : (struct sockaddr *)&sin;
+    socklen_t salen = unix_socket ? (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n) : sizeof sin;
+    int family = unix_socket ? AF_UNIX : AF_INET;
     if (proc == 0) {
-        int l = socket(AF_INET, SOCK_STREAM, 0);
+        int l = socket(family, SOCK_STREAM, 0);
         setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(l, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(l, 1) != 0) {
+        if (bind(l, sa, salen) != 0 || listen(l, 1) != 0) {
             perror("listen");
             exit(1);
         }
         fd = accept(l, NULL, NULL);
         close(l);
     } else {
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        while (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        fd = socket(family, SOCK_STREAM, 0);
+        while (connect(fd, sa, salen) != 0)
             usleep(20000);
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!unix_socket)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char *in = malloc(size);
     double t0 = 0;
     for (int i = -1; i < count; i++) {   /* i = -1: untimed */
@@ -139,8 +148,8 @@ int main(int argc, char **argv) {
     int count = argc > 2 ? atoi(argv[2]) : 50;
     int tries = argc > 3 ? atoi(argv[3]) : 5;
     int port = argc > 4 ? atoi(argv[4]) : 41000;
-    if (tries < 1 || tries > 64 || count < 1 || port < 1024 || port + 6 * tries > 65535) {
-        fprintf(stderr, "usage: bench_tcp SIZE_BYTES COUNT TRIES(1-64) PORT (TRIES x 6 ports from PORT)\n");
+    if (tries < 1 || tries > 64 || count < 1 || port < 1024 || port + 8 * tries > 65535) {
+        fprintf(stderr, "usage: bench_tcp SIZE_BYTES COUNT TRIES(1-64) PORT (TRIES x 8 ports from PORT)\n");
         return 2;
     }
     alarm(600);   /* a side whose partner failed would wait on its socket for ever */
@@ -151,15 +160,21 @@ int main(int argc, char **argv) {
         buf[i] = (char)i;
     pid_t child = fork();
     int proc = child == 0 ? 1 : 0;
-    double fab[64], enc[64], sock[64], fab_r[64], enc_r[64];
-    for (int k = 0; k < tries; k++) {   /* each part on new connections: ports 6 apart */
-        fab[k] = fabric_run(size, count, port + 6 * k, proc, buf, 0) / count * 1e3;
-        sock[k] = socket_run(size, count, port + 6 * k + 2, proc, buf) / count * 1e3;
-        enc[k] = fabric_run(size, count, port + 6 * k + 4, proc, buf, 1) / count * 1e3;
+    double fab[64], tcp[64], enc[64], sock[64], usock[64], fab_r[64], fab_ur[64], tcp_r[64], enc_r[64];
+    for (int k = 0; k < tries; k++) {   /* each part on new connections: ports 8 apart */
+        int at = port + 8 * k;
+        fab[k] = fabric_run(size, count, at, proc, buf, 0, 0) / count * 1e3;
+        tcp[k] = fabric_run(size, count, at + 2, proc, buf, 1, 0) / count * 1e3;
+        enc[k] = fabric_run(size, count, at + 4, proc, buf, 1, 1) / count * 1e3;
+        sock[k] = socket_run(size, count, at + 6, proc, buf, 0) / count * 1e3;
+        usock[k] = socket_run(size, count, at + 7, proc, buf, 1) / count * 1e3;
         fab_r[k] = fab[k] / sock[k];
+        fab_ur[k] = fab[k] / usock[k];
+        tcp_r[k] = tcp[k] / sock[k];
         enc_r[k] = enc[k] / sock[k];
         if (proc == 0)
-            printf("try %d fabric_ms %.3f socket_ms %.3f encrypted_ms %.3f\n", k, fab[k], sock[k], enc[k]);
+            printf("try %d fabric_ms %.3f tcp_fabric_ms %.3f encrypted_ms %.3f socket_ms %.3f unix_socket_ms %.3f\n",
+                   k, fab[k], tcp[k], enc[k], sock[k], usock[k]);
     }
     if (child == 0)
         return 0;
@@ -180,11 +195,13 @@ int main(int argc, char **argv) {
         }
         per[e] = (now() - t0) / count;
     }
-    double f = median(fab, tries), e = median(enc, tries);
-    printf("fabric_ms %.3f\nencrypted_ms %.3f\nsocket_ms %.3f\n", f, e, median(sock, tries));
-    printf("fabric_over_socket %.3f\nencrypted_over_socket %.3f\n", median(fab_r, tries),
-           median(enc_r, tries));
+    double t = median(tcp, tries), e = median(enc, tries);
+    printf("fabric_ms %.3f\ntcp_fabric_ms %.3f\nencrypted_ms %.3f\nsocket_ms %.3f\nunix_socket_ms %.3f\n",
+           median(fab, tries), t, e, median(sock, tries), median(usock, tries));
+    printf("fabric_over_socket %.3f\nfabric_over_unix_socket %.3f\ntcp_fabric_over_socket %.3f\n"
+           "encrypted_over_socket %.3f\n", median(fab_r, tries), median(fab_ur, tries),
+           median(tcp_r, tries), median(enc_r, tries));
     printf("mac_MBps %.0f\naead_MBps %.0f\n", 2 * size / per[0] / 1e6, 2 * size / per[1] / 1e6);
-    printf("mac_share %.3f\naead_share %.3f\n", per[0] * 1e3 / f, per[1] * 1e3 / e);
+    printf("mac_share %.3f\naead_share %.3f\n", per[0] * 1e3 / t, per[1] * 1e3 / e);
     return 0;
 }

@@ -86,7 +86,7 @@ int dpy_key_load(const char *path, uint8_t key[DPY_KEY_BYTES], char *err, size_t
 
 /* {==== the handshake ====} */
 
-#define TRANSCRIPT (8 + 4 + 4 + 2 * DPY_NONCE_BYTES + 1)
+#define TRANSCRIPT (8 + 4 + 4 + 2 * DPY_NONCE_BYTES + 1 + 4 + 4)
 
 static void transcript(const dpy_handshake *hs, uint8_t out[TRANSCRIPT]) {
     put64(out, hs->run_id);
@@ -95,6 +95,8 @@ static void transcript(const dpy_handshake *hs, uint8_t out[TRANSCRIPT]) {
     memcpy(out + 16, hs->nonce_c, DPY_NONCE_BYTES);
     memcpy(out + 16 + DPY_NONCE_BYTES, hs->nonce_a, DPY_NONCE_BYTES);
     out[16 + 2 * DPY_NONCE_BYTES] = hs->flags;
+    put32(out + 17 + 2 * DPY_NONCE_BYTES, hs->pid_c);
+    put32(out + 21 + 2 * DPY_NONCE_BYTES, hs->pid_a);
 }
 
 /* keyed BLAKE2b of a label and the transcript */
@@ -107,6 +109,21 @@ static void derive(const uint8_t key[DPY_KEY_BYTES], const char *label, const dp
     crypto_generichash_update(&st, (const uint8_t *)label, strlen(label) + 1);
     crypto_generichash_update(&st, t, sizeof t);
     crypto_generichash_final(&st, out, 32);
+}
+
+void dpy_auth_unix_name(const uint8_t key[DPY_KEY_BYTES], uint64_t run_id, int process,
+                        const char *addr, char out[DPY_UNIX_NAME_BYTES]) {
+    uint8_t id[12], h[16];
+    put64(id, run_id);
+    put32(id + 8, (uint32_t)process);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, key, DPY_KEY_BYTES, sizeof h);
+    crypto_generichash_update(&st, (const uint8_t *)"dpy unix socket", 16);
+    crypto_generichash_update(&st, id, sizeof id);
+    crypto_generichash_update(&st, (const uint8_t *)addr, strlen(addr));
+    crypto_generichash_final(&st, h, sizeof h);
+    memcpy(out, "dpy-lua-", 8);
+    sodium_bin2hex(out + 8, DPY_UNIX_NAME_BYTES - 8, h, sizeof h);
 }
 
 void dpy_auth_proof(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs, char role,

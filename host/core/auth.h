@@ -11,6 +11,11 @@
 ** ChaCha20-Poly1305 (IETF) with the header as associated data. Poly1305 over the payload is
 ** OpenSSL's (its AVX2 code, twice libsodium's speed here), and so is the payload's ChaCha20;
 ** the rest is libsodium's.
+** Processes of one machine also meet on a Unix socket in the abstract namespace, named from the
+** key (no one without it can know the name before it is taken). Its handshake is the same, with
+** both processes' ids in the transcript as each end sees them (its own, and the peer's from
+** SO_PEERCRED), so that a relay between them fails the proofs; after it the kernel alone
+** carries the bytes between the two processes that proved themselves, and packets carry no tag.
 */
 #ifndef DPY_AUTH_H
 #define DPY_AUTH_H
@@ -45,13 +50,21 @@ int dpy_key_load(const char *path, uint8_t key[DPY_KEY_BYTES], char *err, size_t
 
 void dpy_auth_random(void *buf, size_t len);
 
-/* The handshake's transcript: run id, connecting and accepting process, both nonces, flags. */
+/* The handshake's transcript: run id, connecting and accepting process, both nonces, flags,
+** and on a Unix socket both ends' process ids (0 on tcp). */
 typedef struct {
     uint64_t run_id;
     uint32_t connector, acceptor;
     uint8_t nonce_c[DPY_NONCE_BYTES], nonce_a[DPY_NONCE_BYTES];
     uint8_t flags;
+    uint32_t pid_c, pid_a;
 } dpy_handshake;
+
+/* The abstract Unix socket name (without its leading NUL) of process `process` of run run_id,
+** listening at tcp address addr: "dpy-lua-" and 32 hex digits of a keyed hash. */
+#define DPY_UNIX_NAME_BYTES 41
+void dpy_auth_unix_name(const uint8_t key[DPY_KEY_BYTES], uint64_t run_id, int process,
+                        const char *addr, char out[DPY_UNIX_NAME_BYTES]);
 
 /* The proof that role ('A': the acceptor, 'C': the connector) holds the key. */
 void dpy_auth_proof(const uint8_t key[DPY_KEY_BYTES], const dpy_handshake *hs, char role,

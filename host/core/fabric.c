@@ -310,7 +310,7 @@ int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_
     if (!f)
         return dpy_fail(err, errlen, "out of memory");
     f->o = *o;
-    f->listen_fd = f->epfd = f->wake[0] = f->wake[1] = -1;
+    f->listen_fd = f->unix_fd = f->epfd = f->wake[0] = f->wake[1] = -1;
     f->node_process = malloc(o->nodes * sizeof *f->node_process);
     f->inboxes = calloc(o->nodes, sizeof *f->inboxes);
     f->peers = calloc((size_t)o->processes, sizeof *f->peers);

@@ -36,6 +36,7 @@ typedef struct {
     int encrypt;
     int max_pending;
     double hello_timeout;
+    int tcp_only;                    /* never a Unix socket to a process of this machine (auth.h) */
     /* fault injection (mock): probabilities per message, and a delay */
     double drop, duplicate, corrupt, delay;
     uint64_t fault_seed;
@@ -57,6 +58,8 @@ typedef struct {
 typedef enum { DPY_RECV_OK = 0, DPY_RECV_TIMEOUT, DPY_RECV_DEAD, DPY_RECV_MALFORMED } dpy_recv_status;
 
 int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen);
+/* How this process reaches process p: "unix" (a Unix socket), "tcp", or NULL (not connected). */
+const char *dpy_fabric_link(dpy_fabric *f, int p);
 /* Closes every connection and joins the I/O thread; pending messages are freed. */
 void dpy_fabric_close(dpy_fabric *f);
 

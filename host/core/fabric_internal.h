@@ -148,6 +148,7 @@ typedef struct {
     pthread_mutex_t write_mu;       /* one writer at a time per connection */
     dpy_auth_dir tx;                /* sending: this connection's key and sequence (write_mu) */
     dpy_auth_stream ts;             /* sending: the tag of the packet being written (write_mu) */
+    int untagged;                   /* a Unix socket: packets go without a tag (write_mu) */
 } peer;
 
 enum { CONN_HELLO, CONN_PROOF, CONN_READY };   /* waiting for its HELLO, for its PROOF; ready */
@@ -155,6 +156,8 @@ enum { CONN_HELLO, CONN_PROOF, CONN_READY };   /* waiting for its HELLO, for its
 typedef struct conn {               /* read state of one connection (I/O thread only) */
     int fd, process;                /* process -1 until its HELLO */
     int state;
+    int unix_socket;                /* accepted on the Unix socket: no tags once ready */
+    uint32_t peer_pid;              /* there, the connecting process's id (SO_PEERCRED) */
     double since;                   /* when it was accepted (the handshake's deadline) */
     char from[64];                  /* the remote address, for the log */
     dpy_handshake hs;
@@ -192,7 +195,7 @@ struct dpy_fabric {
     pthread_cond_t cv;              /* signalled when a connection is identified (with mu) */
     int connected, pending_conns;
     uint8_t key[DPY_KEY_BYTES];
-    int listen_fd, epfd, wake[2];
+    int listen_fd, unix_fd, epfd, wake[2];   /* unix_fd: -1 when tcp_only or taken */
     pthread_t io;
     int io_started;
     volatile int stopping;

@@ -6,7 +6,7 @@
 #include "fabric_internal.h"
 
 static size_t tag_len(const dpy_frame *fr) {
-    return dpy_wire_handshake(fr->h.channel) ? 0 : DPY_TRAILER_BYTES;
+    return fr->untagged || dpy_wire_handshake(fr->h.channel) ? 0 : DPY_TRAILER_BYTES;
 }
 
 static int complete(const dpy_frame *fr) {
@@ -30,7 +30,7 @@ int dpy_frame_got(dpy_frame *fr, size_t n, const dpy_frame_rules *r, char *why, 
     if (fr->hdr_got == DPY_WIRE_HEADER) {
         if (fr->got < fr->h.length) {
             fr->got += n;
-            if (!dpy_wire_handshake(fr->h.channel))   /* checked while the rest travels, in cache */
+            if (tag_len(fr))   /* checked while the rest travels, in cache */
                 dpy_auth_open_upto(&fr->rs, fr->pending->data, fr->got);
         } else {
             fr->tag_got += n;
@@ -46,7 +46,7 @@ int dpy_frame_got(dpy_frame *fr, size_t n, const dpy_frame_rules *r, char *why, 
     if (!r->ready && !handshake)   /* before allocating anything */
         return DPY_FRAME_EARLY;
     fr->got = fr->tag_got = 0;
-    if (!handshake && dpy_auth_begin(r->rx, r->encrypt, fr->hdr, fr->h.length, &fr->rs) != 0)
+    if (tag_len(fr) && dpy_auth_begin(r->rx, r->encrypt, fr->hdr, fr->h.length, &fr->rs) != 0)
         return DPY_FRAME_MEMORY;
     fr->pending = dpy_payload_new(fr->h.length, 1);   /* at most max_payload */
     if (!fr->pending)

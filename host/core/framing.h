@@ -21,6 +21,7 @@ typedef struct {
     dpy_header h;
     payload *pending;        /* the packet being read, straight into its payload */
     dpy_auth_stream rs;      /* its tag, as its bytes come */
+    int untagged;            /* a Unix socket's: packets have no trailer (auth.h) */
 } dpy_frame;
 
 /* What a header must satisfy; ready: the connection's handshake is done (only handshake

@@ -2,6 +2,10 @@
 ** connects and proves it holds the run key: HELLO, CHALLENGE, PROOF; auth.h); an I/O thread per
 ** process reads every connection (epoll, non-blocking), frames packets (wire.h) straight into
 ** their payloads, and checks each one (header, tag) before it reaches an inbox.
+** Once a process has answered the connector's hello by tcp, its Unix socket listens if it is on
+** this machine (it listens before it answers anyone): the connector then makes the connection
+** there instead, with a handshake of its own, and leaves the tcp one before its proof. On a Unix
+** socket packets carry no tag (auth.h); anywhere else, or with tcp_only, the tcp one stays.
 ** A connection that has not completed its handshake is held at most hello_timeout seconds, and
 ** at most max_pending of them at once (past it, the oldest goes): file descriptors stay bounded,
 ** and nothing is allocated for a packet larger than a handshake's before the handshake. */
@@ -17,6 +21,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -61,12 +66,17 @@ static int send_all(int fd, struct iovec *iov, int iovcnt) {
     return 0;
 }
 
+/* A handshake packet's flags: the encrypt setting, and whether it goes on a Unix socket. */
+static uint8_t handshake_flags(const dpy_fabric *f, int unix_socket) {
+    return (uint8_t)((f->o.encrypt ? DPY_FLAG_ENCRYPTED : 0) | (unix_socket ? DPY_FLAG_UNIX : 0));
+}
+
 /* A handshake packet (no tag) from process `from` to process `to`. */
-static int send_handshake(dpy_fabric *f, int fd, uint16_t channel, int from, int to,
+static int send_handshake(dpy_fabric *f, int fd, uint16_t channel, int from, int to, uint8_t flags,
                           const void *data) {
     dpy_header h = {.channel = channel, .run_id = f->o.run_id, .sender = (uint32_t)from,
                     .receiver = (uint32_t)to, .length = dpy_wire_handshake_length(channel),
-                    .flags = f->o.encrypt ? DPY_FLAG_ENCRYPTED : 0};
+                    .flags = flags};
     uint8_t hdr[DPY_WIRE_HEADER];
     dpy_wire_encode(hdr, &h);
     struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)data, h.length}};
@@ -121,10 +131,13 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
 }
 
 /* Seals header h and its payload under process p's connection key (and encrypts it, with
-** encrypt), and writes it d.copies times, each with its own sequence number. */
+** encrypt), and writes it d.copies times, each with its own sequence number; on a Unix socket,
+** header and payload alone. */
 static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, size_t len, fate d,
                        char *err, size_t errlen) {
-    int enc = f->o.encrypt;
+    peer *pe = &f->peers[p];
+    pthread_mutex_lock(&pe->write_mu);
+    int untagged = pe->untagged, enc = f->o.encrypt && !untagged;
     h->checksum = 0;   /* the tag covers the payload (wire.h) */
     h->flags = enc ? DPY_FLAG_ENCRYPTED : 0;
     uint8_t hdr[DPY_WIRE_HEADER];
@@ -133,14 +146,15 @@ static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, si
         dpy_faults_corrupt_header(hdr);
     size_t scratch_len = len < PIECE ? len : PIECE;
     uint8_t *scratch = enc && len ? malloc(scratch_len) : NULL;   /* the ciphertext, a piece at a time */
-    if (enc && len && !scratch)
+    if (enc && len && !scratch) {
+        pthread_mutex_unlock(&pe->write_mu);
         return dpy_fail(err, errlen, "out of memory encrypting %zu bytes", len);
-    peer *pe = &f->peers[p];
-    pthread_mutex_lock(&pe->write_mu);
+    }
     int rc = 0, why = 0;
     for (int c = 0; c < d.copies && rc == 0; c++) {
+        struct iovec plain[2] = {{hdr, sizeof hdr}, {(void *)data, len}};
         errno = 0;
-        rc = pe->fd >= 0 ? write_sealed(pe, enc, hdr, data, len, scratch) : -1;
+        rc = pe->fd < 0 ? -1 : untagged ? send_all(pe->fd, plain, 2) : write_sealed(pe, enc, hdr, data, len, scratch);
         why = pe->fd >= 0 ? errno : 0;
     }
     pthread_mutex_unlock(&pe->write_mu);
@@ -168,6 +182,16 @@ void dpy_tcp_notice(dpy_fabric *f, int p, uint32_t node, const char *why) {
     char err[256];
     fate once = {.copies = 1};
     send_packet(f, p, &h, why, h.length, once, err, sizeof err);   /* a dead p is marked gone inside */
+}
+
+const char *dpy_fabric_link(dpy_fabric *f, int p) {
+    if (p < 0 || p >= f->o.processes || p == f->o.process)
+        return NULL;
+    peer *pe = &f->peers[p];
+    pthread_mutex_lock(&pe->write_mu);
+    const char *link = pe->fd < 0 ? NULL : pe->untagged ? "unix" : "tcp";
+    pthread_mutex_unlock(&pe->write_mu);
+    return link;
 }
 
 /* {==== connections ====} */
@@ -263,6 +287,56 @@ static int open_socket(const dpy_fabric *f, const char *addr, int listening, dou
     return fd;
 }
 
+/* Process p's Unix socket address (abstract: no file), named from the key (auth.h); its length. */
+static socklen_t unix_address(const dpy_fabric *f, int p, struct sockaddr_un *sa) {
+    char name[DPY_UNIX_NAME_BYTES];
+    dpy_auth_unix_name(f->key, f->o.run_id, p, f->o.addresses[p], name);
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path + 1, name, DPY_UNIX_NAME_BYTES - 1);   /* sun_path[0] = 0: abstract */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + DPY_UNIX_NAME_BYTES);
+}
+
+/* This process's Unix socket, listening; -1 when tcp_only or when it cannot be had (its peers
+** then reach it by tcp alone). */
+static int listen_unix(const dpy_fabric *f) {
+    if (f->o.tcp_only)
+        return -1;
+    struct sockaddr_un sa;
+    socklen_t len = unix_address(f, f->o.process, &sa);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 128) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* A connection to process p's Unix socket, blocking; -1 when there is none here (it is on
+** another machine, it is tcp_only, or a relay stands between). A full backlog waits up to 1 s. */
+static int connect_unix(const dpy_fabric *f, int p) {
+    if (f->o.tcp_only)
+        return -1;
+    struct sockaddr_un sa;
+    socklen_t len = unix_address(f, p, &sa);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval wait = {.tv_sec = 1};
+    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait) != 0 ||
+                    connect(fd, (struct sockaddr *)&sa, len) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The id of the process at the other end of Unix socket fd (SO_PEERCRED: the connecting one's,
+** or the one that listens); 0 when unknown. */
+static uint32_t peer_pid(int fd) {
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 ? (uint32_t)cr.pid : 0;
+}
+
 /* The launcher's socket for this process, listening since it chose the port: no other program
 ** can take the port before this process starts (two runs started together once drew the same
 ** ports, and one failed to listen). It must listen on the port its peers will dial. */
@@ -286,9 +360,10 @@ static int adopt_listener(int fd, const char *addr, char *err, size_t errlen) {
     return fd;
 }
 
-static conn *add_conn(dpy_fabric *f, int fd, int process) {
+static conn *add_conn(dpy_fabric *f, int fd, int process, int unix_socket) {
     int one = 1, buf = 4 << 20;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!unix_socket)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -299,6 +374,7 @@ static conn *add_conn(dpy_fabric *f, int fd, int process) {
     }
     c->fd = fd;
     c->process = process;
+    c->unix_socket = c->fr.untagged = unix_socket;
     c->state = process >= 0 ? CONN_READY : CONN_HELLO;
     c->since = dpy_fabric_now();
     c->next = f->conns;
@@ -367,10 +443,10 @@ static void sweep(dpy_fabric *f) {
     }
 }
 
-static void on_accept(dpy_fabric *f) {
+static void on_accept(dpy_fabric *f, int listen_fd) {
     struct sockaddr_storage sa;
     socklen_t salen = sizeof sa;
-    int fd = accept4(f->listen_fd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
+    int fd = accept4(listen_fd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
     if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
             usleep(10000);   /* the listening socket stays readable: do not spin */
@@ -389,9 +465,14 @@ static void on_accept(dpy_fabric *f) {
             drop_conn(f, oldest);
         }
     }
-    conn *c = add_conn(f, fd, -1);
+    conn *c = add_conn(f, fd, -1, listen_fd == f->unix_fd);
     if (!c)
         return;
+    if (c->unix_socket) {
+        c->peer_pid = peer_pid(fd);
+        snprintf(c->from, sizeof c->from, "a Unix socket");
+        return;
+    }
     char host[INET6_ADDRSTRLEN] = "?";
     if (sa.ss_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, host, sizeof host);
@@ -437,6 +518,12 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
         reject(f, c, DPY_REJECT_HELLO, why);
         return -1;
     }
+    if (!(h->flags & DPY_FLAG_UNIX) != !c->unix_socket) {
+        snprintf(why, sizeof why, "process %d's hello is marked for %s", p,
+                 c->unix_socket ? "tcp but came on a Unix socket" : "a Unix socket but came by tcp");
+        reject(f, c, DPY_REJECT_HELLO, why);
+        return -1;
+    }
     if (already_connected(f, p)) {   /* refused: the connected one stays, and stays alive */
         snprintf(why, sizeof why, "a second hello for process %d, which is connected: refused", p);
         reject(f, c, DPY_REJECT_DUPLICATE, why);
@@ -446,13 +533,15 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
         c->process = p;
         c->hs = (dpy_handshake){.run_id = f->o.run_id, .connector = (uint32_t)p,
                                 .acceptor = (uint32_t)f->o.process, .flags = h->flags};
+        if (c->unix_socket)   /* as this end sees them: a relay's id would differ from one end's */
+            c->hs.pid_c = c->peer_pid, c->hs.pid_a = (uint32_t)getpid();
         memcpy(c->hs.nonce_c, data, DPY_NONCE_BYTES);
         dpy_auth_random(c->hs.nonce_a, DPY_NONCE_BYTES);
         uint8_t reply[DPY_NONCE_BYTES + DPY_PROOF_BYTES];
         memcpy(reply, c->hs.nonce_a, DPY_NONCE_BYTES);
         dpy_auth_proof(f->key, &c->hs, 'A', reply + DPY_NONCE_BYTES);
         c->state = CONN_PROOF;
-        return send_handshake(f, c->fd, DPY_CHANNEL_CHALLENGE, f->o.process, p, reply);
+        return send_handshake(f, c->fd, DPY_CHANNEL_CHALLENGE, f->o.process, p, h->flags, reply);
     }
     dpy_auth_proof(f->key, &c->hs, 'C', want);
     if (!dpy_auth_proof_ok(want, data)) {
@@ -464,6 +553,7 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
     pthread_mutex_lock(&pe->write_mu);
     dpy_auth_session(f->key, &c->hs, &c->rx, &pe->tx);
     pe->fd = c->fd;
+    pe->untagged = c->unix_socket;
     pthread_mutex_unlock(&pe->write_mu);
     c->state = CONN_READY;
     f->pending_conns--;
@@ -485,7 +575,7 @@ static int on_packet(dpy_fabric *f, conn *c) {
         free(pl);
         return rc;
     }
-    int auth = dpy_auth_open_end(&c->rx, &c->fr.rs, pl->data, c->fr.tag);
+    int auth = c->fr.untagged ? DPY_AUTH_OK : dpy_auth_open_end(&c->rx, &c->fr.rs, pl->data, c->fr.tag);
     if (auth == DPY_AUTH_MEMORY) {
         free(pl);
         reject(f, c, DPY_REJECT_MEMORY, "out of memory checking a packet's tag");
@@ -583,8 +673,8 @@ static void *io_main(void *arg) {
         }
         for (int i = 0; i < n && !f->stopping; i++) {
             void *ptr = evs[i].data.ptr;
-            if (ptr == &f->listen_fd)
-                on_accept(f);
+            if (ptr == &f->listen_fd || ptr == &f->unix_fd)
+                on_accept(f, *(int *)ptr);
             else if (ptr != &f->wake)
                 on_readable(f, ptr);
         }
@@ -614,13 +704,17 @@ static int read_until(const dpy_fabric *f, int fd, uint8_t *buf, size_t len, dou
     return 0;
 }
 
-/* HELLO, CHALLENGE, PROOF with process p on fd. 0: done; 1: the connection closed (try again);
-** -1: p failed the key check, with the reason in err. */
-static int handshake(dpy_fabric *f, int fd, int p, double deadline, char *err, size_t errlen) {
-    dpy_handshake hs = {.run_id = f->o.run_id, .connector = (uint32_t)f->o.process,
-                        .acceptor = (uint32_t)p, .flags = f->o.encrypt ? DPY_FLAG_ENCRYPTED : 0};
-    dpy_auth_random(hs.nonce_c, DPY_NONCE_BYTES);
-    if (send_handshake(f, fd, DPY_CHANNEL_HELLO, f->o.process, p, hs.nonce_c) != 0)
+/* HELLO and CHALLENGE with process p on fd (a Unix socket with unix_socket), into hs. 0: p
+** proved it holds the key; 1: the connection closed (try again); -1: p failed the key check,
+** with the reason in err. */
+static int hello(dpy_fabric *f, int fd, int p, int unix_socket, dpy_handshake *hs, double deadline,
+                 char *err, size_t errlen) {
+    *hs = (dpy_handshake){.run_id = f->o.run_id, .connector = (uint32_t)f->o.process,
+                          .acceptor = (uint32_t)p, .flags = handshake_flags(f, unix_socket)};
+    if (unix_socket)   /* as this end sees them: a relay's id would differ from one end's */
+        hs->pid_c = (uint32_t)getpid(), hs->pid_a = peer_pid(fd);
+    dpy_auth_random(hs->nonce_c, DPY_NONCE_BYTES);
+    if (send_handshake(f, fd, DPY_CHANNEL_HELLO, f->o.process, p, hs->flags, hs->nonce_c) != 0)
         return 1;
     uint8_t hdr[DPY_WIRE_HEADER], reply[DPY_NONCE_BYTES + DPY_PROOF_BYTES], want[DPY_PROOF_BYTES];
     if (read_until(f, fd, hdr, sizeof hdr, deadline) != 0)
@@ -633,23 +727,58 @@ static int handshake(dpy_fabric *f, int fd, int p, double deadline, char *err, s
                         f->o.addresses[p], h.channel != DPY_CHANNEL_CHALLENGE ? "no challenge" : why);
     if (read_until(f, fd, reply, sizeof reply, deadline) != 0)
         return 1;
-    memcpy(hs.nonce_a, reply, DPY_NONCE_BYTES);
-    dpy_auth_proof(f->key, &hs, 'A', want);
+    memcpy(hs->nonce_a, reply, DPY_NONCE_BYTES);
+    dpy_auth_proof(f->key, hs, 'A', want);
     if (!dpy_auth_proof_ok(want, reply + DPY_NONCE_BYTES))
         return dpy_fail(err, errlen, "process %d at %s failed the key check: it does not hold "
                         "this run's key", p, f->o.addresses[p]);
-    dpy_auth_proof(f->key, &hs, 'C', want);
-    if (send_handshake(f, fd, DPY_CHANNEL_PROOF, f->o.process, p, want) != 0)
+    return 0;
+}
+
+/* PROOF to process p on fd, after hello: the connection is p's from then on. 0; 1: the
+** connection closed (fd stays the caller's); -1: out of memory (fd closed). */
+static int prove(dpy_fabric *f, int fd, int p, int unix_socket, const dpy_handshake *hs, char *err,
+                 size_t errlen) {
+    uint8_t proof[DPY_PROOF_BYTES];
+    dpy_auth_proof(f->key, hs, 'C', proof);
+    if (send_handshake(f, fd, DPY_CHANNEL_PROOF, f->o.process, p, hs->flags, proof) != 0)
         return 1;
-    conn *c = add_conn(f, fd, p);
+    conn *c = add_conn(f, fd, p, unix_socket);
     if (!c)
         return dpy_fail(err, errlen, "out of memory");
     peer *pe = &f->peers[p];
-    dpy_auth_session(f->key, &hs, &pe->tx, &c->rx);
+    dpy_auth_session(f->key, hs, &pe->tx, &c->rx);
     pe->fd = fd;
+    pe->untagged = unix_socket;
     pe->alive = 1;
     f->connected++;
     return 0;
+}
+
+/* The connection to process p, made on its Unix socket when p answered the hello on tcp fd and
+** listens here (fd is then closed before its proof), else on fd. fd is the callee's either way:
+** 0, or as hello and prove. */
+static int connect_to(dpy_fabric *f, int fd, int p, double deadline, char *err, size_t errlen) {
+    dpy_handshake hs, uhs;
+    int rc = hello(f, fd, p, 0, &hs, deadline, err, errlen);
+    if (rc == 0) {
+        int u = connect_unix(f, p);   /* p answered, so its Unix socket listens if it is here */
+        char uerr[256];
+        int urc = u >= 0 && hello(f, u, p, 1, &uhs, deadline, uerr, sizeof uerr) == 0
+                      ? prove(f, u, p, 1, &uhs, err, errlen)
+                      : 1;
+        if (urc <= 0) {   /* on the Unix socket (-1: out of memory, u closed) */
+            close(fd);    /* left before its proof: p forgets it */
+            return urc;
+        }
+        if (u >= 0)
+            close(u);     /* none here, or a relay between: tcp it is */
+        rc = prove(f, fd, p, 0, &hs, err, errlen);
+        if (rc <= 0)
+            return rc;    /* -1: fd closed */
+    }
+    close(fd);
+    return rc;
 }
 
 /* {==== start and stop ====} */
@@ -669,16 +798,19 @@ int dpy_tcp_start(dpy_fabric *f, char *err, size_t errlen) {
     epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->listen_fd, &ev);
     struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &f->wake};
     epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->wake[0], &wev);
+    f->unix_fd = listen_unix(f);   /* before the I/O thread answers any hello (connect_to) */
+    if (f->unix_fd >= 0) {
+        struct epoll_event uev = {.events = EPOLLIN, .data.ptr = &f->unix_fd};
+        epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->unix_fd, &uev);
+    }
     double deadline = dpy_fabric_now() + o->connect_timeout;
     for (int p = 0; p < o->process; p++) {
         char cerr[256];
         for (;;) {
             int fd = open_socket(f, o->addresses[p], 0, deadline, cerr, sizeof cerr);
-            int rc = fd >= 0 ? handshake(f, fd, p, deadline, err, errlen) : 1;
+            int rc = fd >= 0 ? connect_to(f, fd, p, deadline, err, errlen) : 1;
             if (rc == 0)
                 break;
-            if (fd >= 0)
-                close(fd);
             if (rc < 0)
                 return -1;
             if (stopped(f))
@@ -733,6 +865,8 @@ void dpy_tcp_stop(dpy_fabric *f) {
     }
     if (f->listen_fd >= 0)
         close(f->listen_fd);
+    if (f->unix_fd >= 0)
+        close(f->unix_fd);
     if (f->epfd >= 0)
         close(f->epfd);
     if (f->wake[0] >= 0) {

@@ -8,7 +8,9 @@
 **  36 encoding: which transform chain encoded the payload (0: raw values)
 ** The receiver checks every header field before it trusts any. Between processes, a packet is
 ** followed by a 16-byte tag (auth.h) over header and payload, checked before the payload is
-** handed on; with flag DPY_FLAG_ENCRYPTED the payload is encrypted.
+** handed on; with flag DPY_FLAG_ENCRYPTED the payload is encrypted. Between processes of one
+** machine, over a Unix socket (flag DPY_FLAG_UNIX in its handshake), packets carry no tag: the
+** kernel alone carries their bytes, from the process that proved it holds the run key (auth.h).
 ** A connection opens with three handshake packets (no tag): HELLO (connector -> acceptor, its
 ** nonce), CHALLENGE (the acceptor's nonce and proof), PROOF (the connector's proof); sender and
 ** receiver are then process indices.
@@ -27,6 +29,7 @@
 #define DPY_CHANNEL_PROOF 0xFFFDu
 #define DPY_CHANNEL_NOTICE 0xFFFCu   /* node `sender` is gone; the payload says why ("": finished) */
 #define DPY_FLAG_ENCRYPTED 1u
+#define DPY_FLAG_UNIX 2u          /* a handshake on a Unix socket */
 
 /* A handshake packet's channel, and the only payload length it may have (0: not one). */
 static inline int dpy_wire_handshake(uint16_t channel) { return channel >= DPY_CHANNEL_PROOF; }

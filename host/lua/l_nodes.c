@@ -431,7 +431,8 @@ static void futex_buckets_for(size_t threads) {
 **   max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
 **   bandwidth, bandwidth_min,
-**   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, args = {key = value} }
+**   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, tcp_only,
+**   args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
 static int n_start(lua_State *L) {
@@ -447,7 +448,9 @@ static int n_start(lua_State *L) {
     lua_pop(L, 1);
     lua_getfield(L, 1, "encrypt");
     o.encrypt = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    lua_getfield(L, 1, "tcp_only");
+    o.tcp_only = lua_toboolean(L, -1);
+    lua_pop(L, 2);
     o.listener = (int)int_field(L, 1, "listen_fd", 0);   /* inherited, listening (dpy-lua node --listen-fd) */
     lua_getfield(L, 1, "key_file");
     const char *key_file = luaL_optstring(L, -1, NULL);

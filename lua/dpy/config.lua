@@ -117,6 +117,9 @@ M.SCHEMA = {
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   encrypt = { type = "boolean", default = false,
               doc = "encrypt the payloads between processes (every packet is authenticated either way)" },
+  unix_sockets = { type = "boolean", default = true,
+                   doc = "processes on one machine exchange over a Unix socket, which only the kernel carries "
+                         .. "(no tag or encryption needed), instead of tcp on loopback" },
   faults = { type = "table",
              doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }, emulated link latency and bandwidth",
              fields = {
@@ -149,7 +152,7 @@ local ONLY = {
   decentralized = { "processes", "graph", "partition", "rounds", "local_steps", "local_epochs", "reset_optimizer",
                     "algorithm", "fraction", "eval_nodes", "on_peer_failure", "peer_timeout", "round_timeout",
                     "stragglers", "sim_clock", "churn", "stop_grace", "checkpoint_every", "actions", "slots",
-                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "faults", "sharing",
+                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "unix_sockets", "faults", "sharing",
                     "transforms" },
 }
 for mode, keys in pairs(ONLY) do

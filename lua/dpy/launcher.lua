@@ -89,6 +89,7 @@ function M.host_process(cfg, p, opts, tick)
     listen_fd = opts.listen_fd,
     run_id = opts.run_id, max_payload = max_payload,
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
+    tcp_only = not cfg.unix_sockets,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     keep_freed = not cfg.release_memory,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
