@@ -1,6 +1,7 @@
 /* The fabric's framing of a byte stream (framing.h: header checks, payload allocation, the tag
 ** computed as the payload comes) fed the input as tcp.c feeds it a socket, in reads of varied
-** sizes. Byte 0: bit 0 encrypt, the rest seeds the read sizes. The key is make_seeds'. */
+** sizes. Byte 0: bit 0 encrypt, bit 1 a Unix socket's stream (no trailers), the rest seeds the
+** read sizes. The key is make_seeds'. */
 #include "fabric_internal.h"
 #include "framing.h"
 #include "fuzz.h"
@@ -15,10 +16,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dpy_auth_dir rx = {{7}, 0};
     dpy_frame_rules r = {.run_id = 0x1234, .nodes = 16, .max_payload = 1 << 16, .encrypt = data[0] & 1,
                          .rx = &rx};
-    uint32_t k = data[0] >> 1;
-    data++, size--;
+    uint32_t k = data[0] >> 2;
     dpy_frame fr;
     memset(&fr, 0, sizeof fr);
+    fr.untagged = data[0] >> 1 & 1;
+    data++, size--;
     for (size_t off = 0; off < size;) {
         uint8_t *at;
         size_t want = dpy_frame_want(&fr, &at);
@@ -34,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             payload *p = dpy_frame_take(&fr);
             if (dpy_wire_handshake(fr.h.channel))
                 r.ready = 1;   /* as once the handshake is done */
-            else
+            else if (!fr.untagged)
                 (void)dpy_auth_open_end(&rx, &fr.rs, p->data, fr.tag);
             free(p);
         } else if (ev != DPY_FRAME_MORE) {

@@ -50,12 +50,16 @@ int main(int argc, char **argv) {
     put(dir, "fpzip", "lossless", buf, (size_t)n);
     n = dpy_fpzip_encode(buf, sizeof buf, x, 40, 12, err, sizeof err);
     put(dir, "fpzip", "prec12", buf, (size_t)n);
-    /* a stream as a connection carries it (fuzz_wire.c; byte 0: bit 0 encrypt): a hello, then
-    ** two data packets sealed under the harness's key, the second one larger than a read */
-    for (int enc = 0; enc <= 1; enc++) {
+    /* a stream as a connection carries it (fuzz_wire.c; byte 0: bit 0 encrypt, bit 1 a Unix
+    ** socket's): a hello, then two data packets sealed under the harness's key (on a Unix socket:
+    ** without trailers), the second one larger than a read */
+    static const char *const wire_seed[3] = {"hello_then_data", "hello_then_data_encrypted",
+                                             "hello_then_data_unix"};
+    for (int kind = 0; kind <= 2; kind++) {
+        int enc = kind == 1, unix_socket = kind == 2;
         static uint8_t pk[1 + 4 * DPY_WIRE_HEADER + 8 + 600 + 2 * DPY_TRAILER_BYTES];
         size_t at = 0;
-        pk[at++] = (uint8_t)(enc | 0x5a);
+        pk[at++] = (uint8_t)(enc | unix_socket << 1 | 0x58);
         dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1,
                         .length = dpy_wire_handshake_length(DPY_CHANNEL_HELLO)};
         dpy_wire_encode(pk + at, &h);
@@ -76,9 +80,9 @@ int main(int argc, char **argv) {
             dpy_auth_seal(&tx, enc, hdr, body, pk + at, lens[i], pk + at + lens[i]);
             if (!enc)
                 memcpy(pk + at, body, lens[i]);
-            at += lens[i] + DPY_TRAILER_BYTES;
+            at += lens[i] + (unix_socket ? 0 : DPY_TRAILER_BYTES);
         }
-        put(dir, "wire", enc ? "hello_then_data_encrypted" : "hello_then_data", pk, at);
+        put(dir, "wire", wire_seed[kind], pk, at);
     }
     /* sparse: 6 of 300 values, indices as deltas (one of two bytes), each value type; and
     ** implicit indices */

@@ -1,14 +1,17 @@
 /* test_wire_auth.c: attacks on the tcp path from raw sockets on 127.0.0.1: a HELLO claiming a
 ** connected process (then a close), a forged HELLO and data packet, 1,100 idle connections; a
 ** man in the middle that flips a bit or replays a packet; a process with another key; the key
-** file; sealing and opening packets. */
+** file; sealing and opening packets. Between processes of one machine: the Unix socket, a hello
+** on the wrong kind of socket, and a relay on the Unix socket that another process holds. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,7 +47,9 @@ static char proxy_addr[64];
 static const char *via_proxy[2] = {proxy_addr, addr1};
 
 /* Two fabrics (process 0: node 0, process 1: node 1) on 127.0.0.1; process 1 reaches process 0
-** through the proxy when proxied; key1: process 1's key. */
+** through the proxy when proxied; key1: process 1's key; tcp_only: no Unix socket. */
+static int tcp_only;
+
 static int start_pair(opener p[2], int encrypt, int proxied, const uint8_t *key1) {
     snprintf(addr0, sizeof addr0, "127.0.0.1:%d", port_base);
     snprintf(addr1, sizeof addr1, "127.0.0.1:%d", port_base + 1);
@@ -56,7 +61,8 @@ static int start_pair(opener p[2], int encrypt, int proxied, const uint8_t *key1
                                    .processes = 2, .node_process = map,
                                    .addresses = i == 1 && proxied ? via_proxy : addrs,
                                    .connect_timeout = 5, .key = i == 1 ? key1 : key,
-                                   .encrypt = encrypt, .max_pending = 16, .hello_timeout = 1};
+                                   .encrypt = encrypt, .max_pending = 16, .hello_timeout = 1,
+                                   .tcp_only = tcp_only};
         pthread_create(&th[i], NULL, open_thread, &p[i]);
     }
     for (int i = 0; i < 2; i++)
@@ -357,15 +363,162 @@ static void test_mitm(int mode, int encrypt) {
     port_base += 4;
 }
 
-/* Encrypted payloads travel as ciphertext and arrive as the plaintext. */
+/* Encrypted payloads travel as ciphertext and arrive as the plaintext (by tcp: a Unix socket's
+** packets are neither tagged nor encrypted). */
 static void test_encrypted(void) {
     opener p[2];
+    tcp_only = 1;
     start_pair(p, 1, 0, key);
+    tcp_only = 0;
     CHECK(p[0].rc == 0 && p[1].rc == 0);
     if (p[0].rc || p[1].rc)
         return;
+    CHECK(strcmp(dpy_fabric_link(p[1].f, 0), "tcp") == 0);
     CHECK(exchange(p, 1, 31) == 0 && exchange(p, 2, 32) == 0);
     close_pair(p);
+}
+
+/* {==== between processes of one machine: the Unix socket ====} */
+
+/* Process p's Unix socket address as process 1 names it, at address addr (auth.h). */
+static socklen_t unix_address(int p, const char *addr, struct sockaddr_un *sa) {
+    char name[DPY_UNIX_NAME_BYTES];
+    dpy_auth_unix_name(key, 9, p, addr, name);
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path + 1, name, DPY_UNIX_NAME_BYTES - 1);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + DPY_UNIX_NAME_BYTES);
+}
+
+/* Two processes of one machine connect on the Unix socket and exchange there (encrypted or
+** not: the kernel alone carries it); with tcp_only, by tcp. */
+static void test_unix_link(void) {
+    for (int only = 0; only <= 1; only++) {
+        for (int encrypt = 0; encrypt <= 1; encrypt++) {
+            opener p[2];
+            tcp_only = only;
+            start_pair(p, encrypt, 0, key);
+            tcp_only = 0;
+            CHECK(p[0].rc == 0 && p[1].rc == 0);
+            if (p[0].rc || p[1].rc)
+                return;
+            const char *want = only ? "tcp" : "unix";
+            CHECK(strcmp(dpy_fabric_link(p[0].f, 1), want) == 0 && strcmp(dpy_fabric_link(p[1].f, 0), want) == 0);
+            CHECK(dpy_fabric_link(p[0].f, 0) == NULL);
+            float big[70000];   /* a packet of several socket reads */
+            for (int i = 0; i < 70000; i++)
+                big[i] = (float)i;
+            char err[256];
+            void *data;
+            size_t len;
+            CHECK(dpy_fabric_send(p[0].f, 0, 1, 0, 1, big, sizeof big, err, sizeof err) == 0);
+            CHECK(dpy_fabric_recv(p[1].f, 1, 0, 0, 1, 5, &data, &len, NULL) == DPY_RECV_OK &&
+                  len == sizeof big && memcmp(data, big, len) == 0);
+            if (len == sizeof big)
+                dpy_fabric_release(data);
+            CHECK(exchange(p, 2, 41) == 0 && exchange(p, 3, 42) == 0);
+            CHECK(dpy_fabric_rejected(p[0].f, NULL, 0) == 0 && dpy_fabric_rejected(p[1].f, NULL, 0) == 0);
+            close_pair(p);
+        }
+    }
+}
+
+/* A hello marked for a Unix socket that comes by tcp, and one marked for tcp that comes on the
+** Unix socket: both refused, naming it (the proofs would differ too). */
+static void test_unix_flag(void) {
+    opener p[2];
+    if (open_pair(p) != 0)
+        return;
+    dpy_fabric_close(p[1].f);   /* process 1 gone, so its hello is no duplicate */
+    usleep(100000);
+    char last[320];
+    uint8_t nonce[DPY_NONCE_BYTES] = {1}, hdr[DPY_WIRE_HEADER];
+    dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 9, .sender = 1, .receiver = 0,
+                    .length = sizeof nonce, .flags = DPY_FLAG_UNIX};
+    dpy_wire_encode(hdr, &h);
+    int g = raw_connect(port_base);
+    CHECK(write(g, hdr, sizeof hdr) == sizeof hdr && write(g, nonce, sizeof nonce) == sizeof nonce);
+    CHECK(wait_rejected(p[0].f, 1, last, sizeof last));
+    CHECK_CONTAINS(last, "process 1's hello is marked for a Unix socket but came by tcp");
+    close(g);
+    struct sockaddr_un sa;
+    socklen_t salen = unix_address(0, addr0, &sa);
+    g = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(connect(g, (struct sockaddr *)&sa, salen) == 0);
+    raw_packet(g, DPY_CHANNEL_HELLO, 1, 0, 0, nonce, sizeof nonce);
+    CHECK(wait_rejected(p[0].f, 2, last, sizeof last));
+    CHECK_CONTAINS(last, "process 1's hello is marked for tcp but came on a Unix socket");
+    CHECK(rejected_as(p[0].f, DPY_REJECT_HELLO) == 2);
+    close(g);
+    dpy_fabric_close(p[0].f);
+    port_base += 4;
+}
+
+/* Relays each connection on the Unix socket at from to the one at to, as it is, until either
+** end closes; counts the connections it relayed on its pipe. */
+static void unix_relay(const struct sockaddr_un *from, socklen_t fromlen, const struct sockaddr_un *to,
+                       socklen_t tolen, int ready) {
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    char ok = bind(l, (const struct sockaddr *)from, fromlen) == 0 && listen(l, 4) == 0;
+    if (write(ready, &ok, 1) != 1 || !ok)
+        _exit(1);
+    for (char count = 1;; count++) {
+        int in = accept(l, NULL, NULL), out = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (in < 0 || connect(out, (const struct sockaddr *)to, tolen) != 0)
+            _exit(1);
+        if (write(ready, &count, 1) != 1)
+            _exit(1);
+        struct pollfd pf[2] = {{.fd = in, .events = POLLIN}, {.fd = out, .events = POLLIN}};
+        uint8_t buf[4096];
+        for (int open = 1; open && poll(pf, 2, -1) > 0;) {
+            for (int i = 0; i < 2 && open; i++) {
+                ssize_t n = pf[i].revents ? read(pf[i].fd, buf, sizeof buf) : 0;
+                open = !pf[i].revents || (n > 0 && full(pf[1 - i].fd, buf, (size_t)n, 1) == 0);
+            }
+        }
+        close(in);
+        close(out);
+    }
+}
+
+/* Process 1 is told that process 0 is at the tcp proxy's address, and another process holds the
+** Unix socket of that name (one that knows the key; here the test) and relays it to process 0's
+** own. Each end then sees the relay's process id where the other's should be, the proofs fail,
+** and the connection stays on tcp, through the proxy, where every packet is tagged. */
+static void test_unix_relay(void) {
+    struct sockaddr_un from, to;
+    snprintf(proxy_addr, sizeof proxy_addr, "127.0.0.1:%d", port_base + 2);
+    snprintf(addr0, sizeof addr0, "127.0.0.1:%d", port_base);
+    socklen_t fromlen = unix_address(0, proxy_addr, &from), tolen = unix_address(0, addr0, &to);
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t relay = fork();
+    if (relay == 0)
+        unix_relay(&from, fromlen, &to, tolen, ready[1]);
+    char got = 0;
+    CHECK(read(ready[0], &got, 1) == 1 && got == 1);
+    proxy px = {.mode = 0, .listen_fd = listen_on(port_base + 2)};
+    pthread_t th;
+    pthread_create(&th, NULL, proxy_thread, &px);
+    opener p[2];
+    start_pair(p, 0, 1, key);
+    CHECK(p[0].rc == 0 && p[1].rc == 0);
+    CHECK(read(ready[0], &got, 1) == 1 && got == 1);   /* process 1 tried the relay */
+    if (p[0].rc == 0 && p[1].rc == 0) {
+        CHECK(strcmp(dpy_fabric_link(p[1].f, 0), "tcp") == 0 && strcmp(dpy_fabric_link(p[0].f, 1), "tcp") == 0);
+        CHECK(exchange(p, 1, 51) == 0);
+    }
+    if (p[1].rc == 0)
+        dpy_fabric_close(p[1].f);
+    if (p[0].rc == 0)
+        dpy_fabric_close(p[0].f);
+    pthread_join(th, NULL);
+    close(px.listen_fd);
+    kill(relay, SIGKILL);
+    waitpid(relay, NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+    port_base += 4;
 }
 
 /* A process with another key: the start fails, naming the key check, in both directions. */
@@ -563,6 +716,9 @@ int main(void) {
     test_mitm(2, 0);
     test_mitm(1, 0);
     test_encrypted();
+    test_unix_link();
+    test_unix_flag();
+    test_unix_relay();
     test_wrong_key();
     test_key_file();
     test_seal();
