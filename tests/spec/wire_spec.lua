@@ -1,5 +1,6 @@
 -- The run key: a fresh random one per multi-process run, mode 0600 in the run directory, in no
--- log, manifest or command line; authenticated (and encrypted) runs give the same numbers.
+-- log, manifest or command line; authenticated (and encrypted) runs by tcp, and runs on a Unix
+-- socket, give the same numbers.
 local BIN = shell_quote(DPY_BIN)
 
 local function hex(s) return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end)) end
@@ -48,14 +49,16 @@ describe("the run key #e2e", function()
     assert.are_not.equal(key, read_file(again .. "/run.key"))
   end)
 
-  it("gives the same numbers authenticated and encrypted as in one process", function()
-    local plain = run("mac")
-    local sealed = run("enc", "encrypt=true")
+  it("gives the same numbers by tcp, authenticated and encrypted, on a Unix socket, and in one process", function()
+    local plain = run("mac", "unix_sockets=false")
+    local sealed = run("enc", "unix_sockets=false encrypt=true")
+    local local_socket = run("unix")
     for uid = 0, 3 do
       local one = node_metrics(dir .. "/one", uid)
-      assert.are.same(one.test_accuracy, node_metrics(plain, uid).test_accuracy, "node " .. uid)
-      assert.are.same(one.test_accuracy, node_metrics(sealed, uid).test_accuracy, "node " .. uid)
-      assert.are.same(one.train_loss, node_metrics(sealed, uid).train_loss, "node " .. uid)
+      for _, out in ipairs { plain, sealed, local_socket } do
+        assert.are.same(one.test_accuracy, node_metrics(out, uid).test_accuracy, out .. " node " .. uid)
+        assert.are.same(one.train_loss, node_metrics(out, uid).train_loss, out .. " node " .. uid)
+      end
     end
   end)
 
