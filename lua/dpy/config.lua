@@ -152,8 +152,8 @@ local ONLY = {
   decentralized = { "processes", "graph", "partition", "rounds", "local_steps", "local_epochs", "reset_optimizer",
                     "algorithm", "fraction", "eval_nodes", "on_peer_failure", "peer_timeout", "round_timeout",
                     "stragglers", "sim_clock", "churn", "stop_grace", "checkpoint_every", "actions", "slots",
-                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "unix_sockets", "faults", "sharing",
-                    "transforms" },
+                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "unix_sockets", "faults",
+                    "sharing", "transforms" },
 }
 for mode, keys in pairs(ONLY) do
   for _, k in ipairs(keys) do M.SCHEMA[k].mode = mode end
