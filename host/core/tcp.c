@@ -154,7 +154,9 @@ static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, si
     for (int c = 0; c < d.copies && rc == 0; c++) {
         struct iovec plain[2] = {{hdr, sizeof hdr}, {(void *)data, len}};
         errno = 0;
-        rc = pe->fd < 0 ? -1 : untagged ? send_all(pe->fd, plain, 2) : write_sealed(pe, enc, hdr, data, len, scratch);
+        rc = pe->fd < 0  ? -1
+             : untagged  ? send_all(pe->fd, plain, 2)
+                         : write_sealed(pe, enc, hdr, data, len, scratch);
         why = pe->fd >= 0 ? errno : 0;
     }
     pthread_mutex_unlock(&pe->write_mu);
