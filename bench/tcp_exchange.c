@@ -64,6 +64,11 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf, 
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
+    const char *link = dpy_fabric_link(f, 1 - proc), *want = tcp_only ? "tcp" : "unix";
+    if (!link || strcmp(link, want) != 0) {   /* measured under its own name, or not at all */
+        fprintf(stderr, "bench_tcp: connected by %s, not %s\n", link ? link : "nothing", want);
+        exit(1);
+    }
     uint32_t me = (uint32_t)proc, other = 1 - me;
     double t0 = 0;
     for (int i = -1; i < count; i++) {   /* i = -1: untimed */
@@ -88,13 +93,15 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf, 
     return secs;
 }
 
+static int parent_pid;   /* the Unix socket names: both processes know it */
+
 /* A plain socket: tcp on loopback at port, or (unix_socket) a Unix socket named after it. */
 static double socket_run(size_t size, int count, int port, int proc, char *buf, int unix_socket) {
     int one = 1, fd;
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    int n = snprintf(sun.sun_path + 1, sizeof sun.sun_path - 1, "bench-tcp-%d-%d", (int)getpid() - proc, port);
+    int n = snprintf(sun.sun_path + 1, sizeof sun.sun_path - 1, "bench-tcp-%d-%d", parent_pid, port);
     struct sockaddr *sa = unix_socket ? (struct sockaddr *)&sun : (struct sockaddr *)&sin;
     socklen_t salen = unix_socket ? (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n) : sizeof sin;
     int family = unix_socket ? AF_UNIX : AF_INET;
@@ -158,6 +165,7 @@ int main(int argc, char **argv) {
     char *buf = malloc(size);
     for (size_t i = 0; i < size; i++)
         buf[i] = (char)i;
+    parent_pid = (int)getpid();
     pid_t child = fork();
     int proc = child == 0 ? 1 : 0;
     double fab[64], tcp[64], enc[64], sock[64], usock[64], fab_r[64], fab_ur[64], tcp_r[64], enc_r[64];

@@ -58,7 +58,7 @@ typedef struct {
 typedef enum { DPY_RECV_OK = 0, DPY_RECV_TIMEOUT, DPY_RECV_DEAD, DPY_RECV_MALFORMED } dpy_recv_status;
 
 int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen);
-/* How this process reaches process p: "unix" (a Unix socket), "tcp", or NULL (not connected). */
+/* How this process connected to process p: "unix" (a Unix socket), "tcp", or NULL (never). */
 const char *dpy_fabric_link(dpy_fabric *f, int p);
 /* Closes every connection and joins the I/O thread; pending messages are freed. */
 void dpy_fabric_close(dpy_fabric *f);

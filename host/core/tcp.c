@@ -191,7 +191,7 @@ const char *dpy_fabric_link(dpy_fabric *f, int p) {
         return NULL;
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
-    const char *link = pe->fd < 0 ? NULL : pe->untagged ? "unix" : "tcp";
+    const char *link = pe->link;
     pthread_mutex_unlock(&pe->write_mu);
     return link;
 }
@@ -300,15 +300,18 @@ static socklen_t unix_address(const dpy_fabric *f, int p, struct sockaddr_un *sa
 }
 
 /* This process's Unix socket, listening; -1 when tcp_only or when it cannot be had (its peers
-** then reach it by tcp alone). */
+** then reach it by tcp alone, and the log says why). */
 static int listen_unix(const dpy_fabric *f) {
     if (f->o.tcp_only)
         return -1;
     struct sockaddr_un sa;
     socklen_t len = unix_address(f, f->o.process, &sa);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 128) != 0)) {
-        close(fd);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 128) != 0) {
+        fprintf(stderr, "dpy-lua: process %d has no Unix socket (%s): the processes of this machine "
+                "reach it by tcp\n", f->o.process, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         fd = -1;
     }
     return fd;
@@ -556,6 +559,7 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
     dpy_auth_session(f->key, &c->hs, &c->rx, &pe->tx);
     pe->fd = c->fd;
     pe->untagged = c->unix_socket;
+    pe->link = c->unix_socket ? "unix" : "tcp";
     pthread_mutex_unlock(&pe->write_mu);
     c->state = CONN_READY;
     f->pending_conns--;
@@ -732,8 +736,9 @@ static int hello(dpy_fabric *f, int fd, int p, int unix_socket, dpy_handshake *h
     memcpy(hs->nonce_a, reply, DPY_NONCE_BYTES);
     dpy_auth_proof(f->key, hs, 'A', want);
     if (!dpy_auth_proof_ok(want, reply + DPY_NONCE_BYTES))
-        return dpy_fail(err, errlen, "process %d at %s failed the key check: it does not hold "
-                        "this run's key", p, f->o.addresses[p]);
+        return dpy_fail(err, errlen, "process %d at %s failed the key check: %s", p, f->o.addresses[p],
+                        unix_socket ? "another key, or another process between (its id differs)"
+                                    : "it does not hold this run's key");
     return 0;
 }
 
@@ -752,6 +757,7 @@ static int prove(dpy_fabric *f, int fd, int p, int unix_socket, const dpy_handsh
     dpy_auth_session(f->key, hs, &pe->tx, &c->rx);
     pe->fd = fd;
     pe->untagged = unix_socket;
+    pe->link = unix_socket ? "unix" : "tcp";
     pe->alive = 1;
     f->connected++;
     return 0;
@@ -763,18 +769,23 @@ static int prove(dpy_fabric *f, int fd, int p, int unix_socket, const dpy_handsh
 static int connect_to(dpy_fabric *f, int fd, int p, double deadline, char *err, size_t errlen) {
     dpy_handshake hs, uhs;
     int rc = hello(f, fd, p, 0, &hs, deadline, err, errlen);
-    if (rc == 0) {
-        int u = connect_unix(f, p);   /* p answered, so its Unix socket listens if it is here */
-        char uerr[256];
-        int urc = u >= 0 && hello(f, u, p, 1, &uhs, deadline, uerr, sizeof uerr) == 0
+    int u = rc == 0 ? connect_unix(f, p) : -1;   /* p answered: its Unix socket listens if it is here */
+    if (u >= 0) {
+        /* within half the time p holds fd waiting for its proof, so that fd is still there */
+        double soon = dpy_fabric_now() + hello_timeout(f) / 2;
+        char uerr[256] = "it closed the connection or did not answer in time";
+        int urc = hello(f, u, p, 1, &uhs, soon < deadline ? soon : deadline, uerr, sizeof uerr) == 0
                       ? prove(f, u, p, 1, &uhs, err, errlen)
                       : 1;
         if (urc <= 0) {   /* on the Unix socket (-1: out of memory, u closed) */
             close(fd);    /* left before its proof: p forgets it */
             return urc;
         }
-        if (u >= 0)
-            close(u);     /* none here, or a relay between: tcp it is */
+        close(u);   /* a relay between, say (wire.md): tcp it is */
+        fprintf(stderr, "dpy-lua: process %d reached process %d's Unix socket, but its handshake failed "
+                "(%s): connected by tcp\n", f->o.process, p, uerr);
+    }
+    if (rc == 0) {
         rc = prove(f, fd, p, 0, &hs, err, errlen);
         if (rc <= 0)
             return rc;    /* -1: fd closed */

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define DPY_WIRE_MAGIC 0x4C595044u   /* "DPYL" read little-endian */
-#define DPY_WIRE_VERSION 3
+#define DPY_WIRE_VERSION 4   /* 4: the Unix socket's handshake (process ids in every transcript) */
 #define DPY_WIRE_HEADER 40
 #define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
 #define DPY_CHANNEL_CHALLENGE 0xFFFEu

@@ -49,6 +49,7 @@ typedef struct {
 
 struct group {
     dpy_fabric *fabric;
+    int processes;                  /* the run's */
     int threads;                    /* libtorch intra-op threads of each node thread */
     int free_slots;                 /* compute slots, handed out lowest round first (under mu) */
     unsigned char *slot_busy;       /* per slot */
@@ -574,6 +575,7 @@ static int n_start(lua_State *L) {
         return 2;
     }
     o.key = key_file ? key : NULL;
+    g->processes = o.processes;
     int opened = dpy_fabric_open(&g->fabric, &o, err, sizeof err);
     memset(key, 0, sizeof key);   /* the fabric keeps its own copy */
     if (opened != 0) {
@@ -679,7 +681,8 @@ static int g_results(lua_State *L) {
 }
 
 /* g:progress() -> { round = slowest node's round, accuracy = mean of the last reported,
-** running = nodes still running, sent = payload + header bytes sent so far } */
+** running = nodes still running, sent = payload + header bytes sent so far, rejected, rejected_by,
+** links = {["q"] = "unix" | "tcp"} (several processes: how this one connected to process q), paused } */
 static int g_progress(lua_State *L) {
     group *g = checkgroup(L, 1);
     int slowest = -1;
@@ -723,6 +726,19 @@ static int g_progress(lua_State *L) {
         lua_setfield(L, -2, dpy_reject_names[k]);
     }
     lua_setfield(L, -2, "rejected_by");
+    if (g->processes > 1) {   /* how this process reaches each other one: "unix", "tcp" (or gone) */
+        lua_createtable(L, 0, g->processes - 1);
+        for (int p = 0; p < g->processes; p++) {
+            const char *link = dpy_fabric_link(g->fabric, p);
+            char key[16];
+            snprintf(key, sizeof key, "%d", p);   /* a string key: a JSON object */
+            if (link) {
+                lua_pushstring(L, link);
+                lua_setfield(L, -2, key);
+            }
+        }
+        lua_setfield(L, -2, "links");
+    }
     lua_pushboolean(L, dpy_attach_paused(g->attach));
     lua_setfield(L, -2, "paused");
     if (g->attach_error) {

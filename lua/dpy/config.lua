@@ -116,7 +116,8 @@ M.SCHEMA = {
            doc = "first tcp port (default: derived from the run id); process p listens on port + p" },
   host = { type = "string", default = "127.0.0.1", doc = "address the processes listen on" },
   encrypt = { type = "boolean", default = false,
-              doc = "encrypt the payloads between processes (every packet is authenticated either way)" },
+              doc = "encrypt the payloads between processes connected by tcp (each such packet is authenticated "
+                    .. "either way; on a Unix socket, unix_sockets, only the kernel carries them)" },
   unix_sockets = { type = "boolean", default = true,
                    doc = "processes on one machine exchange over a Unix socket, which only the kernel carries "
                          .. "(no tag or encryption needed), instead of tcp on loopback" },

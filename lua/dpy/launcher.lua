@@ -450,7 +450,7 @@ function M.node_main(cfg, opts)
     local acc = pr.accuracy == pr.accuracy and pr.accuracy or nil
     host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, 0), accuracy = acc, done = done,
                                                   count = acc and 1 or 0, sent = pr.sent, beat = host.clock(),
-                                                  paused = pr.paused or nil })
+                                                  paused = pr.paused or nil, links = pr.links })
   end
   local results = M.host_process(cfg, p, opts, function(group)
     last = group:progress()

@@ -2,6 +2,7 @@
 -- log, manifest or command line; authenticated (and encrypted) runs by tcp, and runs on a Unix
 -- socket, give the same numbers.
 local BIN = shell_quote(DPY_BIN)
+local metrics = require "dpy.metrics"
 
 local function hex(s) return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end)) end
 
@@ -53,6 +54,12 @@ describe("the run key #e2e", function()
     local plain = run("mac", "unix_sockets=false")
     local sealed = run("enc", "unix_sockets=false encrypt=true")
     local local_socket = run("unix")
+    -- how each process reached the other, as its progress file records it
+    local function link(out, p, q)
+      return metrics.read(string.format("%s/progress-%d.json", out, p)).links[tostring(q)]
+    end
+    assert.are.same({ "tcp", "tcp", "unix", "unix" },
+                    { link(plain, 0, 1), link(sealed, 1, 0), link(local_socket, 0, 1), link(local_socket, 1, 0) })
     for uid = 0, 3 do
       local one = node_metrics(dir .. "/one", uid)
       for _, out in ipairs { plain, sealed, local_socket } do

@@ -283,6 +283,8 @@ static void *back_thread(void *arg) {   /* process 0 -> process 1, as it is */
 static void *proxy_thread(void *arg) {
     proxy *px = arg;
     int in = accept(px->listen_fd, NULL, NULL), out;
+    if (in < 0)
+        return NULL;   /* no one came */
     for (int i = 0; (out = raw_connect(port_base)) < 0 && i < 200; i++)   /* process 0 starts */
         usleep(10000);
     int back[2] = {out, in};
@@ -358,6 +360,7 @@ static void test_mitm(int mode, int encrypt) {
         dpy_fabric_close(p[1].f);
     if (p[0].rc == 0)
         dpy_fabric_close(p[0].f);
+    shutdown(px.listen_fd, SHUT_RDWR);   /* a proxy no one reached leaves its accept */
     pthread_join(th, NULL);
     close(px.listen_fd);
     port_base += 4;
@@ -454,6 +457,33 @@ static void test_unix_flag(void) {
     port_base += 4;
 }
 
+/* A socket that holds process 0's Unix socket name before it starts and never answers (one that
+** knows the key; here the test): process 1 gives up on it within half the hello timeout, while
+** process 0 still holds its tcp connection, and connects by tcp. */
+static void test_unix_squatter(void) {
+    snprintf(addr0, sizeof addr0, "127.0.0.1:%d", port_base);
+    struct sockaddr_un sa;
+    socklen_t salen = unix_address(0, addr0, &sa);
+    int squat = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(bind(squat, (struct sockaddr *)&sa, salen) == 0 && listen(squat, 4) == 0);
+    opener p[2];
+    start_pair(p, 0, 0, key);
+    CHECK(p[0].rc == 0 && p[1].rc == 0);
+    if (p[0].rc == 0 && p[1].rc == 0) {
+        CHECK(strcmp(dpy_fabric_link(p[1].f, 0), "tcp") == 0 && strcmp(dpy_fabric_link(p[0].f, 1), "tcp") == 0);
+        CHECK(exchange(p, 1, 61) == 0);
+        CHECK(dpy_fabric_alive(p[0].f, 1) && dpy_fabric_alive(p[1].f, 0));
+    } else {
+        fprintf(stderr, "%s / %s\n", p[0].err, p[1].err);
+    }
+    if (p[1].rc == 0)
+        dpy_fabric_close(p[1].f);
+    if (p[0].rc == 0)
+        dpy_fabric_close(p[0].f);
+    close(squat);
+    port_base += 4;
+}
+
 /* Relays each connection on the Unix socket at from to the one at to, as it is, until either
 ** end closes; counts the connections it relayed on its pipe. */
 static void unix_relay(const struct sockaddr_un *from, socklen_t fromlen, const struct sockaddr_un *to,
@@ -512,6 +542,7 @@ static void test_unix_relay(void) {
         dpy_fabric_close(p[1].f);
     if (p[0].rc == 0)
         dpy_fabric_close(p[0].f);
+    shutdown(px.listen_fd, SHUT_RDWR);   /* a proxy no one reached leaves its accept */
     pthread_join(th, NULL);
     close(px.listen_fd);
     kill(relay, SIGKILL);
@@ -708,7 +739,7 @@ static void test_stream_reuse(void) {
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    port_base = 20000 + (getpid() * 7) % 20000;
+    port_base = 20000 + (getpid() * 7) % 12000;   /* below 32768, where outgoing connections take ports */
     test_hello_then_close();
     test_forged_data();
     test_idle_flood();
@@ -719,6 +750,7 @@ int main(void) {
     test_unix_link();
     test_unix_flag();
     test_unix_relay();
+    test_unix_squatter();
     test_wrong_key();
     test_key_file();
     test_seal();
