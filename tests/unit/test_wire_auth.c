@@ -325,12 +325,34 @@ static int listen_on(int port) {
     return l;
 }
 
+/* The proxy on port_base + 2, in a thread of its own. */
+static pthread_t start_proxy(proxy *px, int mode) {
+    *px = (proxy){.mode = mode, .listen_fd = listen_on(port_base + 2)};
+    pthread_t th;
+    pthread_create(&th, NULL, proxy_thread, px);
+    return th;
+}
+
+/* Waits for the proxy and closes its socket (one that no one reached leaves its accept). */
+static void stop_proxy(proxy *px, pthread_t th) {
+    shutdown(px->listen_fd, SHUT_RDWR);
+    pthread_join(th, NULL);
+    close(px->listen_fd);
+}
+
+/* Closes the fabrics of a pair that started, process 1's first. */
+static void close_started(opener p[2]) {
+    if (p[1].rc == 0)
+        dpy_fabric_close(p[1].f);
+    if (p[0].rc == 0)
+        dpy_fabric_close(p[0].f);
+}
+
 /* mode 1, encrypted: the flipped bit is rejected, never delivered; mode 2: the replay refused.
 ** Either way the next round arrives and both processes stay alive. */
 static void test_mitm(int mode, int encrypt) {
-    proxy px = {.mode = mode, .listen_fd = listen_on(port_base + 2)};
-    pthread_t th;
-    pthread_create(&th, NULL, proxy_thread, &px);
+    proxy px;
+    pthread_t th = start_proxy(&px, mode);
     opener p[2];
     start_pair(p, encrypt, 1, key);
     CHECK(p[0].rc == 0 && p[1].rc == 0);
@@ -356,13 +378,8 @@ static void test_mitm(int mode, int encrypt) {
         CHECK(exchange(p, 2, 21) == 0);
         CHECK(dpy_fabric_alive(p[0].f, 1) && dpy_fabric_alive(p[1].f, 0));
     }
-    if (p[1].rc == 0)
-        dpy_fabric_close(p[1].f);
-    if (p[0].rc == 0)
-        dpy_fabric_close(p[0].f);
-    shutdown(px.listen_fd, SHUT_RDWR);   /* a proxy no one reached leaves its accept */
-    pthread_join(th, NULL);
-    close(px.listen_fd);
+    close_started(p);
+    stop_proxy(&px, th);
     port_base += 4;
 }
 
@@ -476,10 +493,7 @@ static void test_unix_squatter(void) {
     } else {
         fprintf(stderr, "%s / %s\n", p[0].err, p[1].err);
     }
-    if (p[1].rc == 0)
-        dpy_fabric_close(p[1].f);
-    if (p[0].rc == 0)
-        dpy_fabric_close(p[0].f);
+    close_started(p);
     close(squat);
     port_base += 4;
 }
@@ -527,9 +541,8 @@ static void test_unix_relay(void) {
         unix_relay(&from, fromlen, &to, tolen, ready[1]);
     char got = 0;
     CHECK(read(ready[0], &got, 1) == 1 && got == 1);
-    proxy px = {.mode = 0, .listen_fd = listen_on(port_base + 2)};
-    pthread_t th;
-    pthread_create(&th, NULL, proxy_thread, &px);
+    proxy px;
+    pthread_t th = start_proxy(&px, 0);
     opener p[2];
     start_pair(p, 0, 1, key);
     CHECK(p[0].rc == 0 && p[1].rc == 0);
@@ -538,13 +551,8 @@ static void test_unix_relay(void) {
         CHECK(strcmp(dpy_fabric_link(p[1].f, 0), "tcp") == 0 && strcmp(dpy_fabric_link(p[0].f, 1), "tcp") == 0);
         CHECK(exchange(p, 1, 51) == 0);
     }
-    if (p[1].rc == 0)
-        dpy_fabric_close(p[1].f);
-    if (p[0].rc == 0)
-        dpy_fabric_close(p[0].f);
-    shutdown(px.listen_fd, SHUT_RDWR);   /* a proxy no one reached leaves its accept */
-    pthread_join(th, NULL);
-    close(px.listen_fd);
+    close_started(p);
+    stop_proxy(&px, th);
     kill(relay, SIGKILL);
     waitpid(relay, NULL, 0);
     close(ready[0]);
