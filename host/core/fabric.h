@@ -1,8 +1,9 @@
 /*
 ** fabric.h: the process-wide exchange between nodes. Each process opens one fabric for the nodes
 ** it hosts. Messages to a node of the same process are copied into its inbox ("mem"); messages to
-** a node of another process travel over TCP ("tcp": one connection per pair of processes, an I/O
-** thread per process that checks every packet before delivering it). Fault injection ("mock":
+** a node of another process travel over TCP, or a Unix socket between processes of one machine
+** ("tcp": one connection per pair of processes, an I/O thread per process that checks every
+** packet before delivering it). Fault injection ("mock":
 ** drop, duplicate, corrupt, delay) applies to every send when configured.
 ** A message waits in its receiver's inbox until the receiver asks for its (channel, round, sender):
 ** a fast node's round r + 1 message simply waits.

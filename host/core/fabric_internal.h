@@ -149,7 +149,7 @@ typedef struct {
     dpy_auth_dir tx;                /* sending: this connection's key and sequence (write_mu) */
     dpy_auth_stream ts;             /* sending: the tag of the packet being written (write_mu) */
     int untagged;                   /* a Unix socket: packets go without a tag (write_mu) */
-    const char *link;               /* "unix" or "tcp" once connected, kept after (write_mu) */
+    const char *link;               /* "unix" or "tcp" once connected, kept after it is gone (mu) */
 } peer;
 
 enum { CONN_HELLO, CONN_PROOF, CONN_READY };   /* waiting for its HELLO, for its PROOF; ready */

@@ -1,4 +1,5 @@
-/* tcp.c: the path between processes. One connection per pair of processes (the higher index
+/* tcp.c: the path between processes: tcp, and a Unix socket between processes of one machine
+** (below). One connection per pair of processes (the higher index
 ** connects and proves it holds the run key: HELLO, CHALLENGE, PROOF; auth.h); an I/O thread per
 ** process reads every connection (epoll, non-blocking), frames packets (wire.h) straight into
 ** their payloads, and checks each one (header, tag) before it reaches an inbox.
@@ -189,14 +190,28 @@ void dpy_tcp_notice(dpy_fabric *f, int p, uint32_t node, const char *why) {
 const char *dpy_fabric_link(dpy_fabric *f, int p) {
     if (p < 0 || p >= f->o.processes || p == f->o.process)
         return NULL;
-    peer *pe = &f->peers[p];
-    pthread_mutex_lock(&pe->write_mu);
-    const char *link = pe->link;
-    pthread_mutex_unlock(&pe->write_mu);
+    pthread_mutex_lock(&f->mu);   /* never write_mu, which a send holds as long as it takes */
+    const char *link = f->peers[p].link;
+    pthread_mutex_unlock(&f->mu);
     return link;
 }
 
 /* {==== connections ====} */
+
+/* Process p is reached on fd (a Unix socket: untagged) from now on: the writers' side. */
+static void peer_connected(dpy_fabric *f, int p, int fd, int unix_socket) {
+    peer *pe = &f->peers[p];
+    pthread_mutex_lock(&pe->write_mu);
+    pe->fd = fd;
+    pe->untagged = unix_socket;
+    pthread_mutex_unlock(&pe->write_mu);
+    pthread_mutex_lock(&f->mu);
+    pe->link = unix_socket ? "unix" : "tcp";
+    pe->alive = 1;
+    f->connected++;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
 
 static int parse_address(const char *addr, char *host, size_t hostlen, char *port, size_t portlen) {
     const char *colon = strrchr(addr, ':');
@@ -538,7 +553,7 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
         c->process = p;
         c->hs = (dpy_handshake){.run_id = f->o.run_id, .connector = (uint32_t)p,
                                 .acceptor = (uint32_t)f->o.process, .flags = h->flags};
-        if (c->unix_socket)   /* as this end sees them: a relay's id would differ from one end's */
+        if (c->unix_socket)   /* as this end sees them (hello) */
             c->hs.pid_c = c->peer_pid, c->hs.pid_a = (uint32_t)getpid();
         memcpy(c->hs.nonce_c, data, DPY_NONCE_BYTES);
         dpy_auth_random(c->hs.nonce_a, DPY_NONCE_BYTES);
@@ -557,17 +572,10 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     dpy_auth_session(f->key, &c->hs, &c->rx, &pe->tx);
-    pe->fd = c->fd;
-    pe->untagged = c->unix_socket;
-    pe->link = c->unix_socket ? "unix" : "tcp";
     pthread_mutex_unlock(&pe->write_mu);
     c->state = CONN_READY;
     f->pending_conns--;
-    pthread_mutex_lock(&f->mu);
-    pe->alive = 1;
-    f->connected++;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    peer_connected(f, p, c->fd, c->unix_socket);
     return 0;
 }
 
@@ -753,13 +761,8 @@ static int prove(dpy_fabric *f, int fd, int p, int unix_socket, const dpy_handsh
     conn *c = add_conn(f, fd, p, unix_socket);
     if (!c)
         return dpy_fail(err, errlen, "out of memory");
-    peer *pe = &f->peers[p];
-    dpy_auth_session(f->key, hs, &pe->tx, &c->rx);
-    pe->fd = fd;
-    pe->untagged = unix_socket;
-    pe->link = unix_socket ? "unix" : "tcp";
-    pe->alive = 1;
-    f->connected++;
+    dpy_auth_session(f->key, hs, &f->peers[p].tx, &c->rx);   /* before the I/O thread starts */
+    peer_connected(f, p, fd, unix_socket);
     return 0;
 }
 
@@ -769,10 +772,10 @@ static int prove(dpy_fabric *f, int fd, int p, int unix_socket, const dpy_handsh
 static int connect_to(dpy_fabric *f, int fd, int p, double deadline, char *err, size_t errlen) {
     dpy_handshake hs, uhs;
     int rc = hello(f, fd, p, 0, &hs, deadline, err, errlen);
+    /* within half the time p holds fd waiting for its proof, so that fd is still there */
+    double soon = dpy_fabric_now() + hello_timeout(f) / 2;
     int u = rc == 0 ? connect_unix(f, p) : -1;   /* p answered: its Unix socket listens if it is here */
     if (u >= 0) {
-        /* within half the time p holds fd waiting for its proof, so that fd is still there */
-        double soon = dpy_fabric_now() + hello_timeout(f) / 2;
         char uerr[256] = "it closed the connection or did not answer in time";
         int urc = hello(f, u, p, 1, &uhs, soon < deadline ? soon : deadline, uerr, sizeof uerr) == 0
                       ? prove(f, u, p, 1, &uhs, err, errlen)

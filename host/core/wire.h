@@ -24,7 +24,7 @@
 #define DPY_WIRE_MAGIC 0x4C595044u   /* "DPYL" read little-endian */
 #define DPY_WIRE_VERSION 4   /* 4: the Unix socket's handshake (process ids in every transcript) */
 #define DPY_WIRE_HEADER 40
-#define DPY_CHANNEL_HELLO 0xFFFFu    /* a tcp connection's first packet: sender = process index */
+#define DPY_CHANNEL_HELLO 0xFFFFu    /* a connection's first packet: sender = process index */
 #define DPY_CHANNEL_CHALLENGE 0xFFFEu
 #define DPY_CHANNEL_PROOF 0xFFFDu
 #define DPY_CHANNEL_NOTICE 0xFFFCu   /* node `sender` is gone; the payload says why ("": finished) */

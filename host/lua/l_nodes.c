@@ -726,7 +726,7 @@ static int g_progress(lua_State *L) {
         lua_setfield(L, -2, dpy_reject_names[k]);
     }
     lua_setfield(L, -2, "rejected_by");
-    if (g->processes > 1) {   /* how this process reaches each other one: "unix", "tcp" (or gone) */
+    if (g->processes > 1) {   /* how this process connected to each other one, kept after it is gone */
         lua_createtable(L, 0, g->processes - 1);
         for (int p = 0; p < g->processes; p++) {
             const char *link = dpy_fabric_link(g->fabric, p);
