@@ -2,9 +2,10 @@
 -- manifest, graph.json, partition.pt), then hosts the nodes: in this process when the config
 -- says one process, else in child processes (`dpy-lua node ... --process p`) that reach each
 -- other on Unix sockets (tcp with unix_sockets = false). It shows a live progress line and ends
--- with a summary table; it fails, naming the node and its error, when any node fails. Ctrl-C or SIGTERM stops every node at once (the
--- finished rounds stay, the manifest says so); a child process that fails to stop, or stops
--- answering, is sent SIGTERM and then SIGKILL, stop_grace seconds apart.
+-- with a summary table; it fails, naming the node and its error, when any node fails. Ctrl-C or
+-- SIGTERM stops every node at once (the finished rounds stay, the manifest says so); a child
+-- process that fails to stop, or stops answering, is sent SIGTERM and then SIGKILL, stop_grace
+-- seconds apart.
 local nodes_core = require "dpy.nodes.core"
 local graph = require "dpy.graph"
 local host = require "dpy.host.core"
