@@ -3,12 +3,13 @@
 ** Every run has a fresh 32-byte random key in a 0600 file. A connection starts with a
 ** challenge-response under the key (fresh nonces from both ends, so a recorded handshake cannot
 ** be replayed); both ends then derive a key per direction of that connection. Every packet after
-** it on a tcp connection is followed by a trailer: its sequence number on the connection (8 bytes, little-endian) and
-** a 16-byte tag over the 40-byte header and the payload under the direction's key and that
-** number. A forged, altered or misrouted packet fails the tag; a replayed one (a number not above
-** the last accepted) is refused before it; a packet of another connection fails under its key. The tag is Poly1305 under a one-time key
-** from ChaCha20 (as in ChaCha20-Poly1305, RFC 8439); with encrypt, the payload is encrypted by
-** ChaCha20-Poly1305 (IETF) with the header as associated data. Poly1305 over the payload is
+** it on a tcp connection is followed by a trailer: its sequence number on the connection (8
+** bytes, little-endian) and a 16-byte tag over the 40-byte header and the payload under the
+** direction's key and that number. A forged, altered or misrouted packet fails the tag; a
+** replayed one (a number not above the last accepted) is refused before it; a packet of another
+** connection fails under its key. The tag is Poly1305 under a one-time key from ChaCha20 (as in
+** ChaCha20-Poly1305, RFC 8439); with encrypt, the payload is encrypted by ChaCha20-Poly1305
+** (IETF) with the header as associated data. Poly1305 over the payload is
 ** OpenSSL's (its AVX2 code, twice libsodium's speed here), and so is the payload's ChaCha20;
 ** the rest is libsodium's.
 ** Processes of one machine also meet on a Unix socket in the abstract namespace, named from the

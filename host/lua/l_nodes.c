@@ -730,9 +730,9 @@ static int g_progress(lua_State *L) {
         lua_createtable(L, 0, g->processes - 1);
         for (int p = 0; p < g->processes; p++) {
             const char *link = dpy_fabric_link(g->fabric, p);
-            char key[16];
-            snprintf(key, sizeof key, "%d", p);   /* a string key: a JSON object */
             if (link) {
+                char key[16];
+                snprintf(key, sizeof key, "%d", p);   /* a string key: a JSON object */
                 lua_pushstring(L, link);
                 lua_setfield(L, -2, key);
             }
