@@ -115,8 +115,8 @@ typedef struct {
     const char *out, *err, *dir;
     int fd;
 } dpy_spawn_io;
-/* Starts argv[0] with io: 0 and *pid, or an errno. */
-int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid);
+/* Starts argv[0] with io: 0 and *pid, or an errno and *what, the path it concerns (NULL: io's fd). */
+int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid, const char **what);
 /* Ends the process without the libraries' exit handlers (stdio flushed; the sanitizer's leak
 ** check kept): see main.c. */
 _Noreturn void dpy_exit(int code);

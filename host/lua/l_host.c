@@ -126,7 +126,7 @@ static int h_set_threads(lua_State *L) {
     return 0;
 }
 
-/* host.spawn(argv, out_path [, {fd =, err =, dir =}]) -> pid | nil, err: runs argv[1] with stdout
+/* host.spawn(argv, out_path [, {fd =, err =, dir =}]) -> pid | nil, "what: why": runs argv[1] with stdout
 ** and stderr to out_path (stderr to the path err when given), descriptor fd as its 3 (the others
 ** this process holds stay here), in the directory dir (out and err are named from here); spawn.c */
 static int h_spawn(lua_State *L) {
@@ -161,10 +161,14 @@ static int h_spawn(lua_State *L) {
     }
     argv[n] = NULL;
     pid_t pid;
-    int rc = dpy_spawn(argv, &io, &pid);
+    const char *what = NULL;
+    int rc = dpy_spawn(argv, &io, &pid, &what);
     if (rc != 0) {
         luaL_pushfail(L);
-        lua_pushstring(L, strerror(rc));
+        if (what)
+            lua_pushfstring(L, "%s: %s", what, strerror(rc));
+        else
+            lua_pushfstring(L, "fd %d: %s", io.fd, strerror(rc));
         return 2;
     }
     lua_pushinteger(L, pid);

@@ -245,7 +245,8 @@ static char **env_with_parent(void) {
     return env;
 }
 
-int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
+/* Forks the child, or executes it (posix_spawn): 0 and *pid, or an errno. */
+static int start(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
     int rc = -1;
     if (may_fork(argv[0], io->dir)) {
         /* A process working on fewer threads than main gave it (the specs' runner) has stopped
@@ -279,5 +280,30 @@ int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         free(env[0]);
         free(env);
     }
+    return rc;
+}
+
+/* What a start that failed stumbled on: the first of io's fd, its output files, its directory
+** that cannot be had now, in the order the child takes them (opening them again creates nothing
+** the child had not: an output it could open, it created); else the program itself. */
+static const char *culprit(char *const argv[], const dpy_spawn_io *io) {
+    if (io->fd >= 0 && fcntl(io->fd, F_GETFD) < 0)
+        return NULL;
+    const char *paths[] = {io->out, io->err, io->dir};
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i])
+            continue;
+        int f = open(paths[i], i < 2 ? O_WRONLY | O_CREAT | O_CLOEXEC : O_PATH | O_DIRECTORY | O_CLOEXEC, 0644);
+        if (f < 0)
+            return paths[i];
+        close(f);
+    }
+    return argv[0];
+}
+
+int dpy_spawn(char *const argv[], const dpy_spawn_io *io, pid_t *pid, const char **what) {
+    int rc = start(argv, io, pid);
+    if (rc != 0)
+        *what = culprit(argv, io);
     return rc;
 }

@@ -140,11 +140,23 @@ describe("host.spawn", function()
       os.remove(o)
       os.remove(e)
       assert.is_nil(io.open(dir .. "/" .. o))
-      -- a directory it cannot enter: no child, the reason, as posix_spawn gives it
+      -- a directory it cannot enter: no child, the path and the reason, as the system gives it
       local none, err = host.spawn(argv, dir .. "/o", { dir = dir .. "/missing" })
       assert.is_nil(none)
-      assert.are.equal("No such file or directory", err)
+      assert.are.equal(dir .. "/missing: No such file or directory", err)
+      -- an output file it cannot create, before the directory and the program
+      none, err = host.spawn(argv, dir .. "/none/o", { dir = dir .. "/missing" })
+      assert.is_nil(none)
+      assert.are.equal(dir .. "/none/o: No such file or directory", err)
     end
+    -- a program that is not there, or cannot be run
+    write_file(dir .. "/plain", "not a program\n")
+    for _, program in ipairs { dir .. "/no-such-program", dir .. "/plain" } do
+      local none, err = host.spawn({ program, "-x" }, dir .. "/o")
+      assert.is_nil(none)
+      assert.matches("^" .. program:gsub("%p", "%%%0") .. ": %u", err)
+    end
+    assert.are.same({ nil, "fd 999: Bad file descriptor" }, { host.spawn({ "/bin/true" }, dir .. "/o", { fd = 999 }) })
     assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { fd = "x" }) end,
                      "bad argument #3 to 'spawn' (fd must be an integer)")
     assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { stderr = "x" }) end,
