@@ -118,8 +118,9 @@ describe("dpy-lua attach #e2e", function()
   it("gives a client's code at the first round its node's own model, not the copy the nodes share", function()
     local out = start_paused(CONFIG, "processes=1")
     local code, o, e = attach(out, 5, { "model:get_flat():sum():item()", "trainer:run(1)", "use(4)",
-                                        "model:get_flat():sum():item()", "detach()" })
+                                        "model:get_flat():sum():item()", "print('hi', 1, nil, {})", "detach()" })
     assert.are.equal(0, code, e)
+    assert.matches("\nhi\t1\tnil\ttable: 0x%x+\n", o)   -- as Lua's print, and the local REPL's, show them
     local sums = {}
     for line in o:gmatch("[^\n]+") do
       if tonumber(line) then sums[#sums + 1] = line end
@@ -231,7 +232,7 @@ describe("dpy-lua attach #e2e", function()
       keys("round * 10")
       wait_for("\n0\n")
       keys("for i = 1, 2 do", "print('line', i)", "end")
-      wait_for('"line"  2')   -- the tab, as the terminal shows it
+      wait_for("line    2")   -- the tab, as the terminal shows it
       keys("while true do end")
       host.sleep(1)
       keys("C-c")

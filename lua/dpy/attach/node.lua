@@ -42,7 +42,11 @@ local function session(node, conn)
   if s then return s end
   s = { out = {} }
   local own = {
-    print = function(...) s.out[#s.out + 1] = pretty.line(...) .. "\n" end,
+    print = function(...)   -- as Lua's own (and the local REPL's): tostring, tab-separated
+      local words = table.pack(...)
+      for i = 1, words.n do words[i] = tostring(words[i]) end
+      s.out[#s.out + 1] = table.concat(words, "\t", 1, words.n) .. "\n"
+    end,
     --- watch(key): each round's value of metric key, sent as it is recorded
     watch = function(key)
       assert(type(key) == "string", "watch: a metric name expected, as watch('test_accuracy')")
