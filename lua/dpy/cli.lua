@@ -32,14 +32,21 @@ local function summary_text(dir, s)
   }, "\n")
 end
 
--- "8 rounds", or for a run resumed from round 2 the rounds it ran: "rounds 3-8"
+-- "8 rounds", or for a run resumed from round 2 the rounds it ran: "rounds 3-8"; for an interrupted
+-- run whose furthest node (s.rounds) got past the last round every node finished, both
 local function rounds_text(s)
-  if s.from == 0 then return string.format("%d round%s", s.rounds, s.rounds == 1 and "" or "s") end
   if s.rounds <= s.from then return "no round after round " .. s.from end
-  return string.format("rounds %d-%d", s.from + 1, s.rounds)
+  local all = s.interrupted and s.interrupted.round or s.rounds
+  if s.from == 0 then
+    local text = string.format("%d round%s", s.rounds, s.rounds == 1 and "" or "s")
+    return all < s.rounds and string.format("%s on the furthest node, %d on every node,", text, all) or text
+  end
+  local text = string.format("rounds %d-%d", s.from + 1, s.rounds)
+  return all < s.rounds and string.format("%s on the furthest node, to %d on every node,", text, all) or text
 end
 
-local function decentralized_text(cfg, dir, s)
+--- cli.decentralized_text(cfg, dir, summary) -> the lines a decentralized run's summary prints
+function M.decentralized_text(cfg, dir, s)
   local lines = {
     string.format("results in %s", dir),
     string.format("  %d nodes (%s, %d process%s), %s in %.1f s%s", cfg.nodes,
@@ -199,7 +206,7 @@ end
 
 --- Prints a decentralized run's summary and its failed nodes; returns the exit code.
 function M.decentralized_result(cfg, dir, summary)
-  print(decentralized_text(cfg, dir, summary))
+  print(M.decentralized_text(cfg, dir, summary))
   if summary.attached then   -- an experiment changed by hand says so
     io.stderr:write(string.format("dpy-lua: %d chunk(s) of code were run on nodes by dpy-lua attach (manifest.json: "
                                   .. "attached)\n", summary.attached))
@@ -309,7 +316,7 @@ function M.node(args)
   end
   if rank == 0 and launched_by then   -- the summary, as `run` prints it
     local summary = launcher.mpi_summary(cfg, a.dir, require("dpy.host.core").clock() - started, opts.resume)
-    print(decentralized_text(cfg, a.dir, summary))
+    print(M.decentralized_text(cfg, a.dir, summary))
     if summary.unfinished > 0 then
       print(string.format("  (%d process%s had not finished when this summary was written)", summary.unfinished,
                           summary.unfinished == 1 and "" or "es"))
@@ -419,7 +426,7 @@ end
 
 -- Prints job k's summary (dispatch), and its failed nodes unless interrupted; returns whether any failed.
 local function dispatch_report(cfg, dir, summary)
-  print(decentralized_text(cfg, dir, summary))
+  print(M.decentralized_text(cfg, dir, summary))
   print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
                       .. "the last process ended", summary.first_round_seconds and
                       string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))

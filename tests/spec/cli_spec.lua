@@ -138,6 +138,24 @@ describe("dpy-lua run", function()
     assert.are.same(runs[1].metrics.test_accuracy, runs[2].metrics.test_accuracy)
   end)
 
+  it("says how far an interrupted run's furthest node got, beside the round every node finished", function()
+    local cli = require "dpy.cli"
+    local cfg = { nodes = 4, algorithm = "dpsgd", processes = 2 }
+    local s = { rounds = 24, from = 0, seconds = 3, seconds_per_round = 0.125, evaluated = 0, mb_per_node = 1,
+                honest = { count = 4, nodes = 4, left_out = {} },
+                interrupted = { signal = "SIGINT", number = 2, round = 23 } }
+    local function line() return cli.decentralized_text(cfg, "d", s):match("\n  ([^\n]*)") end
+    assert.are.equal("4 nodes (dpsgd, 2 processes), 24 rounds on the furthest node, 23 on every node, in 3.0 s: "
+                     .. "0.125 s per round", line())
+    s.from = 2   -- resumed from round 2
+    assert.are.equal("4 nodes (dpsgd, 2 processes), rounds 3-24 on the furthest node, to 23 on every node, in "
+                     .. "3.0 s: 0.125 s per round", line())
+    s.interrupted.round = 24   -- every node as far
+    assert.are.equal("4 nodes (dpsgd, 2 processes), rounds 3-24 in 3.0 s: 0.125 s per round", line())
+    s.interrupted.round, s.rounds = 2, 2   -- before any node finished a round of its own
+    assert.are.equal("4 nodes (dpsgd, 2 processes), no round after round 2 in 3.0 s", line())
+  end)
+
   it("reports a config error with file and line, and exits 2 (run, node, dispatch, repl alike) #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/bad.lua", "seed = 1\nbatch_sise = 3\n")
