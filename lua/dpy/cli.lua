@@ -74,25 +74,45 @@ function M.decentralized_text(cfg, dir, s)
   return table.concat(lines, "\n")
 end
 
--- The failed nodes, one line per message: "dpy-lua: nodes 0-3 failed: <their message>" (the
--- first line of it), or for a whole process (uid -1) "dpy-lua: <message>".
-local function failure_text(failed)
-  local order, by = {}, {}
+--- cli.failure_text(failed) -> the failed nodes ({ uid, err }), a line per distinct message (its first
+-- line): "dpy-lua: nodes 0-3 failed: <their message>", where a node's own files in it are named
+-- "<uid>.": nodes that one failure (a full disk) met each in its own files make one line. Then the
+-- nodes that another node's failure stopped, a line per node that failed first: "nodes 3, 5
+-- stopped when node 4 failed", with its cause when its own line is not there. A whole process
+-- (uid -1): "dpy-lua: <message>".
+function M.failure_text(failed)
+  local stopped_by = require("dpy.exchange").stopped_by
+  local own, stopped, by, failed_uids = {}, {}, {}, {}
+  local function group(list, key, fields)
+    if not by[key] then
+      by[key] = fields
+      fields.uids = {}
+      list[#list + 1] = fields
+    end
+    return by[key]
+  end
   for _, f in ipairs(failed) do
     local msg = f.err:match("[^\n]*")
+    local origin, cause = stopped_by(msg)
     if f.uid < 0 then
-      order[#order + 1] = { text = "dpy-lua: " .. msg }
+      own[#own + 1] = { text = "dpy-lua: " .. msg }
+    elseif origin then
+      table.insert(group(stopped, "stopped " .. origin, { origin = origin, cause = cause }).uids, f.uid)
     else
-      if not by[msg] then
-        by[msg] = { uids = {}, msg = msg }
-        order[#order + 1] = by[msg]
-      end
-      table.insert(by[msg].uids, f.uid)
+      failed_uids[f.uid] = true
+      local mine = msg:gsub("/" .. f.uid .. "%.", "/<uid>.")
+      table.insert(group(own, "failed " .. mine, { msg = mine }).uids, f.uid)
     end
   end
   local lines = {}
-  for _, g in ipairs(order) do
+  for _, g in ipairs(own) do
     lines[#lines + 1] = g.text or string.format("dpy-lua: %s failed: %s", pretty.uids(g.uids), g.msg)
+  end
+  for _, g in ipairs(stopped) do
+    lines[#lines + 1] = string.format('dpy-lua: %s stopped when node %d failed%s (on_peer_failure = "abort"; %s)',
+                                      pretty.uids(g.uids), g.origin,
+                                      failed_uids[g.origin] and "" or ": " .. g.cause,
+                                      #g.uids == 1 and "its log says when" or "their logs say when")
   end
   return table.concat(lines, "\n") .. "\n"
 end
@@ -218,7 +238,7 @@ function M.decentralized_result(cfg, dir, summary)
     return 128 + stop.number
   end
   if #summary.failed > 0 then   -- the messages; the tracebacks are in the nodes' logs
-    io.stderr:write(failure_text(summary.failed), "(tracebacks in ", dir, "/<uid>.log)\n")
+    io.stderr:write(M.failure_text(summary.failed), "(tracebacks in ", dir, "/<uid>.log)\n")
     return 1
   end
   if summary.trained > 0 and #summary.diverged >= summary.trained then
@@ -430,7 +450,7 @@ local function dispatch_report(cfg, dir, summary)
   print(string.format("  dispatch: first round done %s s after the start; results collected %.1f s after "
                       .. "the last process ended", summary.first_round_seconds and
                       string.format("%.1f", summary.first_round_seconds) or "-", summary.collect_seconds))
-  if #summary.failed > 0 then io.stderr:write(failure_text(summary.failed)) end
+  if #summary.failed > 0 then io.stderr:write(M.failure_text(summary.failed)) end
   return #summary.failed > 0
 end
 

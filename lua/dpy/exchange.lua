@@ -49,13 +49,34 @@ local function decode(node, peer, r, x, encoding, codec)
   return reject(node, peer, r, why)
 end
 
+M.ABORT = '; stopping (on_peer_failure = "abort")'   -- the end of a node's error that a peer's failure stopped
+local ABORTED = "(.*)" .. M.ABORT:gsub("%p", "%%%0") .. "$"
+
+--- exchange.stopped_by(err) -> origin, cause: for a node's error that another node's failure caused
+-- (on_peer_failure = "abort"), the uid of the node that failed first and its error; else nil.
+function M.stopped_by(err)
+  local origin, cause = err:match("^round %d+: peer (%d+) failed: " .. ABORTED)
+  if not origin then origin, cause = err:match("^round %d+: peer %d+ stopped after peer (%d+) failed: " .. ABORTED) end
+  return tonumber(origin), cause
+end
+
+--- exchange.failure(said) -> what a receiver says of a peer that failed with the error said:
+-- "failed: <said>", or when a failure of another node stopped that peer, that node and its cause
+-- ("stopped after peer 2 failed: <its error>"), so that a failure passed along a graph's nodes
+-- stays one step long instead of nesting the words of each.
+function M.failure(said)
+  local origin, cause = M.stopped_by(said)
+  if origin then return string.format("stopped after peer %d failed: %s", origin, cause) end
+  return "failed: " .. said
+end
+
 -- What a receiver says of a peer whose message did not come: why ("dead" or "timeout") and what
 -- the fabric knows of it (a dead peer's own word: "" when it finished, else its error). A peer
 -- that finished did its rounds: its message of this one was lost (faults.drop) and never comes.
 local function absence(cfg, why, said)
   if why == "dead" then
     if said == "" then return "has finished; its message of the round never came" end
-    return said and "failed: " .. said or "is gone"
+    return said and M.failure(said) or "is gone"
   end
   return string.format("sent nothing for %g s", cfg.peer_timeout)
 end
@@ -99,9 +120,7 @@ function M.receive(node, peer, r, deadline, missable, codec)
     return nil
   end
   local what = absence(cfg, why, said)
-  if cfg.on_peer_failure == "abort" then
-    error(string.format("round %d: peer %d %s; stopping (on_peer_failure = \"abort\")", r, peer, what), 0)
-  end
+  if cfg.on_peer_failure == "abort" then error(string.format("round %d: peer %d %s", r, peer, what) .. M.ABORT, 0) end
   node.log:write("round %d: peer %d %s; continuing without it", r, peer, what)
   node.dropped = node.dropped or {}
   node.dropped[peer] = true
@@ -130,9 +149,9 @@ end
 function M.send(node, peer, r, t, channel, chain)
   local ok, err = node.endpoint:send(peer, channel or M.MODEL, r, t, channel and 0 or (chain or node.chain).id)
   if not ok then
-    if node.cfg.on_peer_failure == "abort" then
-      error(string.format("round %d: %s; stopping (on_peer_failure = \"abort\")", r, err), 0)
-    end
+    local dead, said = err:match("^(peer %d+) failed: (.*)$")   -- its own word, when it gave one
+    if dead then err = dead .. " " .. M.failure(said) end
+    if node.cfg.on_peer_failure == "abort" then error(string.format("round %d: %s", r, err) .. M.ABORT, 0) end
     node.log:write("round %d: send failed (%s); continuing", r, err)
   end
 end

@@ -156,6 +156,33 @@ describe("dpy-lua run", function()
     assert.are.equal("4 nodes (dpsgd, 2 processes), no round after round 2 in 3.0 s", line())
   end)
 
+  it("names each failure once: a node's own files as <uid>, the nodes a failure stopped in one line", function()
+    local cli = require "dpy.cli"
+    local ABORT = '; stopping (on_peer_failure = "abort")'
+    local full = "cannot write metrics: cannot write /r/%d.metrics.json.tmp.7: No space left on device"
+    local failed = { { uid = 10, err = full:format(10) }, { uid = 0, err = full:format(0) },
+                     { uid = 1, err = full:format(1) .. "\nstack traceback:\n\t[C]: in ?" },
+                     { uid = 4, err = "boom" },
+                     { uid = 3, err = "round 2: peer 4 failed: boom" .. ABORT },
+                     { uid = 5, err = "round 3: peer 3 stopped after peer 4 failed: boom" .. ABORT },
+                     { uid = 9, err = "round 2: peer 10 failed: " .. full:format(10) .. ABORT },
+                     { uid = 8, err = "round 2: peer 7 sent nothing for 60 s" .. ABORT },
+                     { uid = -1, err = "process 1 exited with 137: killed" } }
+    assert.are.equal(table.concat({
+      "dpy-lua: nodes 0-1, 10 failed: cannot write metrics: cannot write /r/<uid>.metrics.json.tmp.7: No space left "
+        .. "on device",
+      "dpy-lua: node 4 failed: boom",
+      "dpy-lua: node 8 failed: round 2: peer 7 sent nothing for 60 s" .. ABORT,
+      "dpy-lua: process 1 exited with 137: killed",
+      -- then the nodes that others' failures stopped
+      'dpy-lua: nodes 3, 5 stopped when node 4 failed (on_peer_failure = "abort"; their logs say when)',
+      'dpy-lua: node 9 stopped when node 10 failed (on_peer_failure = "abort"; its log says when)',
+      "" }, "\n"), cli.failure_text(failed))
+    -- a node stopped by a node whose own failure is not among them (its process died): the cause
+    assert.are.equal('dpy-lua: node 3 stopped when node 4 failed: boom (on_peer_failure = "abort"; its log says '
+                     .. "when)\n", cli.failure_text { { uid = 3, err = "round 2: peer 4 failed: boom" .. ABORT } })
+  end)
+
   it("reports a config error with file and line, and exits 2 (run, node, dispatch, repl alike) #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/bad.lua", "seed = 1\nbatch_sise = 3\n")

@@ -59,10 +59,23 @@ describe("peer failure #e2e", function()
         assert.not_matches("sent nothing", log)
         assert.are.equal(3, #node_metrics(out, uid).test_accuracy)
       end
-      -- and under "abort" the neighbours stop with the true reason
-      code, _, err = run(TINY .. "peer_timeout = 60\n" .. boom, "processes=" .. processes)
+      -- and under "abort" the neighbours stop with the true reason, and node 0 (whose neighbours are
+      -- 1 and 3) with the node that failed first, not its neighbours' words nested in its own
+      code, _, err, out = run(TINY .. "peer_timeout = 60\n" .. boom, "processes=" .. processes)
       assert.are.equal(1, code)
-      assert.matches("nodes 1, 3 failed: round 2: peer 2 failed: [^\n]*boom at round 2; stopping", err)
+      assert.matches("node 2 failed: [^\n]*boom at round 2\n", err)
+      local uids = err:match('dpy%-lua: nodes ([%d, -]+) stopped when node 2 failed %(on_peer_failure = "abort"; '
+                             .. "their logs say when%)\n")
+      assert.is_true(uids == "1, 3" or uids == "0-1, 3", err)
+      for _, uid in ipairs { 1, 3 } do
+        local log = read_file(out .. "/" .. uid .. ".log")
+        assert.matches("round 2: peer 2 failed: [^\n]*boom at round 2; stopping", log)
+      end
+      if uids == "0-1, 3" then
+        assert.matches("round %d: peer [13] stopped after peer 2 failed: [^\n]*boom at round 2; stopping %(on_peer_"
+                       .. 'failure = "abort"%)\n', read_file(out .. "/0.log"))
+      end
+      assert.not_matches("peer %d+ failed: round", logs(out, { 0, 1, 2, 3 }))   -- no failure nested in another
     end)
   end
 

@@ -146,6 +146,40 @@ describe("stopping a run", function()
     end)
   end
 
+  it("stops on a full disk, says so once, and leaves what it wrote readable #e2e", function()
+    local dir = tmpdir()
+    local small = dir .. "/small"
+    assert(host.mkdir_p(small))
+    if sh("mount -t tmpfs -o size=160k tmpfs " .. small) ~= 0 then   -- the suite's setup runs as root
+      pending("mounting a small tmpfs needs root")
+      return
+    end
+    local ok, why = pcall(function()
+      write_file(dir .. "/c.lua", TINY_RUN:gsub("nodes = 4", "nodes = 8"):gsub("rounds = 3", "rounds = 2000")
+                                  .. "processes = 2\nlocal_steps = 1\n")
+      local code, _, err = sh("timeout -s KILL 120 " .. BIN .. " run " .. dir .. "/c.lua --out " .. small .. "/out")
+      local out = small .. "/out"
+      assert.are.equal(1, code, err)
+      assert.matches("No space left on device", err)
+      local lines = select(2, err:gsub("dpy%-lua: ", ""))
+      assert.is_true(lines <= 5, "a line per failure, not per node:\n" .. err)
+      assert.not_matches("peer %d+ failed: round", err)   -- no failure nested in another
+      assert.are.same({}, procs_of(out), "no dpy-lua process remains")
+      assert.are.same({}, tmp_files(out))
+      assert.truthy(metrics.read(out .. "/manifest.json"))
+      local kept = 0
+      for uid = 0, 7 do   -- every metrics file that was written reads whole
+        if io.open(string.format("%s/%d.metrics.json", out, uid)) then
+          kept = kept + 1
+          assert.truthy(node_metrics(out, uid), "node " .. uid)
+        end
+      end
+      assert.is_true(kept > 0, "no metrics were written before the disk was full")
+    end)
+    sh("umount -l " .. small)   -- lazily: a process that has just ended may still hold a file there
+    assert(ok, why)
+  end)
+
   -- A second Ctrl-C ends the launcher at once, as SIGKILL or the OOM killer would: its processes,
   -- forked or executed, go with it instead of running on unsupervised.
   for _, fork in ipairs { "1", "0" } do
