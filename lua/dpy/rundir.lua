@@ -15,12 +15,13 @@ M.EFFECTIVE = "config.effective.lua"
 -- The run directory's own top-level names, which a copied file must not take.
 local OWN = { ["config.lua"] = true, [M.EFFECTIVE] = true, ["config.json"] = true, ["manifest.json"] = true,
               ["graph.json"] = true, ["partition.pt"] = true, ["addresses.json"] = true, rendezvous = true,
-              _files = true, ckpt = true }
+              _files = true, ckpt = true, attach = true, ["run.key"] = true }
 local OWN_PATTERNS = { "^%d+%.log$", "^%d+%.metrics%.json$", "^%d+%.model%.pt$", "^progress%-%d+%.json$",
                        "^process%-%d+%.out$",
                        "^pid%-%d+$" }
 
 local function own(rel)
+  rel = rel:gsub("%.tmp%.%d+$", "")   -- a write a crash left unfinished (host.write_atomic)
   if OWN[rel:match("^[^/]+")] then return true end
   if rel:find("/", 1, true) then return false end
   for _, p in ipairs(OWN_PATTERNS) do
@@ -89,9 +90,33 @@ function M.prepare(cfg, opts)
   return { effective = M.effective(relocated(cfg, files)), files = files }
 end
 
---- Raises when dir holds a run already, unless force; returns whether it must be replaced.
--- option: the command's option that names dir (default --out; `dpy-lua node`: --dir).
+-- The names at dir's top that are no run's: not the run directory's own names, nor the copies of
+-- files that its manifest lists (sorted; none when dir is not there).
+local function strays(dir)
+  local manifest = metrics.read(dir .. "/manifest.json")
+  local copied = {}
+  for _, f in ipairs(manifest and manifest.files or {}) do
+    if type(f.file) == "string" then copied[f.file:match("^[^/]+")] = true end
+  end
+  local found = {}
+  for _, name in ipairs(paths.list(dir) or {}) do
+    if not (own(name) or copied[name]) or (name == "config.lua" and not manifest) then found[#found + 1] = name end
+  end
+  table.sort(found)
+  return found
+end
+
+--- Raises when dir holds a run already, unless force, and when it holds files that are no run's
+-- (a researcher's own: neither written over nor removed, --force or not); returns whether the
+-- run must be replaced. option: the command's option that names dir (default --out; `dpy-lua
+-- node`: --dir).
 function M.claim(dir, force, option)
+  local others = strays(dir)
+  if #others > 0 then
+    error(string.format("%s holds files that are no run's (%s%s): choose another %s (--force replaces a run, "
+                        .. "not other files)", dir, table.concat(others, ", ", 1, math.min(#others, 5)),
+                        #others > 5 and ", ..." or "", option or "--out"), 0)
+  end
   if not exists(dir .. "/manifest.json") then return false end
   if not force then
     error(string.format("%s holds a run already: choose another %s, or add --force to replace it", dir,

@@ -156,6 +156,35 @@ describe("a run directory", function()
     assert.are.equal(0, code, err)
   end)
 
+  it("touches no file that is not a run's: a directory holding others is refused, --force or not", function()
+    local dir = tmpdir()
+    write_file(dir .. "/tiny.lua", TINY)
+    local mine = dir .. "/mine"   -- a researcher's own files, no run
+    assert(require("dpy.host.core").mkdir_p(mine))
+    write_file(mine .. "/results.csv", "a,b\n")
+    write_file(mine .. "/config.lua", "-- mine\n")
+    for _, force in ipairs { "", " --force" } do
+      local code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. mine .. force .. " -q")
+      assert.are.equal(2, code, err)
+      assert.matches("mine holds files that are no run's %(config.lua, results.csv%)", err)
+      assert.are.equal("a,b\n", read_file(mine .. "/results.csv"))
+      assert.are.equal("-- mine\n", read_file(mine .. "/config.lua"))
+      assert.is_false(exists(mine .. "/manifest.json"))
+    end
+    -- a run with a file of someone else's beside it: --force replaces the run, not that file
+    local code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. dir .. "/run -q")
+    assert.are.equal(0, code, err)
+    write_file(dir .. "/run/notes.txt", "keep\n")
+    code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. dir .. "/run --force -q")
+    assert.are.equal(2, code, err)
+    assert.matches("run holds files that are no run's %(notes.txt%)", err)
+    assert.are.equal("keep\n", read_file(dir .. "/run/notes.txt"))
+    assert.truthy(node_metrics(dir .. "/run", 0), "the run stays as it was")
+    os.remove(dir .. "/run/notes.txt")
+    code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. dir .. "/run --force -q")
+    assert.are.equal(0, code, err)
+  end)
+
   it("is not made when the config is wrong", function()
     local dir = tmpdir()
     local cases = {
