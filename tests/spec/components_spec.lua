@@ -281,6 +281,12 @@ describe("a user's components", function()
                                          .. dir .. "/clip.lua' } }\n")
     assert.are.equal(0, code, err)
     assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
+    -- a rule named by its name alone, as any component can be: in the config and as an override
+    for _, how in ipairs { { "sharing = 'median'\n", "" }, { "", "sharing=krum" } } do
+      code, _, err, out = run_config(TINY_RUN .. how[1], how[2])
+      assert.are.equal(0, code, err)
+      assert.are.equal(3, #node_metrics(out, 0).test_accuracy)
+    end
   end)
 
   it("resolve path options against the config's directory", function()

@@ -26,12 +26,16 @@ local function robust(name, rule)
       end
     end,
     new = function(o)
+      local rule_entry = { name }   -- the rule and its options, however the config named the sharing
+      for k, v in pairs(o) do
+        if k ~= 1 then rule_entry[k] = v end
+      end
       return { combine = function(node, r, got)
         local own = node.model:get_flat()
         local all = { own }
         for i, x in ipairs(got) do all[i + 1] = x end
         local f = o.f or math.floor((o.beta or 0) * #all)
-        local entry, pre = aggregators.with_f(o, f), {}
+        local entry, pre = aggregators.with_f(rule_entry, f), {}
         for i, p in ipairs(o.pre or {}) do pre[i] = aggregators.with_f(p, f) end
         local ok, result = pcall(aggregators.aggregate, entry, all, pre)
         own:free()
