@@ -38,6 +38,13 @@ function M.choose_nodes(opts, cfg, what)
   return list
 end
 
+--- actions.validate_choice(opts) -> nil | message: an attack action's spec validate: it names the
+-- nodes it takes one way (an attack on nobody would run as if there were none, without a word).
+function M.validate_choice(opts)
+  if opts.nodes == nil and opts.fraction == nil then return "give nodes = { uid, ... } or fraction" end
+  if opts.nodes ~= nil and opts.fraction ~= nil then return "give nodes or fraction, not both" end
+end
+
 --- Whether node is among the nodes an attack action picks.
 function M.is_chosen(opts, node, what)
   for _, u in ipairs(M.choose_nodes(opts, node.cfg, what)) do

@@ -66,6 +66,12 @@ describe("component options", function()
       { "actions = { { 'differential_privacy', mode = 'locl' } }",
         [[option 'mode' must be one of "sgd", "local", got "locl" %(did you mean 'local'%?%)]] },
       { "actions = { { 'label_flipping', nodes = { 1, 'x' } } }", "option 'nodes' must be a list of integers" },
+      -- an attack on nobody is no attack: the nodes it takes are said, one way
+      { "actions = { 'label_flipping' }", "action 'label_flipping': give nodes = { uid, ... } or fraction" },
+      { "actions = { { 'byzantine_attack', attack = 'alie' } }",
+        "action 'byzantine_attack': give nodes = { uid, ... } or fraction" },
+      { "actions = { { 'byzantine_attack', nodes = { 1 }, fraction = 0.5 } }",
+        "action 'byzantine_attack': give nodes or fraction, not both" },
     }
     for i, c in ipairs(cases) do
       local err = load_error("nodes = 4\n" .. c[1] .. "\n")

@@ -19,6 +19,7 @@ return registry.register {
     seed = { type = "integer", doc = "the seed of that choice (the run's)" },
   },
   doc = "chosen nodes send an attack's vector (sign_flip, alie, inner_product, gaussian, mimic, infinity, nan)",
+  validate = actions.validate_choice,
   manifest = function(opts, cfg) return { byzantine = actions.choose_nodes(opts, cfg, "byzantine_attack") } end,
   new = function(opts, node)
     local attacks = require "dpy.byzantine.attacks"

@@ -18,6 +18,7 @@ return registry.register {
     seed = { type = "integer", doc = "the seed of that choice (the run's)" },
   },
   doc = "chosen nodes train on flipped labels (y -> classes - 1 - y, or map)",
+  validate = actions.validate_choice,
   manifest = function(opts, cfg) return { poisoned = actions.choose_nodes(opts, cfg, "label_flipping") } end,
   new = function(opts, node)
     if not actions.is_chosen(opts, node, "label_flipping") or not node.loader then return {} end
