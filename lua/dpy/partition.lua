@@ -108,7 +108,11 @@ function M.shards(labels, nodes, opts)
   local k = opts.shards_per_node or 2
   options.check_type(k, "integer", "partition.shards: shards_per_node", 2)
   local y = label_list(labels)
-  check_nodes(nodes * k, #y, "partition.shards")
+  check_nodes(nodes, #y, "partition.shards")
+  if #y < nodes * k then   -- every shard needs a sample: name the shards, not the nodes
+    error(string.format("partition.shards: %d samples cannot give each of %d shards one (%d nodes x %d "
+                        .. "shards_per_node)", #y, nodes * k, nodes, k), 2)
+  end
   local classes, ids = by_class(y)
   local sorted = {}
   for _, c in ipairs(ids) do table.move(classes[c], 1, #classes[c], #sorted + 1, sorted) end

@@ -75,4 +75,10 @@ describe("partitioners", function()
     assert.error_matches(function() partition.iid({ 0, 1 }, 3) end, "2 samples cannot give each of 3 nodes one")
     assert.error_matches(function() partition.iid(labels, 2, { sed = 1 }) end, "did you mean 'seed'")
   end)
+
+  it("shards: refuses more shards than samples, counting shards, not nodes", function()
+    assert.error_matches(function() partition.shards(labels, 4, { shards_per_node = 1000 }) end,
+                         "partition.shards: 1000 samples cannot give each of 4000 shards one "
+                         .. "%(4 nodes x 1000 shards_per_node%)")
+  end)
 end)
