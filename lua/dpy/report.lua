@@ -7,7 +7,9 @@
 -- bytes sent per node and against time (the slowest node's: simulated seconds where the run has
 -- sim_clock, else its cumulative wall seconds) and against local steps per node (a single node's
 -- own count: a centralized run compares with a decentralized one step for step), and their mean
--- test loss against round.
+-- test loss against round. A run that did not end as planned (interrupted, diverged, a node's
+-- metrics unreadable) is marked on its row and in the legends, and an unreadable metrics file named
+-- below the table: its accuracy must not pass for a finished run's.
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
 
@@ -31,18 +33,88 @@ local function range(xs)
   return lo, hi
 end
 
---- report.load(dir) -> the run's figures | nil, err
+-- The series the report reads; those of NULLABLE may hold null (a diverged loss, an infinite epsilon).
+local SERIES = { "bytes_sent", "epsilon", "sim_seconds", "step", "test_accuracy", "test_loss", "train_loss",
+                 "wall_seconds" }
+local NULLABLE = { epsilon = true, test_loss = true, train_loss = true }
+
+local function pair_ok(e, nullable)
+  return type(e) == "table" and type(e[1]) == "number"
+         and (type(e[2]) == "number" or nullable and e[2] == metrics.json.null)
+end
+
+-- nil, or what in a node's decoded metrics file is not {"metrics": {"<name>": [[round, number], ...]}}
+local function malformed(file, path)
+  if type(file) ~= "table" or type(file.metrics) ~= "table" then return path .. ': not {"metrics": {...}}' end
+  for _, name in ipairs(SERIES) do
+    local series = file.metrics[name]
+    if series ~= nil and type(series) ~= "table" then
+      return string.format("%s: %s is not a list of [round, number]", path, name)
+    end
+    for i, e in ipairs(series or {}) do
+      if not pair_ok(e, NULLABLE[name]) then
+        local ok, shown = pcall(metrics.json.encode, e)
+        return string.format("%s: %s[%d] is %s, not [round, number]", path, name, i, ok and shown or tostring(e))
+      end
+    end
+  end
+end
+
+-- Node uid's metric series | nil, a warning (no file, or not JSON: a damaged run still reports) |
+-- false, an error (a value the report cannot use: the run is refused).
+local function node_series(dir, uid)
+  local path = string.format("%s/%d.metrics.json", dir, uid)
+  local file, err = metrics.read(path)
+  if not file then return nil, string.format("node %d's metrics unreadable: %s", uid, err) end
+  local bad = malformed(file, path)
+  if bad then return false, bad end
+  return file.metrics
+end
+
+-- Adds to run.marks, for its row and its legend, how the run did not end as planned: interrupted
+-- (manifest.json), diverged ({ uid, round } of the nodes, of lossy nodes with a loss), nodes' metrics
+-- unreadable (run.warnings, each naming its file, go below the table).
+local function mark(run, manifest, cfg, diverged, lossy)
+  local stop = manifest.interrupted
+  if type(stop) == "table" then
+    local round, rounds = math.tointeger(stop.round), math.tointeger(cfg.rounds)   -- nil: not an integer
+    local at = round and string.format(" after round %d", round) or ""
+    local of = round and rounds and string.format(" of %d", rounds) or ""
+    table.insert(run.marks, string.format("interrupted%s%s%s",
+                                          type(stop.signal) == "string" and " by " .. stop.signal or "", at, of))
+  end
+  if #diverged > 0 then
+    local first, uids = math.huge, {}
+    for i, d in ipairs(diverged) do first, uids[i] = math.min(first, d.round), d.uid end
+    table.insert(run.marks, #diverged == lossy
+                 and string.format("diverged: every node (loss NaN or Inf from round %d)", first)
+                 or "diverged: " .. require("dpy.pretty").uids(uids) .. " (loss NaN or Inf)")
+  end
+  if #run.warnings > 0 then
+    table.insert(run.marks, string.format("%d node%s metrics unreadable", #run.warnings,
+                                          #run.warnings == 1 and "'s" or "s'"))
+  end
+end
+
+--- report.load(dir) -> the run's figures | nil, err. run.marks: what the reader must know of a run
+-- that did not end as planned (interrupted, diverged, nodes' metrics unreadable); run.warnings: the
+-- unreadable metrics files, each with its reason. A value the report cannot use is an error.
 function M.load(dir)
   local cfg = metrics.read(dir .. "/config.json")
-  if not cfg then return nil, dir .. ": not a run directory (no readable config.json)" end
+  if type(cfg) ~= "table" then return nil, dir .. ": not a run directory (no readable config.json)" end
+  local nodes = cfg.nodes == nil and 1 or type(cfg.nodes) == "number" and math.tointeger(cfg.nodes)
+  if not nodes or nodes < 1 then
+    return nil, string.format("%s/config.json: nodes is %s, not an integer >= 1", dir, tostring(cfg.nodes))
+  end
   local manifest = metrics.read(dir .. "/manifest.json") or {}
+  if type(manifest) ~= "table" then return nil, dir .. "/manifest.json: not a JSON object" end
   local overrides = {}
   for _, a in ipairs(manifest.command and manifest.command.argv or {}) do
     if type(a) == "string" and a:match("^[%a_][%w_]*=") then overrides[#overrides + 1] = a end
   end
   local run = { dir = dir, label = dir:gsub("/+$", ""):match("([^/]+)$"), name = cfg.name, seed = cfg.seed,
                 title = table.concat({ cfg.name or "?", table.unpack(overrides) }, " "),
-                nodes = cfg.nodes or 1, accuracy = {}, curve = {}, bytes_curve = {} }
+                nodes = nodes, accuracy = {}, curve = {}, bytes_curve = {}, marks = {}, warnings = {} }
   local honest, err = require("dpy.honest").of_run(dir, run.nodes)
   if not honest then return nil, err end
   run.honest_nodes = honest
@@ -52,10 +124,15 @@ function M.load(dir)
   -- bytes are a participating node's: a server's (FedAvg, ps) are left out, as in the run's summary
   local ok, server = pcall(function() return require("dpy.layout").has_server(cfg) and 0 or nil end)
   server = ok and server or nil
+  local diverged, lossy = {}, 0   -- nodes whose loss went NaN or Inf ({ uid, round }), nodes with a loss
   for uid = 0, run.nodes - 1 do
-    local m = metrics.read(string.format("%s/%d.metrics.json", dir, uid))
-    m = m and m.metrics
+    local m, problem = node_series(dir, uid)
+    if m == false then return nil, problem end
+    if problem then table.insert(run.warnings, "warning: " .. problem) end
     if m then
+      if #(m.train_loss or {}) + #(m.test_loss or {}) > 0 then lossy = lossy + 1 end
+      local at = metrics.diverged_at(m)
+      if at then diverged[#diverged + 1] = { uid = uid, round = at } end
       if uid == server then
         local total = 0
         for _, e in ipairs(m.bytes_sent or {}) do total = total + e[2] end
@@ -79,7 +156,7 @@ function M.load(dir)
         run.simulated = true
         time_at[e[1]] = math.max(time_at[e[1]] or 0, e[2])
       end
-      if last(m.epsilon) then eps = math.max(eps or 0, last(m.epsilon)) end
+      if type(last(m.epsilon)) == "number" then eps = math.max(eps or 0, last(m.epsilon)) end   -- null: Inf
       if honest.set[uid] and m.test_accuracy and #m.test_accuracy > 0 then
         finals[#finals + 1] = last(m.test_accuracy)
         for _, e in ipairs(m.test_accuracy) do
@@ -96,6 +173,7 @@ function M.load(dir)
       end
     end
   end
+  mark(run, manifest, cfg, diverged, lossy)
   run.accuracy_mean, run.accuracy_std = mean_std(finals)
   run.honest = #finals
   run.bytes_per_round = mean_std(sent)
@@ -153,7 +231,11 @@ function M.seeds(runs)
         end
       end
       local g = { label = "seeds", title = string.format("%s (%d seeds)", title, #members), seed = "",
-                  honest = #finals, curve = {}, honest_nodes = members[1].honest_nodes, group = true }
+                  honest = #finals, curve = {}, honest_nodes = members[1].honest_nodes, group = true, marks = {},
+                  warnings = {} }
+      for _, run in ipairs(members) do   -- a seed that did not end as planned marks the group too
+        for _, m in ipairs(run.marks) do table.insert(g.marks, run.label .. ": " .. m) end
+      end
       g.accuracy_mean, g.accuracy_std = mean_std(finals)
       g.bytes_per_round, g.seconds_per_round = mean_std(bytes), mean_std(secs)
       local rounds = {}
@@ -195,17 +277,24 @@ end
 
 local function fmt(v, pattern) return v and string.format(pattern, v) or "-" end
 
---- report.table(runs) -> the text table
+local function marks_of(run) return table.concat(run.marks or {}, "; ") end
+
+--- report.table(runs) -> the text table; a last column, notes, where a run did not end as planned
 function M.table(runs)
   local rows = { { "run", "config", "accuracy (honest nodes)", "MB sent/node/round", "epsilon", "s/round" } }
+  local noted = false
   for _, run in ipairs(runs) do
     rows[#rows + 1] = {
       run.label, run.title,
       run.accuracy_mean and string.format("%.4f +- %.4f (%d%s)", run.accuracy_mean, run.accuracy_std, run.honest,
                                           run.group and " seeds" or "") or "-",
       fmt(run.bytes_per_round and run.bytes_per_round / 1e6, "%.4f"), fmt(run.epsilon, "%.3f"),
-      fmt(run.seconds_per_round, "%.3f"),
+      fmt(run.seconds_per_round, "%.3f"), marks_of(run),
     }
+    noted = noted or marks_of(run) ~= ""
+  end
+  if noted then rows[1][#rows[1] + 1] = "notes" else
+    for _, row in ipairs(rows) do row[7] = nil end
   end
   local widths = {}
   for _, row in ipairs(rows) do
@@ -222,6 +311,7 @@ function M.table(runs)
       lines[#lines + 1] = run.label .. ": " .. require("dpy.honest").describe(run.honest_nodes)
                           .. (run.server_bytes_per_round and string.format("; the server sent %.4f MB/round",
                                                                            run.server_bytes_per_round / 1e6) or "")
+      for _, w in ipairs(run.warnings or {}) do lines[#lines + 1] = run.label .. ": " .. w end
     end
   end
   return table.concat(lines, "\n")
@@ -303,8 +393,9 @@ function M.plot(runs, out_dir, format)
       if has then
         series[#series + 1] = string.format("%s using %d:%d:%d with filledcurves fs transparent solid 0.15 "
                                             .. "lc %d notitle", quote(data[i]), p.x, p.band[1], p.band[2], i)
+        local legend = names[i] .. (marks_of(run) ~= "" and " [" .. marks_of(run) .. "]" or "")
         series[#series + 1] = string.format("%s using %d:%d with linespoints lc %d pt 7 title %s",
-                                            quote(data[i]), p.x, p.y, i, quote(names[i]))
+                                            quote(data[i]), p.x, p.y, i, quote(legend))
       end
     end
     if #series > 0 then

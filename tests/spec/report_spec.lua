@@ -20,6 +20,13 @@ local function fake_run(dir, argv, acc, seed)
   return dir
 end
 
+-- Rewrites a fake run's file: edit(t) changes the decoded JSON in place.
+local function edit_json(path, edit)
+  local t = assert(metrics.read(path))
+  edit(t)
+  write_file(path, metrics.json.encode(t))
+end
+
 describe("dpy-lua report", function()
   it("names runs by config and overrides, draws min-max bands, a loss plot, titles and whole rounds", function()
     local dir = tmpdir()
@@ -91,6 +98,47 @@ describe("dpy-lua report", function()
     assert.are.equal(1000, run.curve[1][3])
     assert.matches("0%.0010", report.table { run })
     assert.matches("fl: honest nodes: [^\n]*; the server sent 0%.0100 MB/round", report.table { run })
+  end)
+
+  it("marks an interrupted run and a diverged one in the table, the plots' legends and the page", function()
+    local dir = tmpdir()
+    local acc = { { 0.2, 0.4 }, { 0.5, 0.7 }, { 0.6, 0.8 } }   -- rounds 1-3 of 5
+    local cut = fake_run(dir .. "/out/cut", { "run", "c.lua", "rounds=5" }, acc)
+    edit_json(cut .. "/config.json", function(c) c.rounds = 5 end)
+    edit_json(cut .. "/manifest.json", function(m) m.interrupted = { signal = "SIGINT", round = 3 } end)
+    local nan = fake_run(dir .. "/out/nan", { "run", "c.lua", "lr=10" }, { { 0.1, 0.1 }, { 0.1, 0.1 } })
+    for uid = 0, 1 do   -- every node's loss NaN from round 2 (written as null)
+      edit_json(string.format("%s/%d.metrics.json", nan, uid), function(m) m.metrics.test_loss[2][2] = 0 / 0 end)
+    end
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, code, err)
+    assert.matches("\ncut%s+c rounds=5%s+0%.7000 %+%- 0%.1414 %(2%)[^\n]*interrupted by SIGINT after round 3 of 5", out)
+    assert.matches("\nnan%s+c lr=10%s+[^\n]*diverged: every node %(loss NaN or Inf from round 2%)", out)
+    local gp = read_file(dir .. "/report/report.gnuplot")
+    assert.matches("title 'c rounds=5 %[interrupted by SIGINT after round 3 of 5%]'", gp)
+    assert.matches("title 'c lr=10 %[diverged: every node %(loss NaN or Inf from round 2%)%]'", gp)
+    assert.matches("interrupted by SIGINT after round 3 of 5", read_file(dir .. "/report/report.html"))
+  end)
+
+  it("warns of a node whose metrics are unreadable, naming the file", function()
+    local dir = tmpdir()
+    local run_dir = fake_run(dir .. "/r", { "run", "c.lua" }, { { 0.5, 0.7 } })
+    local path = run_dir .. "/1.metrics.json"
+    write_file(path, read_file(path):sub(1, 20))   -- truncated
+    local run = assert(report.load(run_dir))
+    local text = report.table { run }
+    assert.matches("0%.5000 %+%- 0%.0000 %(1%)[^\n]*1 node's metrics unreadable", text)
+    assert.matches("r: warning: node 1's metrics unreadable: " .. path:gsub("%p", "%%%0") .. ": .", text)
+  end)
+
+  it("refuses a metrics file with a malformed value, naming the file, without a traceback", function()
+    local dir = tmpdir()
+    local run_dir = fake_run(dir .. "/r", { "run", "c.lua" }, { { 0.5, 0.7 }, { 0.6, 0.8 } })
+    edit_json(run_dir .. "/1.metrics.json", function(m) m.metrics.bytes_sent[2][2] = "lots" end)
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report r")
+    assert.are.equal(1, code, out)
+    assert.are.equal("dpy-lua report: r/1.metrics.json: bytes_sent[2] is [2,\"lots\"], not "
+                     .. "[round, number]\n", err)
   end)
 
   it("tells apart runs of one config by seed, and draws a single evaluation", function()
