@@ -224,10 +224,11 @@ static void on_interrupt(int sig) {
         g_interrupted = sig;
 }
 
-/* host.catch_interrupt(): from now on the first SIGINT and the first SIGTERM each set a flag
-** instead of ending the process (a second of the same kind ends it, as in lua.c);
-** host.interrupted() -> the first signal's number, or false (a long loop polls it to stop
-** cleanly). */
+/* host.catch_interrupt(): from now on the first SIGINT, SIGTERM and SIGHUP (a closed terminal)
+** each set a flag instead of ending the process (a second of the same kind ends it, as in lua.c),
+** and so does SIGPIPE (the pipe the output went to has closed: every later write fails instead,
+** and is no reason to end before the run has stopped cleanly); host.interrupted() -> the first
+** signal's number, or false (a long loop polls it to stop cleanly). */
 static int h_catch_interrupt(lua_State *L) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -236,6 +237,9 @@ static int h_catch_interrupt(lua_State *L) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_flags = 0;
+    sigaction(SIGPIPE, &sa, NULL);
     (void)L;
     return 0;
 }

@@ -170,6 +170,8 @@ static void run_child(char *const argv[], const int files[3], int fd, pid_t pare
     close_from(fd >= 0 ? 4 : 3);
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
     dpy_host_forget_interrupt();
     sigprocmask(SIG_SETMASK, mask, NULL);   /* blocked since the fork: none went to the handlers */
     set_title(argv);

@@ -23,7 +23,7 @@ function M.make_key(dir)
   local ok, err = nodes_core.make_key(dir .. "/" .. M.KEY_FILE)
   if not ok then error("cannot make the run key: " .. err, 0) end
 end
-M.SIGNALS = { [2] = "SIGINT", [15] = "SIGTERM", [1] = "SIGHUP" }
+M.SIGNALS = { [2] = "SIGINT", [15] = "SIGTERM", [1] = "SIGHUP", [13] = "SIGPIPE" }
 
 --- The control socket of process p of run dir (dpy-lua attach).
 function M.attach_socket(dir, p)

@@ -113,7 +113,8 @@ describe("stopping a run", function()
     assert.is_true(seconds < 12, string.format("took %.1f s", seconds))
   end)
 
-  for _, case in ipairs { { "SIGINT", 2, 130, 1 }, { "SIGTERM", 15, 143, 2 }, { "SIGINT", 2, 130, 2 } } do
+  for _, case in ipairs { { "SIGINT", 2, 130, 1 }, { "SIGTERM", 15, 143, 2 }, { "SIGINT", 2, 130, 2 },
+                          { "SIGHUP", 1, 129, 2 } } do
     local name, signum, expected, processes = case[1], case[2], case[3], case[4]
     it(string.format("stops every node at once on %s, %d process(es)", name, processes), function()
       local dir = tmpdir()
@@ -145,6 +146,23 @@ describe("stopping a run", function()
       end
     end)
   end
+
+  it("stops as on Ctrl-C when the pipe its output goes to closes (SIGPIPE) #e2e", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\nlocal_steps = 1\n")
+    local out = dir .. "/out"
+    -- head takes the first line and goes; the progress lines after it meet a closed pipe
+    local code = sh(string.format("bash -c 'DPY_PROGRESS_SECONDS=0.5 timeout -s KILL 60 %s run %s/c.lua --out %s 2>&1 "
+                                  .. "| head -n 1 >/dev/null; exit ${PIPESTATUS[0]}'", BIN, dir, out))
+    local left = procs_of(out)
+    kill_all(out)
+    assert.are.equal(141, code)
+    assert.are.same({}, left, "no dpy-lua process remains")
+    local manifest = metrics.read(out .. "/manifest.json")
+    assert.are.equal("SIGPIPE", manifest.interrupted and manifest.interrupted.signal)
+    assert.is_true(#node_metrics(out, 0).test_accuracy < 400)
+    assert.matches("stopped by signal %d+ in round", read_file(out .. "/0.log"))   -- its process: SIGTERM
+  end)
 
   it("stops on a full disk, says so once, and leaves what it wrote readable #e2e", function()
     local dir = tmpdir()
