@@ -220,10 +220,41 @@ function M.options(kind, entry, level, base)
   return spec, options.with_defaults(type(resolved) == "table" and resolved or {}, spec.options or {})
 end
 
+-- What is wrong with graph g for a run of nodes nodes (nil: nothing): every node takes its own
+-- list as the peers that send to it, so a one-way link leaves a node waiting out peer_timeout.
+local function graph_problem(g, nodes)
+  if type(g) ~= "table" or type(g.adj) ~= "table" then
+    return "must return { n = nodes, adj = { [uid] = neighbour uids } }, got " .. type(g)
+  end
+  if g.n ~= nodes then return string.format("returned a graph of n = %s for %d nodes", tostring(g.n), nodes) end
+  local listed = {}
+  for u = 0, nodes - 1 do
+    if type(g.adj[u]) ~= "table" then return "returned no neighbour list for node " .. u end
+    listed[u] = {}
+    for _, v in ipairs(g.adj[u]) do
+      local why = (math.type(v) ~= "integer" or v < 0 or v >= nodes)
+                  and string.format("%s, not a node (an integer 0..%d)", tostring(v), nodes - 1)
+                  or v == u and "itself (a self-loop)" or listed[u][v] and v .. " twice"
+      if why then return string.format("returned a graph whose node %d lists %s", u, why) end
+      listed[u][v] = true
+    end
+  end
+  for u = 0, nodes - 1 do
+    for _, v in ipairs(g.adj[u]) do
+      if not listed[v][u] then
+        return string.format("returned a directed graph: node %d lists %d as a neighbour, but %d does not list %d",
+                             u, v, v, u)
+      end
+    end
+  end
+end
+
 -- What a user's new of these kinds must return, checked where the code that uses it would
--- otherwise fail far from the cause (a table for a model, more labels than images): nil, or what
--- is wrong. The built-ins' readers check their own data, and every node builds its datasets.
+-- otherwise fail far from the cause (a table for a model, more labels than images, a one-way
+-- link): nil, or what is wrong. The built-ins check their own data; every node builds its
+-- datasets, and layout.check builds the graph before anything is written.
 local RESULTS = {
+  graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
   model = function(m)
     if not require("dpy.nn").is_module(m) then return "must return a dpy.Module, got " .. type(m) end
   end,
@@ -250,8 +281,9 @@ local RESULTS = {
 -- node). new gets the entry's options with the defaults of the spec's schema filled in.
 function M.build(kind, entry, ctx, base)
   local spec, cfg = M.options(kind, entry, 2, base)
-  local built = spec.new(cfg, ctx or {})
-  local wrong = spec.path and RESULTS[kind] and RESULTS[kind](built)
+  ctx = ctx or {}
+  local built = spec.new(cfg, ctx)
+  local wrong = spec.path and RESULTS[kind] and RESULTS[kind](built, ctx, spec)
   if wrong then
     error(string.format("%s '%s'%s: new %s", kind, spec.name, spec.path and " (" .. spec.path .. ")" or "", wrong), 0)
   end

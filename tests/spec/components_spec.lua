@@ -278,6 +278,48 @@ describe("a user's components", function()
     end
   end)
 
+  -- A graph file of new = function(_, ctx) <body> end over ctx.nodes, as a user's graph component.
+  local function graph_file(body)
+    local text = 'return require("dpy.registry").register { kind = "graph", name = "mine",\n'
+                 .. "  new = function(_, ctx) local n, adj = ctx.nodes, {}\n" .. body .. "\n"
+                 .. "    return { n = n, adj = adj } end }\n"
+    return files { ["g.lua"] = text } .. "/g.lua"
+  end
+
+  -- Runs TINY_RUN with extra config lines; the run must be refused before it starts: returns its stderr.
+  local function refused(extra)
+    local code, _, err, out = run_config(TINY_RUN .. extra, "-q")
+    assert.are.equal(2, code, err)
+    assert.not_matches("%.lua:%d+:", err)   -- a config-level message, not a Lua location
+    assert.is_nil(read_file(out .. "/manifest.json"), out .. " was written")
+    assert.are.equal(1, (sh("test -e " .. shell_quote(out))))
+    return err
+  end
+
+  it("name a graph that is not undirected and simple, refused before the run starts", function()
+    local cases = {
+      { "for u = 0, n - 1 do adj[u] = { (u + 1) % n } end",   -- a directed cycle
+        "returned a directed graph: node 0 lists 1 as a neighbour, but 1 does not list 0" },
+      { "for u = 0, n - 1 do adj[u] = { (u + 1) % n, (u - 1) % n, u } end",
+        "returned a graph whose node 0 lists itself %(a self%-loop%)" },
+      { "for u = 0, n - 1 do adj[u] = { (u + 1) % n, (u - 1) % n, (u + 1) % n } end",
+        "returned a graph whose node 0 lists 1 twice" },
+      { "for u = 0, n - 1 do adj[u] = { (u + 1) % n, (u - 1) % n, n } end",
+        "returned a graph whose node 0 lists 4, not a node %(an integer 0%.%.3%)" },
+      { "for u = 0, n - 2 do adj[u] = {} end", "returned no neighbour list for node 3" },
+      { "for u = 0, n - 1 do adj[u] = {} end n = n + 1", "returned a graph of n = 5 for 4 nodes" },
+    }
+    for i, case in ipairs(cases) do
+      local path = graph_file(case[1])
+      local ok, e = pcall(registry.build, "graph", path, { nodes = 4, seed = 1, round = 1 })
+      assert.is_false(ok, "case " .. i)
+      assert.matches("^graph 'mine' %(" .. path:gsub("%p", "%%%0") .. "%): new " .. case[2], e, "case " .. i)
+    end
+    local err = refused("graph = '" .. graph_file(cases[1][1]) .. "'\n")
+    assert.matches("^dpy%-lua: graph 'mine' %(.*/g%.lua%): new returned a directed graph: node 0 lists 1 as a "
+                   .. "neighbour, but 1 does not list 0", err)
+  end)
+
   it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()
     local dir = files { ["clip.lua"] = [[
       local registry = require "dpy.registry"
