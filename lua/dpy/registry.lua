@@ -249,12 +249,38 @@ local function graph_problem(g, nodes)
   end
 end
 
+-- What is wrong with part p of a partition of size samples (nil: nothing); layout.write packs the
+-- parts into one int64 tensor, and a node's loader indexes the training set by its part.
+local function part_problem(p, size)
+  local tensor = require "dpy.tensor"
+  if not tensor.is_tensor(p) then return "is a " .. type(p) .. ", not a tensor of sample indices" end
+  if not p:dtype():match("^u?int%d+$") then return "is a tensor of " .. p:dtype() .. ", not of an integer type" end
+  if p:dim() ~= 1 then return string.format("is a tensor of %d dimensions, not 1", p:dim()) end
+  if not size or p:numel() == 0 then return nil end
+  local lo, hi = p:min():item(), p:max():item()
+  if lo < 0 or hi >= size then
+    return string.format("holds index %d, outside the training set's %d samples (0..%d)", lo < 0 and lo or hi, size,
+                         size - 1)
+  end
+end
+
 -- What a user's new of these kinds must return, checked where the code that uses it would
 -- otherwise fail far from the cause (a table for a model, more labels than images, a one-way
--- link): nil, or what is wrong. The built-ins check their own data; every node builds its
--- datasets, and layout.check builds the graph before anything is written.
+-- link, a part past the training set): nil, or what is wrong. The built-ins check their own data;
+-- every node builds its datasets, and layout.check builds the graph and the partition before
+-- anything is written.
 local RESULTS = {
   graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
+  partitioner = function(parts, ctx)
+    if type(parts) ~= "table" then return "must return a list of tensors of sample indices, got " .. type(parts) end
+    if #parts ~= ctx.nodes then return string.format("returned %d parts for %d nodes", #parts, ctx.nodes) end
+    local labels = ctx.labels
+    local size = require("dpy.tensor").is_tensor(labels) and labels:size(0) or labels and #labels
+    for k, p in ipairs(parts) do
+      local wrong = part_problem(p, size)
+      if wrong then return string.format("returned part %d that %s", k, wrong) end
+    end
+  end,
   model = function(m)
     if not require("dpy.nn").is_module(m) then return "must return a dpy.Module, got " .. type(m) end
   end,

@@ -320,6 +320,42 @@ describe("a user's components", function()
                    .. "neighbour, but 1 does not list 0", err)
   end)
 
+  it("name a partitioner whose parts do not fit the nodes or the training set, before the run starts", function()
+    local dir = files { ["p.lua"] = [[
+      local tensor = require "dpy.tensor"
+      return require("dpy.registry").register { kind = "partitioner", name = "mine",
+        options = { parts = { type = "integer" }, top = { type = "integer" }, dtype = { type = "string" },
+                    plain = { type = "boolean" } },
+        new = function(cfg, ctx)
+          local parts = {}
+          for k = 1, cfg.parts or ctx.nodes do
+            parts[k] = cfg.plain and { 0, 1 } or tensor.new({ 0, k }, cfg.dtype or "int64")
+          end
+          if cfg.top then parts[#parts] = tensor.new({ 0, cfg.top }, "int64") end
+          return parts
+        end }]] }
+    local path = dir .. "/p.lua"
+    local labels = tensor.zeros(10):to("int64")
+    for i, case in ipairs {
+      { { parts = 2 }, "returned 2 parts for 4 nodes" },
+      { { top = 10 }, "returned part 4 that holds index 10, outside the training set's 10 samples %(0%.%.9%)" },
+      { { top = -1 }, "returned part 4 that holds index %-1, outside the training set's 10 samples %(0%.%.9%)" },
+      { { dtype = "float32" }, "returned part 1 that is a tensor of float32, not of an integer type" },
+      { { plain = true }, "returned part 1 that is a table, not a tensor of sample indices" },
+    } do
+      local entry = { path }
+      for k, v in pairs(case[1]) do entry[k] = v end
+      local ok, e = pcall(registry.build, "partitioner", entry, { labels = labels, nodes = 4, seed = 1 })
+      assert.is_false(ok, "case " .. i)
+      assert.matches("^partitioner 'mine' %(" .. path:gsub("%p", "%%%0") .. "%): new " .. case[2], e, "case " .. i)
+    end
+    assert.are.equal(4, #registry.build("partitioner", path, { labels = labels, nodes = 4, seed = 1 }))
+    local err = refused("partition = { '" .. path .. "', parts = 2 }\n")
+    assert.matches("^dpy%-lua: partitioner 'mine' %(.*/p%.lua%): new returned 2 parts for 4 nodes", err)
+    err = refused("partition = { '" .. path .. "', top = 2000 }\n")   -- TINY_RUN's train_samples
+    assert.matches("holds index 2000, outside the training set's 2000 samples %(0%.%.1999%)", err)
+  end)
+
   it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()
     local dir = files { ["clip.lua"] = [[
       local registry = require "dpy.registry"
