@@ -264,11 +264,41 @@ local function part_problem(p, size)
   end
 end
 
+-- The functions a sharing rule's table may hold: the runtime calls each one it finds.
+local RULE_FUNCTIONS = { "combine", "exchange", "bound", "encode", "decode", "checkpoint", "restore" }
+
+-- What is wrong with a sharing rule (nil: nothing): dpsgd calls its exchange when it has one, else
+-- its combine; a payload of its own needs all three of bound, encode and decode.
+local function rule_problem(rule, spec)
+  if type(rule) ~= "table" then return "must return a table holding the rule's functions, got " .. type(rule) end
+  for _, name in ipairs(RULE_FUNCTIONS) do
+    if rule[name] ~= nil and type(rule[name]) ~= "function" then
+      return string.format("returned %s, a %s, not a function", name, type(rule[name]))
+    end
+  end
+  if spec.exchange and not rule.exchange then
+    return "returned no exchange (a function(node, round, graph, live_neighbours)), which exchange = true in its "
+           .. "spec promises"
+  end
+  if rule.exchange and not spec.exchange then
+    return "returned exchange, but its spec does not say exchange = true (then sim_clock, churn and round_timeout, "
+           .. "which its messages do not follow, are refused)"
+  end
+  if not rule.exchange and not rule.combine then
+    return "returned no combine (a function(node, round, got, weights, own_weight))"
+  end
+  if rule.payload == nil and not rule.encode and not rule.decode then return nil end
+  if type(rule.payload) ~= "string" then return "returned encode or decode without payload (its dtype, \"uint8\")" end
+  for _, name in ipairs { "bound", "encode", "decode" } do
+    if not rule[name] then return string.format("returned a payload of its own without %s (a function)", name) end
+  end
+end
+
 -- What a user's new of these kinds must return, checked where the code that uses it would
 -- otherwise fail far from the cause (a table for a model, more labels than images, a one-way
--- link, a part past the training set): nil, or what is wrong. The built-ins check their own data;
--- every node builds its datasets, and layout.check builds the graph and the partition before
--- anything is written.
+-- link, a part past the training set, a rule without combine): nil, or what is wrong. The
+-- built-ins check their own data; every node builds its datasets and its sharing rule, and
+-- layout.check builds the graph and the partition before anything is written.
 local RESULTS = {
   graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
   partitioner = function(parts, ctx)
@@ -281,6 +311,7 @@ local RESULTS = {
       if wrong then return string.format("returned part %d that %s", k, wrong) end
     end
   end,
+  sharing = function(rule, _, spec) return rule_problem(rule, spec) end,
   model = function(m)
     if not require("dpy.nn").is_module(m) then return "must return a dpy.Module, got " .. type(m) end
   end,

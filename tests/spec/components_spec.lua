@@ -356,6 +356,40 @@ describe("a user's components", function()
     assert.matches("holds index 2000, outside the training set's 2000 samples %(0%.%.1999%)", err)
   end)
 
+  it("name a sharing rule without the methods the run calls: the rule, its file and the method", function()
+    local dir = files { ["s.lua"] = [[
+      return require("dpy.registry").register { kind = "sharing", name = "mine",
+        options = { drop = { type = "string" }, wrong = { type = "string" } },
+        new = function(cfg)
+          local f = function() end
+          local rule = { combine = f, payload = "uint8", bound = f, encode = f, decode = f, checkpoint = f,
+                         restore = f }
+          if cfg.drop then rule[cfg.drop] = nil end
+          if cfg.wrong then rule[cfg.wrong] = 42 end
+          return rule
+        end }]] }
+    local path = dir .. "/s.lua"
+    for i, case in ipairs {
+      { { drop = "combine" }, "returned no combine %(a function%(node, round, got, weights, own_weight%)%)" },
+      { { wrong = "combine" }, "returned combine, a number, not a function" },
+      { { drop = "decode" }, "returned a payload of its own without decode %(a function%)" },
+      { { drop = "bound" }, "returned a payload of its own without bound %(a function%)" },
+      { { wrong = "restore" }, "returned restore, a number, not a function" },
+    } do
+      local entry = { path }
+      for k, v in pairs(case[1]) do entry[k] = v end
+      local ok, e = pcall(registry.build, "sharing", entry, {})
+      assert.is_false(ok, "case " .. i)
+      assert.matches("^sharing 'mine' %(" .. path:gsub("%p", "%%%0") .. "%): new " .. case[2], e, "case " .. i)
+    end
+    assert.truthy(registry.build("sharing", path, {}).combine)
+    -- built by every node: each fails at start-up, naming the rule, its file and the method
+    local code, _, err = run_config(TINY_RUN .. "sharing = { '" .. path .. "', drop = 'combine' }\n", "-q")
+    assert.are.equal(1, code, err)
+    assert.matches("nodes 0%-3 failed: sharing 'mine' %(.*/s%.lua%): new returned no combine", err)
+    assert.not_matches("attempt to call", err)
+  end)
+
   it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()
     local dir = files { ["clip.lua"] = [[
       local registry = require "dpy.registry"
