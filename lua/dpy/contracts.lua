@@ -1,0 +1,116 @@
+--- dpy.contracts: what a user's component must return from its new, by kind, checked where the
+-- code that uses it would otherwise fail far from the cause (registry.build runs them on the
+-- components loaded from a user's file): contracts[kind](built, ctx, spec) -> nil, or what is wrong.
+-- The built-ins check their own data; every node builds its datasets and its sharing rule, and
+-- layout.check builds the graph and the partition before anything is written.
+
+-- What is wrong with graph g for a run of nodes nodes (nil: nothing): every node takes its own
+-- list as the peers that send to it, so a one-way link leaves a node waiting out peer_timeout.
+local function graph_problem(g, nodes)
+  if type(g) ~= "table" or type(g.adj) ~= "table" then
+    return "must return { n = nodes, adj = { [uid] = neighbour uids } }, got " .. type(g)
+  end
+  if g.n ~= nodes then return string.format("returned a graph of n = %s for %d nodes", tostring(g.n), nodes) end
+  local listed = {}
+  for u = 0, nodes - 1 do
+    if type(g.adj[u]) ~= "table" then return "returned no neighbour list for node " .. u end
+    listed[u] = {}
+    for _, v in ipairs(g.adj[u]) do
+      local why = (math.type(v) ~= "integer" or v < 0 or v >= nodes)
+                  and string.format("%s, not a node (an integer 0..%d)", tostring(v), nodes - 1)
+                  or v == u and "itself (a self-loop)" or listed[u][v] and v .. " twice"
+      if why then return string.format("returned a graph whose node %d lists %s", u, why) end
+      listed[u][v] = true
+    end
+  end
+  for u = 0, nodes - 1 do
+    for _, v in ipairs(g.adj[u]) do
+      if not listed[v][u] then
+        return string.format("returned a directed graph: node %d lists %d as a neighbour, but %d does not list %d",
+                             u, v, v, u)
+      end
+    end
+  end
+end
+
+-- What is wrong with part p of a partition of size samples (nil: nothing); layout.write packs the
+-- parts into one int64 tensor, and a node's loader indexes the training set by its part.
+local function part_problem(p, size)
+  local tensor = require "dpy.tensor"
+  if not tensor.is_tensor(p) then return "is a " .. type(p) .. ", not a tensor of sample indices" end
+  if not p:dtype():match("^u?int%d+$") then return "is a tensor of " .. p:dtype() .. ", not of an integer type" end
+  if p:dim() ~= 1 then return string.format("is a tensor of %d dimensions, not 1", p:dim()) end
+  if not size or p:numel() == 0 then return nil end
+  local lo, hi = p:min():item(), p:max():item()
+  if lo < 0 or hi >= size then
+    return string.format("holds index %d, outside the training set's %d samples (0..%d)", lo < 0 and lo or hi, size,
+                         size - 1)
+  end
+end
+
+-- The functions a sharing rule's table may hold: the runtime calls each one it finds.
+local RULE_FUNCTIONS = { "combine", "exchange", "bound", "encode", "decode", "checkpoint", "restore" }
+
+-- What is wrong with a sharing rule (nil: nothing): dpsgd calls its exchange when it has one, else
+-- its combine; a payload of its own needs all three of bound, encode and decode.
+local function rule_problem(rule, spec)
+  if type(rule) ~= "table" then return "must return a table holding the rule's functions, got " .. type(rule) end
+  for _, name in ipairs(RULE_FUNCTIONS) do
+    if rule[name] ~= nil and type(rule[name]) ~= "function" then
+      return string.format("returned %s, a %s, not a function", name, type(rule[name]))
+    end
+  end
+  if spec.exchange and not rule.exchange then
+    return "returned no exchange (a function(node, round, graph, live_neighbours)), which exchange = true in its "
+           .. "spec promises"
+  end
+  if rule.exchange and not spec.exchange then
+    return "returned exchange, but its spec does not say exchange = true (then sim_clock, churn and round_timeout, "
+           .. "which its messages do not follow, are refused)"
+  end
+  if not rule.exchange and not rule.combine then
+    return "returned no combine (a function(node, round, got, weights, own_weight))"
+  end
+  if rule.payload == nil and not rule.encode and not rule.decode then return nil end
+  if type(rule.payload) ~= "string" then return "returned encode or decode without payload (its dtype, \"uint8\")" end
+  for _, name in ipairs { "bound", "encode", "decode" } do
+    if not rule[name] then return string.format("returned a payload of its own without %s (a function)", name) end
+  end
+end
+
+local M = {
+  graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
+  partitioner = function(parts, ctx)
+    if type(parts) ~= "table" then return "must return a list of tensors of sample indices, got " .. type(parts) end
+    if #parts ~= ctx.nodes then return string.format("returned %d parts for %d nodes", #parts, ctx.nodes) end
+    local labels = ctx.labels
+    local size = require("dpy.tensor").is_tensor(labels) and labels:size(0) or labels and #labels
+    for k, p in ipairs(parts) do
+      local wrong = part_problem(p, size)
+      if wrong then return string.format("returned part %d that %s", k, wrong) end
+    end
+  end,
+  sharing = function(rule, _, spec) return rule_problem(rule, spec) end,
+  model = function(m)
+    if not require("dpy.nn").is_module(m) then return "must return a dpy.Module, got " .. type(m) end
+  end,
+  dataset = function(d)
+    if type(d) ~= "table" then return "must return a table, got " .. type(d) end
+    local tensor = require "dpy.tensor"
+    if not (tensor.is_tensor(d.images) and d.images:dim() >= 2) then
+      return "must return images, a tensor N x ... (one image a row)"
+    end
+    local n, labels = d.images:size(0), d.labels
+    if not (tensor.is_tensor(labels) and labels:dim() == 1) then return "must return labels, a tensor of N labels" end
+    if labels:numel() ~= n then return string.format("returned %d labels for %d images", labels:numel(), n) end
+    local dtype = labels:dtype()   -- the loader widens any integer type to int64
+    if not dtype:match("^u?int%d+$") then return "returned labels of " .. dtype .. ", not of an integer type" end
+    if math.type(d.classes) ~= "integer" or d.classes < 1 then return "must return classes, an integer >= 1" end
+    local lo, hi = n > 0 and labels:min():item() or 0, n > 0 and labels:max():item() or 0
+    if lo < 0 or hi >= d.classes then
+      return string.format("returned labels from %d to %d for %d classes (0 to %d)", lo, hi, d.classes, d.classes - 1)
+    end
+  end,
+}
+
+return M
