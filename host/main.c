@@ -221,15 +221,31 @@ static int run_chunk(lua_State *L, int status) {
 }
 
 /* Calls require("dpy.cli")[fn] with the values on the stack (nargs); leaves nres results. */
-static int call_cli(lua_State *L, const char *fn, int nargs, int nres) {
+/* Pushes dpy.cli's function fn: LUA_OK, or an error said and nothing pushed. A Lua tree whose
+** dpy.cli returns no module (one broken midway through an edit) is said so, not indexed blindly
+** (outside any pcall: a panic). */
+static int push_cli(lua_State *L, const char *fn) {
     lua_getglobal(L, "require");
     lua_pushstring(L, "dpy.cli");
-    if (docall(L, 1, 1) != LUA_OK) {
-        lua_pop(L, nargs);
-        return -1;
+    if (docall(L, 1, 1) != LUA_OK)
+        return LUA_ERRRUN;
+    if (!lua_istable(L, -1)) {
+        const char *dir = dpy_lua_dir();
+        fprintf(stderr, "dpy-lua: dpy.cli (%s/dpy/cli.lua) gave no module table (a %s): is the Lua tree whole?\n",
+                dir ? dir : "?", luaL_typename(L, -1));
+        lua_pop(L, 1);
+        return LUA_ERRRUN;
     }
     lua_getfield(L, -1, fn);
     lua_remove(L, -2);
+    return LUA_OK;
+}
+
+static int call_cli(lua_State *L, const char *fn, int nargs, int nres) {
+    if (push_cli(L, fn) != LUA_OK) {
+        lua_pop(L, nargs);
+        return -1;
+    }
     lua_insert(L, -1 - nargs);
     return docall(L, nargs, nres);
 }
@@ -275,11 +291,8 @@ static int run_script(lua_State *L, char **argv, int argc, int script, int *usag
 
 /* Calls require("dpy.cli").main(command, args...) and returns its exit code. */
 static int run_cli(lua_State *L, char **argv, int argc, int first) {
-    lua_getglobal(L, "require");
-    lua_pushstring(L, "dpy.cli");
-    if (docall(L, 1, 1) != LUA_OK)
+    if (push_cli(L, "main") != LUA_OK)
         return 1;
-    lua_getfield(L, -1, "main");
     int n = argc - first;
     luaL_checkstack(L, n + 3, "too many arguments");
     for (int i = first; i < argc; i++)

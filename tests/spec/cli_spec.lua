@@ -85,6 +85,18 @@ describe("dpy-lua as an interpreter", function()
     assert.matches("^" .. REPO:gsub("%p", "%%%0") .. "/lua/%?%.lua", out)
   end)
 
+  it("says so when its Lua tree's dpy.cli is no module, instead of aborting", function()
+    local tree = tmpdir()
+    assert.are.equal(0, (sh("cp -r " .. shell_quote(REPO .. "/lua") .. " " .. tree .. "/lua")))
+    write_file(tree .. "/lua/dpy/cli.lua", "return true\n")   -- a tree broken midway through an edit
+    for _, args in ipairs { "run x.lua", "report x", "node x.lua --process 0 --dir x" } do
+      local code, _, err = sh("DPY_LUA_PATH=" .. tree .. "/lua " .. BIN .. " " .. args)
+      assert.are.equal(1, code, err)
+      assert.matches("dpy%-lua: dpy%.cli %(.*/lua/dpy/cli%.lua%) gave no module table", err)
+      assert.not_matches("PANIC", err)
+    end
+  end)
+
   it("says a config run as a script is a config, instead of ending silently", function()
     local dir = tmpdir()
     write_file(dir .. "/c.lua", "nodes = 4\nrounds = 2\n")
