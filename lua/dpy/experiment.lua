@@ -45,10 +45,11 @@ local function first_n(ds, n)
 end
 
 --- Checks, before anything is written, what can be known wrong without running: --out holding
--- a run already (unless opts.force), ports past 65535, and for a decentralized run all that
--- dpy.layout.check finds (the algorithm's options against the run, stragglers, churn, the graph,
--- the dataset, the partition), a config the run directory cannot record, a file the run uses that
--- cannot be read. Keeps what it read in opts.prepared, and the graph and partition it built in
+-- a run already (unless opts.force), ports past 65535, a model that does not fit the dataset
+-- (dpy.layout.check_model), and for a decentralized run all that dpy.layout.check finds (the
+-- algorithm's options against the run, stragglers, churn, the graph, the dataset, the partition),
+-- a config the run directory cannot record, a file the run uses that cannot be read.
+-- Keeps what it read in opts.prepared, and the graph and partition it built in
 -- opts.layout (launcher.run writes them).
 function M.check(cfg, opts)
   opts.replace = rundir.claim(opts.dir, opts.force)
@@ -64,10 +65,13 @@ function M.check(cfg, opts)
   if cfg.nodes then
     opts.layout = require("dpy.layout").check(cfg)
   else   -- a centralized run's data, there or not, before anything is written
+    local train_set
     for _, train in ipairs { true, false } do
-      local ok, err = pcall(registry.build, "dataset", cfg.dataset, { train = train })
-      if not ok then error("dataset: " .. tostring(err):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
+      local ok, set = pcall(registry.build, "dataset", cfg.dataset, { train = train })
+      if not ok then error("dataset: " .. tostring(set):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
+      train_set = train_set or set
     end
+    require("dpy.layout").check_model(cfg, train_set)
   end
   opts.prepared = rundir.prepare(cfg, opts)
 end

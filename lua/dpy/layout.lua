@@ -9,6 +9,7 @@ local host = require "dpy.host.core"
 local simclock = require "dpy.simclock"
 local churn = require "dpy.churn"
 local config = require "dpy.config"
+local data = require "dpy.data"
 
 local M = {}
 
@@ -131,13 +132,78 @@ local function not_followed(cfg, alg)
   end
 end
 
+-- "1×28×28 images" or "20 values": one sample of the batch x, as the model takes it.
+local function samples_text(x)
+  local dims = x:size()
+  table.remove(dims, 1)
+  if #dims == 1 then return dims[1] .. " values" end
+  return table.concat(dims, "×") .. " images"
+end
+
+-- What is wrong with the outputs `out` of a batch of n for the config's task (nil: nothing).
+local function outputs_misfit(cfg, out, n, classes)
+  local dims = out:size()
+  local width = #dims == 2 and dims[1] == n and dims[2] or nil
+  if cfg.task == "binary" then   -- one logit a sample: [n, 1] or [n]
+    if width == 1 or (#dims == 1 and dims[1] == n) then return nil end
+    if width then return string.format("it gives %d outputs, a binary task takes 1", width) end
+    return string.format("its outputs for a batch of %d have shape [%s], not [%d, 1]", n, table.concat(dims, ", "), n)
+  end
+  if width == classes then return nil end
+  if width then return string.format("it gives %d outputs, the dataset has %d classes", width, classes) end
+  return string.format("its outputs for a batch of %d have shape [%s], not [%d, %d]", n, table.concat(dims, ", "), n,
+                       classes)
+end
+
+-- Builds the model for train and passes its first samples (2 at most) through it, in eval mode
+-- without autograd; returns what does not fit (nil: it fits) and the samples' description.
+local function try_model(cfg, train)
+  local n = math.min(2, train.images:size(0))
+  local first <close> = tensor.arange(n)
+  local x, y = data.loader(train, { batch_size = n, indices = first, shuffle = false }):next()
+  y:free()
+  local what = samples_text(x)
+  local ok, model = pcall(require("dpy.container").model, cfg, train)
+  if not ok then
+    x:free()
+    return tostring(model), what
+  end
+  model:eval()
+  local out
+  ok, out = pcall(tensor.no_grad, model, x)
+  x:free()
+  local bad = not ok and tostring(out) or outputs_misfit(cfg, out, n, train.classes)
+  if ok then out:free() end
+  model:free()
+  return bad, what
+end
+
+--- layout.check_model(cfg, train): raises when the config's model cannot be built for the training
+-- set train, cannot take its samples, or gives other than one output per class (a binary task: 1),
+-- naming the model, the dataset and why. Nodes found it only as they trained, with torch's words
+-- alone. A batch of 2 takes milliseconds; the default generator's state is put back, so the run
+-- draws its initial weights as it would without the check.
+function M.check_model(cfg, train)
+  local gen = tensor.default_generator()
+  local state <close> = gen:state()
+  local ok, bad, what = pcall(try_model, cfg, train)
+  gen:set_state(state)
+  if ok and not bad then return end
+  if not ok then bad, what = tostring(bad), "its samples" end
+  bad = bad:gsub("^[^:\n]*%.lua:%d+: ", "")
+  local name = registry.spec("model", cfg.model).name
+  if bad:sub(1, #name + 8) == "model '" .. name .. "'" then error(bad, 0) end   -- the registry's own words on it
+  error(string.format("model '%s' does not fit dataset '%s' (%s): %s", name,
+                      train.name or registry.spec("dataset", cfg.dataset).name, what, bad), 0)
+end
+
 --- layout.check(cfg) -> what prepare writes, { graph, dynamic, parts }: raises, with the key at
 -- fault ("stragglers: ..."), on whatever the config alone makes wrong for a decentralized run:
 -- more processes than nodes, an algorithm's options that do not fit the run, a stragglers or churn
 -- table that does not fit the nodes, a graph that cannot be built or is not connected, a dataset
--- that cannot be read, a partition that cannot be made. It builds the graph and the partition
--- (from the dataset's labels) to know; experiment.check runs it before anything is written and
--- keeps its result for prepare.
+-- that cannot be read, a model that does not fit it (M.check_model), a partition that cannot be
+-- made. It builds the graph and the partition (from the dataset's labels) to know; experiment.check
+-- runs it before anything is written and keeps its result for prepare.
 function M.check(cfg)
   if cfg.processes and cfg.processes > cfg.nodes then
     error(string.format("processes: %d processes for %d nodes (a process hosts one node or more)", cfg.processes,
@@ -180,6 +246,7 @@ function M.check(cfg)
   if parts_n < 1 then error("nodes: " .. alg.name .. " needs at least 2 nodes (a server and a client)", 0) end
   local ok, train = pcall(registry.build, "dataset", cfg.dataset, { train = true })
   if not ok then config_error("dataset", train) end
+  M.check_model(cfg, train)
   -- groups: the dataset's natural partition (writers, hospitals), for the "natural" partitioner
   local parts
   ok, parts = pcall(registry.build, "partitioner", cfg.partition,

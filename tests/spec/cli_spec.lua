@@ -287,6 +287,32 @@ describe("dpy-lua run", function()
     assert.matches("^dpy%-lua repl: stragglers: factors lists 3 nodes", err)
   end)
 
+  it("refuses a model that does not fit the dataset before writing anything, naming both #checks", function()
+    local dir = tmpdir()
+    write_file(dir .. "/six.lua", "nodes = 6\nrounds = 1\nlocal_steps = 1\ntrain_samples = 200\n"
+                                   .. "test_samples = 50\n")
+    write_file(dir .. "/one.lua", "max_steps = 2\ntrain_samples = 200\ntest_samples = 50\n")
+    local function absent(path) return (sh("test -e " .. shell_quote(path))) ~= 0 end
+    local function fits(model)
+      return "^dpy%-lua: model '" .. model .. "' does not fit dataset 'fashion_mnist' %(1×28×28 images%): "
+    end
+    for i, case in ipairs {
+      { "six.lua model=lenet", fits("lenet") .. "torch: .*to have 3 channels" },
+      { "one.lua model=lenet", fits("lenet") .. "torch: .*to have 3 channels" },
+      { "six.lua 'model={\"mlp\",hidden={0}}'", fits("mlp") .. "nn%.linear: from is out of" },
+      { "one.lua 'model={\"mlp\",classes=5}'", fits("mlp") .. "it gives 5 outputs, the dataset has 10 classes" },
+      { "six.lua 'model={\"mlp\",classes=10}' task=binary",
+        fits("mlp") .. "it gives 10 outputs, a binary task takes 1" },
+    } do
+      local out = dir .. "/out-" .. i
+      local code, _, err = sh(BIN .. " run " .. dir .. "/" .. case[1] .. " -q --out " .. out)
+      assert.are.equal(2, code, case[1] .. ": " .. err)
+      assert.matches(case[2], err)
+      assert.not_matches("%.lua:%d+:", err)
+      assert.is_true(absent(out), case[1] .. ": " .. out .. " was written")
+    end
+  end)
+
   it("builds the one node of a centralized config in the repl, its epochs and max_steps kept", function()
     local code, out, err = sh("echo 'print(node.uid, node.cfg.epochs)' | " .. BIN
                               .. " repl configs/centralized.lua train_samples=600 test_samples=100")

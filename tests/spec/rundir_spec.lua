@@ -122,9 +122,13 @@ describe("a run directory", function()
   it("records no commit when dpy-lua's Lua tree is no git checkout", function()
     local dir = tmpdir()
     assert.are.equal(0, (sh("cp -r " .. shell_quote(lua_tree()) .. " " .. dir .. "/lua")))
-    -- a model that fails as it is built: the run fails after its directory is written
-    write_file(dir .. "/boom.lua", "return require('dpy.registry').register { kind = 'model', name = 'boom', "
-                                   .. "new = function() error('boom') end }\n")
+    -- a model that fails as it trains (the config check passes it in eval mode): the run fails after its
+    -- directory is written
+    write_file(dir .. "/boom.lua", "local nn = require 'dpy.nn'\n"
+                                   .. "return require('dpy.registry').register { kind = 'model', name = 'boom', "
+                                   .. "new = function() return nn.module { f = nn.flatten(), fc = nn.linear(784, 10), "
+                                   .. "forward = function(self, x) if self:is_training() then error('boom') end "
+                                   .. "return self.fc(self.f(x)) end } end }\n")
     write_file(dir .. "/fails.lua", "max_steps = 1\ntrain_samples = 100\ntest_samples = 10\nmodel = 'boom.lua'\n")
     local code = sh("DPY_LUA_PATH=" .. dir .. "/lua " .. BIN .. " run " .. dir .. "/fails.lua --out " .. dir .. "/out")
     assert.are.equal(1, code)
