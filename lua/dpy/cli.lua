@@ -202,12 +202,16 @@ function M.run(args)
                  quiet = a.quiet, config = config_path, overrides = overrides, force = a.force,
                  rerun_of = rerun and rerun.dir, paused = a.paused }
   if cfg.nodes and cfg.processes > 1 then require("dpy.launcher").hold_threads() end   -- until they fork
-  local checked, err = pcall(experiment.check, cfg, opts)
-  if not checked then   -- the graph, the files the config names, an --out that holds a run
+  local checked, err = pcall(function()
+    experiment.check(cfg, opts)
+    experiment.hold_ports(cfg, opts)   -- a port in use, found before the run directory is made
+  end)
+  if not checked then   -- the graph, the files the config names, an --out that holds a run, a busy port
     io.stderr:write("dpy-lua: ", tostring(err), "\n")
     return 2
   end
   local ran, summary = pcall(experiment.run, cfg, opts)
+  experiment.release_ports(opts)   -- a run that failed before its processes took them
   if not ran then
     io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n",
                     "(results written so far are in ", dir, ")\n")

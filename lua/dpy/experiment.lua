@@ -48,8 +48,8 @@ end
 -- a run already (unless opts.force), ports past 65535, a model that does not fit the dataset
 -- (dpy.layout.check_model), and for a decentralized run all that dpy.layout.check finds (the
 -- algorithm's options against the run, stragglers, churn, the graph, the dataset, the partition),
--- a config the run directory cannot record, a file the run uses that cannot be read.
--- Keeps what it read in opts.prepared, and the graph and partition it built in
+-- a config the run directory cannot record, a file the run uses that cannot be read. Ports in use:
+-- M.hold_ports. Keeps what it read in opts.prepared, and the graph and partition it built in
 -- opts.layout (launcher.run writes them).
 function M.check(cfg, opts)
   opts.replace = rundir.claim(opts.dir, opts.force)
@@ -74,6 +74,28 @@ function M.check(cfg, opts)
     require("dpy.layout").check_model(cfg, train_set)
   end
   opts.prepared = rundir.prepare(cfg, opts)
+end
+
+--- A new run's id (it draws the run's ports and names its remote directories): the time and this process.
+function M.new_run_id()
+  return (os.time() * 1000 + host.pid()) % (1 << 40) + 1
+end
+
+--- experiment.hold_ports(cfg, opts): a run of several processes on this machine listens on their
+-- ports from now on (opts.port, opts.listeners, which launcher.run hands to the processes), drawing
+-- opts.run_id if it has none. cli.run calls it before the run directory is made: a port another
+-- program holds is then a config error that writes nothing, not a failed run that left half a run
+-- directory (which blocked a retry with the same --out). Raises as layout.hold_ports.
+function M.hold_ports(cfg, opts)
+  if not cfg.nodes or cfg.processes == 1 or opts.listeners then return end
+  opts.run_id = opts.run_id or M.new_run_id()
+  opts.port, opts.listeners = require("dpy.layout").hold_ports(cfg, opts.run_id)
+end
+
+--- Closes the ports experiment.hold_ports holds still: those of a run that failed before its processes took them.
+function M.release_ports(opts)
+  for _, fd in ipairs(opts.listeners or {}) do host.close(fd) end
+  opts.listeners = nil
 end
 
 --- Writes the run directory's own files: config.lua (as given), config.effective.lua, the files
@@ -107,7 +129,7 @@ end
 function M.run(cfg, opts)
   opts.t0 = opts.t0 or host.clock()
   local dir = opts.dir
-  opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
+  opts.run_id = opts.run_id or M.new_run_id()
   if cfg.threads then host.set_threads(cfg.threads) end
   M.write_run_files(cfg, opts)
   if cfg.nodes then return M.run_decentralized(cfg, opts) end
@@ -127,7 +149,7 @@ end
 -- continued from its checkpoints of round opts.resume, in dir (manifest.json records it).
 function M.resume(cfg, opts)
   opts.t0 = opts.t0 or host.clock()
-  opts.run_id = opts.run_id or ((os.time() * 1000 + host.pid()) % (1 << 40) + 1)
+  opts.run_id = opts.run_id or M.new_run_id()
   M.record_resume(opts)
   return M.run_decentralized(cfg, opts)
 end

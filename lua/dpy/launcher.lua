@@ -388,9 +388,12 @@ function M.run(cfg, opts)
     failed = failures(results)
   else
     M.make_key(opts.dir)
-    opts.port, opts.listeners = layout.hold_ports(cfg, opts.run_id)
+    if not opts.listeners then   -- cli.run's held since its checks (experiment.hold_ports); a resumed run's not
+      opts.port, opts.listeners = layout.hold_ports(cfg, opts.run_id)
+    end
     local spawned, children = pcall(spawn_children, cfg, opts)
     for _, fd in ipairs(opts.listeners) do host.close(fd) end   -- the children hold them now
+    opts.listeners = nil
     if not spawned then error(children, 0) end
     local codes = watch(cfg, children, bar, function()
       local pr = read_progress(cfg, opts.dir)

@@ -313,6 +313,32 @@ describe("dpy-lua run", function()
     end
   end)
 
+  it("refuses a port another program listens on before writing anything #checks", function()
+    local host = require "dpy.host.core"
+    local dir = tmpdir()
+    write_file(dir .. "/six.lua", "nodes = 6\nrounds = 1\nlocal_steps = 1\ntrain_samples = 200\n"
+                                   .. "test_samples = 50\n")
+    local port, fd
+    for _ = 1, 20 do   -- a port nobody else holds, held here
+      port = 20000 + math.random(0, 9000)
+      fd = host.listen("127.0.0.1", port)
+      if fd and host.port_free("127.0.0.1", port + 1) then break end
+      if fd then host.close(fd) end
+      fd = nil
+    end
+    assert(fd, "no free port to hold")
+    local out = dir .. "/out"
+    local run = BIN .. " run " .. dir .. "/six.lua -q processes=2 port=" .. port .. " --out " .. out
+    local code, _, err = sh(run)
+    host.close(fd)
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua: port: cannot listen on 127%.0%.0%.1:" .. port .. ": Address already in use", err)
+    assert.not_matches("run failed", err)
+    assert.is_true((sh("test -e " .. shell_quote(out))) ~= 0, out .. " was written")
+    code, _, err = sh(run)   -- the port free again, the same --out runs
+    assert.are.equal(0, code, err)
+  end)
+
   it("builds the one node of a centralized config in the repl, its epochs and max_steps kept", function()
     local code, out, err = sh("echo 'print(node.uid, node.cfg.epochs)' | " .. BIN
                               .. " repl configs/centralized.lua train_samples=600 test_samples=100")
