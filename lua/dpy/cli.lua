@@ -289,6 +289,14 @@ function M.node(args)
     return 2
   end
   if a.uid then cfg.processes = cfg.nodes end   -- one node per process
+  local range = a.uid and { "--uid", a.uid, cfg.nodes, "node" }
+                or not rank and { "--process", a.process, cfg.processes, "process" }   -- a launcher's rank: its size
+  if range and (range[2] < 0 or range[2] >= range[3]) then
+    local option, index, count, noun = table.unpack(range)
+    io.stderr:write(string.format("dpy-lua node: %s %d: the config has %d %s%s\n", option, index, count, noun,
+                                  count == 1 and "" or noun == "node" and "s" or "es"))
+    return 2
+  end
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
                  overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir),

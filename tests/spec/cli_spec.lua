@@ -221,6 +221,17 @@ describe("dpy-lua run", function()
     assert.is_nil(read_file(dir .. "/out/manifest.json"))
   end)
 
+  it("node names a --uid or --process past the config's #checks", function()
+    local dir = tmpdir()
+    write_file(dir .. "/four.lua", "nodes = 4\nrounds = 1\n")
+    local code, _, err = sh(BIN .. " node " .. dir .. "/four.lua --uid 9 --dir " .. dir)
+    assert.are.equal(2, code, err)
+    assert.are.equal("dpy-lua node: --uid 9: the config has 4 nodes\n", err)
+    code, _, err = sh(BIN .. " node " .. dir .. "/four.lua processes=2 --process 2 --dir " .. dir)
+    assert.are.equal(2, code, err)
+    assert.are.equal("dpy-lua node: --process 2: the config has 2 processes\n", err)
+  end)
+
   it("refuses what the config alone makes wrong before writing anything: exit 2, no directory #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/eight.lua", "nodes = 8\nrounds = 1\nlocal_steps = 1\ntrain_samples = 600\n"
