@@ -297,6 +297,12 @@ function M.node(args)
                                   count == 1 and "" or noun == "node" and "s" or "es"))
     return 2
   end
+  local joins = rank and not a.uid and a.process == rank   -- started by mpirun / srun: rank 0 prepares --dir
+  if not joins and not require("dpy.paths").is_file(a.dir .. "/partition.pt") then
+    io.stderr:write("dpy-lua node: --dir ", a.dir, " holds no prepared run (no partition.pt): dpy-lua node hosts a ",
+                    "process of a run that its launcher (dpy-lua run, dispatch) prepared there\n")
+    return 2
+  end
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
                  overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir),
@@ -315,7 +321,7 @@ function M.node(args)
     end
   end
   local ran, code = pcall(function()
-    if rank and not a.uid and a.process == rank then   -- started by mpirun / srun: join the others
+    if joins then   -- join the others
       cfg.processes = size
       if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
