@@ -6,6 +6,23 @@ local pretty = require "dpy.pretty"
 
 local M = {}
 
+-- argparse takes the "-1" of "--seed -1" for an option of its own: such a value after one of
+-- options is joined to it ("--seed=-1"), which argparse reads as the value. Returns a new list.
+local function negative_values(args, options)
+  local out = {}
+  for _, arg in ipairs(args) do
+    local prev = out[#out]
+    if options[prev] and arg:match("^%-%d") then
+      out[#out] = prev .. "=" .. arg
+    else
+      out[#out + 1] = arg
+    end
+  end
+  return out
+end
+
+local SEED = { ["--seed"] = true }
+
 local function run_parser()
   local p = argparse("dpy-lua run", "Run an experiment config on this machine.")
   p:argument("config", "The experiment config (a Lua file), or a run directory to rerun.")
@@ -160,7 +177,7 @@ end
 
 function M.run(args)
   local parser = run_parser()
-  local ok, a = parser:pparse(args)
+  local ok, a = parser:pparse(negative_values(args, SEED))
   if not ok then
     io.stderr:write(parser:get_usage(), "\n", "dpy-lua run: ", a, "\n")
     return 2
@@ -270,7 +287,7 @@ function M.node(args)
   p:flag("--force", "Started by mpirun or srun: replace the run that --dir holds.")
   p:flag("--paused", "Start paused before the first round (dpy-lua attach).")
   local started = require("dpy.host.core").clock()
-  local ok, a = p:pparse(args)
+  local ok, a = p:pparse(negative_values(args, SEED))
   if ok and a.uid then a.process = a.uid end
   local rendezvous = require "dpy.rendezvous"
   local rank, size, launched_by, job = rendezvous.detect()
@@ -576,7 +593,7 @@ function M.dispatch(args)
   p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")
   p:flag("--paused", "Start paused before the first round: dpy-lua attach steps or resumes it.")
   p:flag("-q --quiet", "Print only the summaries.")
-  local ok, a = p:pparse(args)
+  local ok, a = p:pparse(negative_values(args, SEED))
   if ok and a.processes and a.processes < 1 then ok, a = false, "--processes: an integer >= 1 expected" end
   if not ok then
     io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")

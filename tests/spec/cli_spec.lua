@@ -127,6 +127,18 @@ describe("dpy-lua as an interpreter", function()
 end)
 
 describe("dpy-lua run", function()
+  it("takes a negative --seed, as --seed -1 and as --seed=-1", function()
+    local dir = tmpdir()
+    write_file(dir .. "/two.lua", "nodes = 2\ngraph = 'full'\nrounds = 1\nlocal_steps = 1\ntrain_samples = 200\n"
+                                  .. "test_samples = 50\n")
+    for i, seed in ipairs { "--seed -1", "--seed=-1" } do
+      local out = dir .. "/" .. i
+      local code, _, err = sh(BIN .. " run " .. dir .. "/two.lua -q --out " .. out .. " " .. seed)
+      assert.are.equal(0, code, seed .. ": " .. err)
+      assert.matches('"seed":%-1', read_file(out .. "/manifest.json"))
+    end
+  end)
+
   it("trains and writes the run directory, the same numbers for the same seed", function()
     local dir = tmpdir()
     write_file(dir .. "/tiny.lua", TINY)
