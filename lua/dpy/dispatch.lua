@@ -292,9 +292,9 @@ local function failures(cfg, opts, codes, channels, owner)
       local f = io.open(string.format("%s/process-%d.out", opts.dir, p))
       local text = f and f:read("a") or channels[p + 1]:output()
       if f then f:close() end
-      local how = codes[p + 1] == -1 and "lost its connection" or ("exited with " .. codes[p + 1])
-      launcher.output_failures(failed, text, string.format("process %d on %s %s", p,
-                                                           opts.remotes[owner[p + 1]].name, how))
+      local what = string.format("process %d on %s", p, opts.remotes[owner[p + 1]].name)
+      launcher.output_failures(failed, text, codes[p + 1] == -1 and what .. " lost its connection"
+                                             or launcher.exit_text(what, codes[p + 1]))
     end
   end
   return failed

@@ -140,8 +140,21 @@ local function failures(results)
   return list
 end
 
+-- Signals that end a process, by number, for messages (SIGNALS: those a run stops at)
+local KILLED_BY = { [6] = "SIGABRT", [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [11] = "SIGSEGV" }
+for n, name in pairs(M.SIGNALS) do KILLED_BY[n] = name end
+
+--- launcher.exit_text(what, code) -> "what exited with 1", or past 128 (a shell's and host.wait's
+-- 128 + the signal) "what exited with 137 (killed by signal 9, SIGKILL)".
+function M.exit_text(what, code)
+  local text = string.format("%s exited with %d", what, code)
+  if code <= 128 then return text end
+  local name = KILLED_BY[code - 128]
+  return string.format("%s (killed by signal %d%s)", text, code - 128, name and ", " .. name or "")
+end
+
 --- Adds to list what a failed process's output says: each node it names ("node N failed: why"),
--- or, naming none, one entry (uid -1): how the process ended and the output's last line.
+-- or, naming none, one entry (uid -1): how the process ended and the output's last line, if any.
 function M.output_failures(list, text, ended)
   local any = false
   for uid, err in text:gmatch("node (%d+) failed: ([^\n]*)") do
@@ -149,7 +162,8 @@ function M.output_failures(list, text, ended)
     any = true
   end
   if not any then
-    list[#list + 1] = { uid = -1, err = ended .. ": " .. (text:match("[^\n]*\n?$") or "") }
+    local last = text:match("([^\n]+)\n*$")   -- a process killed at once has printed nothing
+    list[#list + 1] = { uid = -1, err = last and ended .. ": " .. last or ended }
   end
 end
 
@@ -406,7 +420,7 @@ function M.run(cfg, opts)
         local out = io.open(string.format("%s/process-%d.out", opts.dir, i - 1))
         local text = out and out:read("a") or ""
         if out then out:close() end
-        M.output_failures(failed, text, string.format("process %d exited with %d", i - 1, code))
+        M.output_failures(failed, text, M.exit_text("process " .. (i - 1), code))
       end
     end
   end

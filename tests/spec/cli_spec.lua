@@ -180,6 +180,21 @@ describe("dpy-lua run", function()
     assert.are.equal("4 nodes (dpsgd, 2 processes), no round after round 2 in 3.0 s", line())
   end)
 
+  it("says how a failed process ended: its exit status, the signal that killed it, its last line", function()
+    local launcher = require "dpy.launcher"
+    assert.are.equal("process 1 exited with 1", launcher.exit_text("process 1", 1))
+    assert.are.equal("process 1 exited with 137 (killed by signal 9, SIGKILL)", launcher.exit_text("process 1", 137))
+    assert.are.equal("process 1 exited with 143 (killed by signal 15, SIGTERM)", launcher.exit_text("process 1", 143))
+    assert.are.equal("process 1 exited with 160 (killed by signal 32)", launcher.exit_text("process 1", 160))
+    local list = {}
+    launcher.output_failures(list, "", "process 1 exited with 137 (killed by signal 9, SIGKILL)")
+    launcher.output_failures(list, "starting\nboom\n", "process 2 exited with 1")
+    launcher.output_failures(list, "starting\n\n", "process 3 exited with 1")
+    assert.are.same({ { uid = -1, err = "process 1 exited with 137 (killed by signal 9, SIGKILL)" },
+                      { uid = -1, err = "process 2 exited with 1: boom" },
+                      { uid = -1, err = "process 3 exited with 1: starting" } }, list)
+  end)
+
   it("names each failure once: a node's own files as <uid>, the nodes a failure stopped in one line", function()
     local cli = require "dpy.cli"
     local ABORT = '; stopping (on_peer_failure = "abort")'
