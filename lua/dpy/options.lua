@@ -174,8 +174,13 @@ function M.problem(opts, schema, what)
   for _, k in ipairs(keys) do
     local rule = schema[k]
     if rule == nil then
+      local names = names_of(schema)
+      if #names == 0 then   -- not an empty "valid: "
+        return string.format("%s: unknown option '%s'; %s takes no options", what, k,
+                             type(opts[1]) == "string" and opts[1] or "it")
+      end
       return string.format("%s: unknown option '%s'%s; valid: %s", what, k, M.suggest(k, schema),
-                           table.concat(names_of(schema), ", "))
+                           table.concat(names, ", "))
     end
     local err = M.check_value(opts[k], rule)
     if err then return M.join(string.format("%s: option '%s'", what, k), err) end

@@ -135,7 +135,8 @@ describe("dpy-lua attach #e2e", function()
     write_file(file, [[
       return require("dpy.registry").register { kind = "action", name = "hello",
         new = function() return { post_train = function(node, r) node.log:write("hello at round %d", r) end } end }]])
-    local code, o, e = attach(out, 3, { 'add_action{ "model_norm" }', 'add_action{ "' .. file .. '" }',
+    local code, o, e = attach(out, 3, { 'add_action{ "model_norm", bogus = 1 }',
+                                        'add_action{ "model_norm" }', 'add_action{ "' .. file .. '" }',
                                         'add_action{ "modelnorm" }', 'add_action{ "label_flipping", nodes = { 4 } }',
                                         'add_action{ "differential_privacy", mode = "local" }',
                                         "step(1)", "wait()", "resume()", "wait()" })
@@ -146,6 +147,7 @@ describe("dpy-lua attach #e2e", function()
     assert.matches('\n"model_norm"\n', o, 1, true)
     assert.matches('\n"hello"\n', o, 1, true)
     assert.matches("add_action: no action named 'modelnorm' (did you mean 'model_norm'?)", o, 1, true)
+    assert.matches("unknown option 'bogus'; model_norm takes no options\n", o, 1, true)
     -- an action that replaces a component (label_flipping: the training set) goes in the config
     assert.matches("add_action: label_flipping: .*train_set.*in the config", o)   -- even on a node it spares
     assert.matches("add_action: differential_privacy: .*trainer.*in the config", o)

@@ -33,6 +33,8 @@ describe("component options", function()
       { "transforms = { { 'zstd', levle = 3 } }", "transforms%[1%]: transform 'zstd': unknown option 'levle'" },
       { "actions = { { 'label_flipping', fration = 0.2 } }",
         "actions%[1%]: action 'label_flipping': unknown option 'fration'" },
+      { "actions = { { 'model_norm', bogus = 1 } }",
+        "actions%[1%]: action 'model_norm': unknown option 'bogus'; model_norm takes no options$" },
       { "model = { 'mlp', hiden = { 10 } }", "model 'mlp': unknown option 'hiden' %(did you mean 'hidden'%?%)" },
       { "dataset = { 'mnist', dri = '/x' }", "dataset 'mnist': unknown option 'dri' %(did you mean 'dir'%?%)" },
       { "actions = { { 'byzantine_attack', attack = { 'alie', zz = 1 } } }",
