@@ -398,6 +398,8 @@ function M.repl_node(args)
   if not cfg then return 2 end
   local uid = a.uid or 0
   local overrides = { table.unpack(a.overrides) }
+  local kind = cfg.nodes and (type(cfg.algorithm) == "table" and cfg.algorithm[1] or cfg.algorithm or "dpsgd")
+               or "centralized"   -- the banner's: a centralized config's node runs no algorithm of nodes
   if not cfg.nodes then   -- a centralized config: one node holding the whole training set
     overrides[#overrides + 1] = "nodes=1"
     cfg = load_config(a.config, overrides, { either_kind = true })
@@ -432,8 +434,7 @@ function M.repl_node(args)
                                               overrides = table.concat(overrides, "\n") })
   rawset(_G, "node", node)
   print(string.format("node %d of %d (%s): node:train([steps]), node:evaluate(), node.model, "
-                      .. "node.optimizer, node.loader, node:neighbours(), node.endpoint", uid, cfg.nodes,
-                      cfg.algorithm or "dpsgd"))
+                      .. "node.optimizer, node.loader, node:neighbours(), node.endpoint", uid, cfg.nodes, kind))
   return 0
 end
 

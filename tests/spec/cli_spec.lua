@@ -386,6 +386,7 @@ describe("dpy-lua run", function()
                               .. " repl configs/centralized.lua train_samples=600 test_samples=100")
     assert.are.equal(0, code, err)
     assert.matches("\n0\t2\n", out)
+    assert.matches("node 0 of 1 (centralized): ", out, 1, true)   -- not the decentralized default's name
     -- and the keys of a node, which that node reads
     code, out, err = sh("echo 'print(#node.cfg.actions, node.cfg.reset_optimizer)' | " .. BIN
                         .. " repl configs/centralized.lua train_samples=600 test_samples=100 "
