@@ -157,6 +157,13 @@ local function rerun_of(path)
   return rerun.config, rerun
 end
 
+-- Why --resume refuses a run whose nodes all checkpointed its last round: no round is left to run
+-- (with --paused the nodes would wait for one for ever).
+local function finished_text(dir, cfg, round)
+  return string.format("%s: the run finished all its %d round%s (every node checkpointed round %d): nothing to "
+                       .. "resume", dir, cfg.rounds, cfg.rounds == 1 and "" or "s", round)
+end
+
 -- `run --resume DIR`: the run of DIR continued in DIR from the round every node checkpointed.
 -- Returns cfg, opts | nil, message, exit code.
 local function resume_of(a, args)
@@ -171,6 +178,7 @@ local function resume_of(a, args)
   if not cfg.nodes then return nil, rerun.dir .. ": --resume continues decentralized runs only", 1 end
   local round, why = require("dpy.checkpoint").resume_round(rerun.dir, cfg.nodes)
   if not round then return nil, why, 1 end
+  if round >= cfg.rounds then return nil, finished_text(rerun.dir, cfg, round), 1 end
   return cfg, { dir = rerun.dir, config = rerun.config, overrides = {}, quiet = a.quiet, resume = round,
                 argv = { "run", table.unpack(args) } }
 end
@@ -570,6 +578,7 @@ local function dispatch_resume(a, args)
     end
     local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
     if not round then error(why, 0) end
+    if round >= cfg.rounds then error(finished_text(rerun.dir, cfg, round), 0) end
     opts.resume = round
     if not a.quiet then print(string.format("resuming %s from round %d", rerun.dir, round)) end
   end

@@ -211,6 +211,17 @@ end }
     assert.matches("no %-%-out, %-%-seed, %-%-force or KEY=VALUE", err)
   end)
 
+  it("--resume of a run that finished all its rounds says there is nothing to resume, --paused or not", function()
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 1\ncheckpoint_every = 1\n", "-q")
+    assert.are.equal(0, code, err)
+    for _, paused in ipairs { " --paused", "" } do
+      code, _, err = sh("timeout 20 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. paused)
+      assert.are.equal(1, code, paused .. ": " .. err)   -- not 124: paused before a round that never comes
+      assert.are.equal("dpy-lua run: " .. out .. ": the run finished all its 1 round (every node checkpointed "
+                       .. "round 1): nothing to resume\n", err)
+    end
+  end)
+
   it("an action's checkpoint goes with a restore", function()
     local dir = tmpdir()
     write_file(dir .. "/a.lua", [[
