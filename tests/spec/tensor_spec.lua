@@ -16,7 +16,18 @@ describe("tensor creation", function()
     local ints = tensor.full(2, 3, 7, "int64")
     assert.are.same({ "int64", { 2, 3 } }, { ints:dtype(), ints:size() })
     assert.has_error(function() tensor.full(2.5, 3, 7) end,
-                     "bad argument #1 to 'full' (shape entries must be integers)")
+                     "bad argument #1 to 'full' (sizes must be integers, got 2.5)")
+    -- a float with an integer value is a size (2.0, as from 4 / 2); any other says so
+    for _, name in ipairs { "zeros", "ones", "empty", "rand", "randn" } do
+      assert.are.same({ 2, 3 }, tensor[name](2.0, 3):size(), name)
+      assert.are.same({ 2 }, tensor[name]({ 2.0 }):size(), name)
+      assert.has_error(function() tensor[name](2.5) end, "bad argument #1 to '" .. name
+                       .. "' (sizes must be integers, got 2.5)")
+      assert.has_error(function() tensor[name](-1) end, "bad argument #1 to '" .. name .. "' (sizes must be >= 0)")
+    end
+    same({ { 7, 7 } }, tensor.full(1.0, 2.0, 7))
+    assert.has_error(function() tensor.full(2, 0.5, 7) end,
+                     "bad argument #2 to 'full' (sizes must be integers, got 0.5)")
     same({ { 1, 0 }, { 0, 1 } }, tensor.eye(2))
     same({ 0, 1, 2, 3 }, tensor.arange(4))
     same({ 2, 4, 6 }, tensor.arange(2, 8, 2))
