@@ -170,6 +170,16 @@ static int64_t checkdim_value(lua_State *L, int arg, lua_Integer v) {
     return (int64_t)v;
 }
 
+/* The size at stack index idx (argument arg): an integer, or a float with an integer value (2.0,
+** as 4 / 2 gives); any other number is refused naming it. */
+static int64_t checkdim(lua_State *L, int idx, int arg) {
+    int exact;
+    lua_Integer v = lua_tointegerx(L, idx, &exact);
+    if (!exact)
+        luaL_argerror(L, arg, lua_pushfstring(L, "sizes must be integers, got %s", luaL_tolstring(L, idx, NULL)));
+    return checkdim_value(L, arg, v);
+}
+
 int dpy_checkshape(lua_State *L, int arg, int64_t *shape, int *next) {
     int n = 0;
     if (lua_istable(L, arg) && luaL_getmetafield(L, arg, "__name") == LUA_TNIL) {
@@ -178,18 +188,16 @@ int dpy_checkshape(lua_State *L, int arg, int64_t *shape, int *next) {
             luaL_argerror(L, arg, "too many dimensions");
         for (int i = 0; i < n; i++) {
             lua_geti(L, arg, i + 1);
-            if (!lua_isinteger(L, -1))
-                luaL_argerror(L, arg, "shape entries must be integers");
-            shape[i] = checkdim_value(L, arg, lua_tointeger(L, -1));
+            shape[i] = checkdim(L, -1, arg);
             lua_pop(L, 1);
         }
         *next = arg + 1;
         return n;
     }
-    while (lua_isinteger(L, arg + n)) {
+    while (lua_type(L, arg + n) == LUA_TNUMBER) {   /* what follows the sizes is an options table */
         if (n == DPY_MAXDIM)
             luaL_argerror(L, arg + n, "too many dimensions");
-        shape[n] = checkdim_value(L, arg + n, lua_tointeger(L, arg + n));
+        shape[n] = checkdim(L, arg + n, arg + n);
         n++;
     }
     *next = arg + n;
@@ -211,11 +219,8 @@ static int creation(lua_State *L, double value, int has_value_arg, int empty) {
             luaL_checknumber(L, 1);
         if (k - 1 > DPY_MAXDIM)
             luaL_argerror(L, DPY_MAXDIM + 1, "too many dimensions");
-        for (ndim = 0; ndim < k - 1; ndim++) {
-            if (!lua_isinteger(L, ndim + 1))
-                luaL_argerror(L, ndim + 1, "shape entries must be integers");
-            shape[ndim] = checkdim_value(L, ndim + 1, lua_tointeger(L, ndim + 1));
-        }
+        for (ndim = 0; ndim < k - 1; ndim++)
+            shape[ndim] = checkdim(L, ndim + 1, ndim + 1);
         value = lua_tonumber(L, k);
         next = k + 1;
     } else {

@@ -10,40 +10,6 @@ for k, v in pairs(core) do
 end
 local methods = core.methods
 
--- {==== sizes given as floats ====}
-
--- The C core reads sizes as Lua integers; a float with an integer value (2.0, as 4 / 2 gives) is
--- one too. Returns the arguments, sizes from position first on made integers (a shape table
--- copied); valued: the last of the leading numbers is the value (full), not a size.
-local function sized(name, first, valued, ...)
-  local args = table.pack(...)
-  local function size(v, at)
-    if math.type(v) ~= "float" then return v end
-    return math.tointeger(v) or error(string.format("bad argument #%d to '%s' (sizes must be integers, got %s)",
-                                                    at, name, v), 0)
-  end
-  local shape = args[first]
-  if type(shape) == "table" and getmetatable(shape) == nil then
-    local copy = {}
-    for i, v in ipairs(shape) do copy[i] = size(v, first) end
-    args[first] = copy
-  else
-    local last = first
-    while math.type(args[last]) do last = last + 1 end
-    for i = first, last - (valued and 2 or 1) do args[i] = size(args[i], i) end
-  end
-  return table.unpack(args, 1, args.n)
-end
-
--- Called by name (not a tail call), so that the core's errors name the function: 'zeros'.
-local zeros, ones, empty, full, rand, randn = core.zeros, core.ones, core.empty, core.full, core.rand, core.randn
-function M.zeros(...) return (zeros(sized("zeros", 1, false, ...))) end
-function M.ones(...) return (ones(sized("ones", 1, false, ...))) end
-function M.empty(...) return (empty(sized("empty", 1, false, ...))) end
-function M.full(...) return (full(sized("full", 1, true, ...))) end
-function M.rand(...) return (rand(sized("rand", 1, false, ...))) end
-function M.randn(...) return (randn(sized("randn", 1, false, ...))) end
-
 --- A new seeded generator (dpy.Generator) for the random constructors' {generator = g}.
 M.generator = generator.new
 
