@@ -224,11 +224,19 @@ static void on_interrupt(int sig) {
         g_interrupted = sig;
 }
 
+/* sig's handler becomes sa's, unless the process was started ignoring sig (nohup: SIGHUP). */
+static void catch_unless_ignored(int sig, const struct sigaction *sa) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+        sigaction(sig, sa, NULL);
+}
+
 /* host.catch_interrupt(): from now on the first SIGINT, SIGTERM and SIGHUP (a closed terminal)
 ** each set a flag instead of ending the process (a second of the same kind ends it, as in lua.c),
 ** and so does SIGPIPE (the pipe the output went to has closed: every later write fails instead,
-** and is no reason to end before the run has stopped cleanly); host.interrupted() -> the first
-** signal's number, or false (a long loop polls it to stop cleanly). */
+** and is no reason to end before the run has stopped cleanly); a SIGHUP or SIGPIPE the process was
+** started ignoring stays ignored. host.interrupted() -> the first signal's number, or false (a
+** long loop polls it to stop cleanly). */
 static int h_catch_interrupt(lua_State *L) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -237,9 +245,9 @@ static int h_catch_interrupt(lua_State *L) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    catch_unless_ignored(SIGHUP, &sa);
     sa.sa_flags = 0;
-    sigaction(SIGPIPE, &sa, NULL);
+    catch_unless_ignored(SIGPIPE, &sa);
     (void)L;
     return 0;
 }

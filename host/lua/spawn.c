@@ -170,8 +170,12 @@ static void run_child(char *const argv[], const int files[3], int fd, pid_t pare
     close_from(fd >= 0 ? 4 : 3);
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
     signal(SIGTERM, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
+    for (int i = 0; i < 2; i++) {   /* these two as the parent started: ignored under nohup, as exec keeps */
+        int sig = i ? SIGPIPE : SIGHUP;
+        struct sigaction now;
+        if (sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_IGN)
+            signal(sig, SIG_DFL);
+    }
     dpy_host_forget_interrupt();
     sigprocmask(SIG_SETMASK, mask, NULL);   /* blocked since the fork: none went to the handlers */
     set_title(argv);

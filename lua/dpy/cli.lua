@@ -322,7 +322,9 @@ function M.node(args)
                                   count == 1 and "" or noun == "node" and "s" or "es"))
     return 2
   end
-  local joins = rank and not a.uid and a.process == rank   -- started by mpirun / srun: rank 0 prepares --dir
+  -- started by mpirun / srun (rank 0 prepares --dir); not a process of a launcher's own (--listen-fd), which a
+  -- job's variables, inherited, would make look like one
+  local joins = rank and not a.uid and not a.listen_fd and a.process == rank
   if not joins and not require("dpy.paths").is_file(a.dir .. "/partition.pt") then
     io.stderr:write("dpy-lua node: --dir ", a.dir, " holds no prepared run (no partition.pt): dpy-lua node hosts a ",
                     "process of a run that its launcher (dpy-lua run, dispatch) prepared there\n")
@@ -377,7 +379,7 @@ function M.node(args)
     io.stderr:write("dpy-lua node: ", usage or tostring(code), "\n")
     return usage and 2 or 1
   end
-  if rank == 0 and launched_by then   -- the summary, as `run` prints it
+  if joins and rank == 0 then   -- the summary, as `run` prints it
     local summary = launcher.mpi_summary(cfg, a.dir, require("dpy.host.core").clock() - started, opts.resume)
     print(M.decentralized_text(cfg, a.dir, summary))
     if summary.unfinished > 0 then

@@ -147,6 +147,20 @@ describe("stopping a run", function()
     end)
   end
 
+  it("runs on under nohup: a SIGHUP it was started ignoring stays ignored, in its processes too #e2e", function()
+    local dir = tmpdir()
+    local pid, out = start_run(dir, TINY_RUN:gsub("rounds = 3", "rounds = 6") .. "processes = 2\n",
+                               "trap '' HUP; ")
+    wait_round_1(out, { 0, 1, 2, 3 })
+    for _, p in ipairs(procs_of(out)) do host.kill(p, 1) end   -- the launcher and its processes, as a hang-up
+    local code = wait_for(function() return tonumber(read_file(dir .. "/code") or "") end, 60)
+    kill_all(out)
+    assert.are.equal(0, code, read_file(dir .. "/run.out"))
+    assert.are.equal(6, #node_metrics(out, 0).test_accuracy)
+    assert.is_nil(metrics.read(out .. "/manifest.json").interrupted)
+    assert.truthy(pid)
+  end)
+
   it("stops as on Ctrl-C when the pipe its output goes to closes (SIGPIPE) #e2e", function()
     local dir = tmpdir()
     write_file(dir .. "/c.lua", TINY_RUN:gsub("rounds = 3", "rounds = 400") .. "processes = 2\nlocal_steps = 1\n")

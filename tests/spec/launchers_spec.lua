@@ -98,6 +98,17 @@ describe("rendezvous", function()
                      .. "ranks reach", err)
   end)
 
+  it("runs dpy-lua run inside a job of mpirun or Slurm as on its own: its processes are no ranks #e2e", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY_RUN .. "processes = 2\n")
+    local code, out, err = sh("SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_JOB_ID=9 OMPI_COMM_WORLD_RANK=0 "
+                              .. "OMPI_COMM_WORLD_SIZE=1 " .. BIN .. " run " .. dir .. "/c.lua --out " .. dir .. "/run")
+    assert.are.equal(0, code, err)
+    local _, summaries = out:gsub("results in ", "")
+    assert.are.equal(1, summaries, out)
+    for uid = 0, 3 do assert.truthy(node_metrics(dir .. "/run", uid), "node " .. uid) end
+  end)
+
   it("runs the ranks of a machine whose own name does not resolve #e2e", function()
     local dir = tmpdir()
     write_file(dir .. "/hostname", "no-such-host.invalid\n")
