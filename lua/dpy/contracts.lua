@@ -16,11 +16,12 @@ local function graph_problem(g, nodes)
     if type(g.adj[u]) ~= "table" then return "returned no neighbour list for node " .. u end
     listed[u] = {}
     for _, v in ipairs(g.adj[u]) do
-      local why = (math.type(v) ~= "integer" or v < 0 or v >= nodes)
+      local id = math.tointeger(v)   -- 1.0 is uid 1 (a JSON decoder's number, a division's)
+      local why = (not id or id < 0 or id >= nodes)
                   and string.format("%s, not a node (an integer 0..%d)", tostring(v), nodes - 1)
-                  or v == u and "itself (a self-loop)" or listed[u][v] and v .. " twice"
+                  or id == u and "itself (a self-loop)" or listed[u][id] and id .. " twice"
       if why then return string.format("returned a graph whose node %d lists %s", u, why) end
-      listed[u][v] = true
+      listed[u][id] = true
     end
   end
   for u = 0, nodes - 1 do

@@ -154,12 +154,16 @@ function M.resume(cfg, opts)
   return M.run_decentralized(cfg, opts)
 end
 
---- Adds to opts.dir's manifest.json, under `resumed`, { round = opts.resume, at, run_id, argv }.
+--- Adds to opts.dir's manifest.json, under `resumed`, { round = opts.resume, at, run_id, argv,
+-- interrupted = the run's interruption it continues, if any }.
 function M.record_resume(opts)
   local manifest = metrics.read(opts.dir .. "/manifest.json") or {}
   manifest.resumed = manifest.resumed or {}
+  -- the interruption this resume continues from is its history, not the run's state: a resume that
+  -- runs to the end leaves the run uninterrupted, and one interrupted again is marked anew
   table.insert(manifest.resumed, { round = opts.resume, at = os.date("!%Y-%m-%dT%H:%M:%SZ"), run_id = opts.run_id,
-                                   argv = opts.argv })
+                                   argv = opts.argv, interrupted = manifest.interrupted })
+  manifest.interrupted = nil
   write_json(opts.dir .. "/manifest.json", manifest)
 end
 

@@ -140,7 +140,8 @@ local function samples_text(x)
   return table.concat(dims, "×") .. " images"
 end
 
--- What is wrong with the outputs `out` of a batch of n for the config's task (nil: nothing).
+-- What is wrong with the outputs `out` of a batch of n for the config's task (nil: nothing): fewer
+-- than one a class (a binary task: other than 1).
 local function outputs_misfit(cfg, out, n, classes)
   local dims = out:size()
   local width = #dims == 2 and dims[1] == n and dims[2] or nil
@@ -149,8 +150,10 @@ local function outputs_misfit(cfg, out, n, classes)
     if width then return string.format("it gives %d outputs, a binary task takes 1", width) end
     return string.format("its outputs for a batch of %d have shape [%s], not [%d, 1]", n, table.concat(dims, ", "), n)
   end
-  if width == classes then return nil end
-  if width then return string.format("it gives %d outputs, the dataset has %d classes", width, classes) end
+  if width and width >= classes then return nil end   -- logits past the classes train as any other
+  if width then
+    return string.format("it gives %d output%s, the dataset has %d classes", width, width == 1 and "" or "s", classes)
+  end
   return string.format("its outputs for a batch of %d have shape [%s], not [%d, %d]", n, table.concat(dims, ", "), n,
                        classes)
 end
@@ -179,7 +182,7 @@ local function try_model(cfg, train)
 end
 
 --- layout.check_model(cfg, train): raises when the config's model cannot be built for the training
--- set train, cannot take its samples, or gives other than one output per class (a binary task: 1),
+-- set train, cannot take its samples, or gives fewer outputs than classes (a binary task: not 1),
 -- naming the model, the dataset and why. Nodes found it only as they trained, with torch's words
 -- alone. A batch of 2 takes milliseconds; the default generator's state is put back, so the run
 -- draws its initial weights as it would without the check.

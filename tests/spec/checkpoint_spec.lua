@@ -86,6 +86,22 @@ describe("checkpoint.read", function()
     checkpoint.prune(dir, 0, 3)   -- every node has round 2: round 1 of node 0 can go
     assert.are.same({ 2, 3 }, checkpoint.rounds(dir, 0))
   end)
+
+  it("a resume takes the interruption it continues into its own record: the run is no longer interrupted", function()
+    local metrics, experiment = require "dpy.metrics", require "dpy.experiment"
+    local dir = tmpdir()
+    write_file(dir .. "/manifest.json", '{"seed": 1, "interrupted": {"signal": "SIGINT", "round": 1}}')
+    experiment.record_resume { dir = dir, resume = 1, run_id = 7, argv = { "run", "--resume", dir } }
+    local m = metrics.read(dir .. "/manifest.json")
+    assert.is_nil(m.interrupted)
+    assert.are.same({ signal = "SIGINT", round = 1 }, m.resumed[1].interrupted)
+    assert.are.equal(1, m.resumed[1].round)
+    -- a report of the finished run marks nothing
+    write_file(dir .. "/config.json", '{"nodes": 1, "rounds": 3, "name": "c"}')
+    write_file(dir .. "/0.metrics.json", '{"uid": 0, "metrics": {"test_accuracy": [[3, 0.5]]}}')
+    local run = assert(require("dpy.report").load(dir))
+    assert.are.same({}, run.marks)
+  end)
 end)
 
 -- The series that do not measure time.

@@ -320,6 +320,12 @@ describe("a user's components", function()
     local err = refused("graph = '" .. graph_file(cases[1][1]) .. "'\n")
     assert.matches("^dpy%-lua: graph 'mine' %(.*/g%.lua%): new returned a directed graph: node 0 lists 1 as a "
                    .. "neighbour, but 1 does not list 0", err)
+    -- uids as floats of integer values (a JSON decoder's, a division's) are uids
+    local ring = graph_file("for u = 0, n - 1 do adj[u] = { (u + 1) % n + 0.0, (u - 1) % n / 1 } end")
+    assert.truthy(registry.build("graph", ring, { nodes = 4, seed = 1, round = 1 }))
+    local path = graph_file("for u = 0, n - 1 do adj[u] = { (u + 1) % n + 0.5 } end")
+    assert.error_matches(function() registry.build("graph", path, { nodes = 4, seed = 1, round = 1 }) end,
+                         "node 0 lists 1%.5, not a node")
   end)
 
   it("name a partitioner whose parts do not fit the nodes or the training set, before the run starts", function()
