@@ -117,7 +117,7 @@ function M.failure_text(failed)
       table.insert(group(stopped, "stopped " .. origin, { origin = origin, cause = cause }).uids, f.uid)
     else
       failed_uids[f.uid] = true
-      local mine = msg:gsub("/" .. f.uid .. "%.", "/<uid>.")
+      local mine = msg:gsub("/" .. f.uid .. "%.(%a)", "/<uid>.%1")   -- its log, metrics, model, checkpoint
       table.insert(group(own, "failed " .. mine, { msg = mine }).uids, f.uid)
     end
   end
@@ -157,11 +157,16 @@ local function rerun_of(path)
   return rerun.config, rerun
 end
 
--- Why --resume refuses a run whose nodes all checkpointed its last round: no round is left to run
--- (with --paused the nodes would wait for one for ever).
+-- Why --resume refuses a run whose nodes all checkpointed its last round and wrote their final
+-- models (nil: it may go on): nothing is left to do (with --paused the nodes would wait for ever).
+-- One stopped between the two ends by the resume.
 local function finished_text(dir, cfg, round)
-  return string.format("%s: the run finished all its %d round%s (every node checkpointed round %d): nothing to "
-                       .. "resume", dir, cfg.rounds, cfg.rounds == 1 and "" or "s", round)
+  if round < cfg.rounds then return nil end
+  for uid = 0, cfg.nodes - 1 do
+    if not require("dpy.paths").is_file(string.format("%s/%d.model.pt", dir, uid)) then return nil end
+  end
+  return string.format("%s: the run finished all its %d round%s (every node checkpointed round %d, and wrote its "
+                       .. "final model): nothing to resume", dir, cfg.rounds, cfg.rounds == 1 and "" or "s", round)
 end
 
 -- `run --resume DIR`: the run of DIR continued in DIR from the round every node checkpointed.
@@ -178,7 +183,8 @@ local function resume_of(a, args)
   if not cfg.nodes then return nil, rerun.dir .. ": --resume continues decentralized runs only", 1 end
   local round, why = require("dpy.checkpoint").resume_round(rerun.dir, cfg.nodes)
   if not round then return nil, why, 1 end
-  if round >= cfg.rounds then return nil, finished_text(rerun.dir, cfg, round), 1 end
+  local finished = finished_text(rerun.dir, cfg, round)
+  if finished then return nil, finished, 1 end
   return cfg, { dir = rerun.dir, config = rerun.config, overrides = {}, quiet = a.quiet, resume = round,
                 argv = { "run", table.unpack(args) } }
 end
@@ -580,7 +586,8 @@ local function dispatch_resume(a, args)
     end
     local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
     if not round then error(why, 0) end
-    if round >= cfg.rounds then error(finished_text(rerun.dir, cfg, round), 0) end
+    local finished = finished_text(rerun.dir, cfg, round)
+    if finished then error(finished, 0) end
     opts.resume = round
     if not a.quiet then print(string.format("resuming %s from round %d", rerun.dir, round)) end
   end

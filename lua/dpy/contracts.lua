@@ -83,7 +83,7 @@ local M = {
   graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
   partitioner = function(parts, ctx)
     if type(parts) ~= "table" then return "must return a list of tensors of sample indices, got " .. type(parts) end
-    if #parts ~= ctx.nodes then return string.format("returned %d parts for %d nodes", #parts, ctx.nodes) end
+    if #parts ~= ctx.nodes then return string.format("returned %d parts for %d training nodes", #parts, ctx.nodes) end
     local labels = ctx.labels
     local size = require("dpy.tensor").is_tensor(labels) and labels:size(0) or labels and #labels
     for k, p in ipairs(parts) do

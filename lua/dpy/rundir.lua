@@ -91,16 +91,18 @@ function M.prepare(cfg, opts)
 end
 
 -- The names at dir's top that are no run's: not the run directory's own names, nor the copies of
--- files that its manifest lists (sorted; none when dir is not there).
+-- files that its manifest lists (sorted; none when dir is not there). A config.lua is a run's
+-- beside a manifest, or the files written just after it (a run stopped before its manifest).
 local function strays(dir)
   local manifest = metrics.read(dir .. "/manifest.json")
+  local made = manifest or exists(dir .. "/" .. M.EFFECTIVE)   -- a run wrote its files here
   local copied = {}
   for _, f in ipairs(manifest and manifest.files or {}) do
     if type(f.file) == "string" then copied[f.file:match("^[^/]+")] = true end
   end
   local found = {}
   for _, name in ipairs(paths.list(dir) or {}) do
-    if not (own(name) or copied[name]) or (name == "config.lua" and not manifest) then found[#found + 1] = name end
+    if not (own(name) or copied[name]) or (name == "config.lua" and not made) then found[#found + 1] = name end
   end
   table.sort(found)
   return found

@@ -234,8 +234,14 @@ end }
       code, _, err = sh("timeout 20 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. paused)
       assert.are.equal(1, code, paused .. ": " .. err)   -- not 124: paused before a round that never comes
       assert.are.equal("dpy-lua run: " .. out .. ": the run finished all its 1 round (every node checkpointed "
-                       .. "round 1): nothing to resume\n", err)
+                       .. "round 1, and wrote its final model): nothing to resume\n", err)
     end
+    -- stopped after its last checkpoint, before a node wrote its final model: the resume finishes it
+    local model = read_file(out .. "/2.model.pt")
+    os.remove(out .. "/2.model.pt")
+    code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
+    assert.are.equal(0, code, err)
+    assert.are.equal(model, read_file(out .. "/2.model.pt"))
   end)
 
   it("an action's checkpoint goes with a restore", function()

@@ -343,7 +343,8 @@ describe("dpy-lua run", function()
       { "one.lua model=lenet", fits("lenet") .. "torch: .*to have 3 channels" },
       { "six.lua 'model={\"mlp\",hidden={0}}'", fits("mlp") .. "nn%.linear: from is out of" },
       { "one.lua 'model={\"mlp\",classes=5}'", fits("mlp") .. "it gives 5 outputs, the dataset has 10 classes" },
-      { "six.lua 'model={\"mlp\",classes=1}' loss=mse", fits("mlp") .. "it gives 1 output, the dataset has 10 classes" },
+      { "six.lua 'model={\"mlp\",classes=1}' loss=mse",
+        fits("mlp") .. "it gives 1 output, the dataset has 10 classes" },
       { "six.lua 'model={\"mlp\",classes=10}' task=binary",
         fits("mlp") .. "it gives 10 outputs, a binary task takes 1" },
     } do
@@ -355,7 +356,8 @@ describe("dpy-lua run", function()
       assert.is_true(absent(out), case[1] .. ": " .. out .. " was written")
     end
     -- more outputs than classes train (cross entropy over 12 logits, 2 of them never a label)
-    local code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q 'model={\"cnn\",classes=12}' --out " .. dir .. "/wide")
+    local code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q 'model={\"cnn\",classes=12}' --out "
+                            .. dir .. "/wide")
     assert.are.equal(0, code, err)
   end)
 

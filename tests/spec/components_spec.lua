@@ -345,7 +345,7 @@ describe("a user's components", function()
     local path = dir .. "/p.lua"
     local labels = tensor.zeros(10):to("int64")
     for i, case in ipairs {
-      { { parts = 2 }, "returned 2 parts for 4 nodes" },
+      { { parts = 2 }, "returned 2 parts for 4 training nodes" },
       { { top = 10 }, "returned part 4 that holds index 10, outside the training set's 10 samples %(0%.%.9%)" },
       { { top = -1 }, "returned part 4 that holds index %-1, outside the training set's 10 samples %(0%.%.9%)" },
       { { dtype = "float32" }, "returned part 1 that is a tensor of float32, not of an integer type" },
@@ -359,7 +359,7 @@ describe("a user's components", function()
     end
     assert.are.equal(4, #registry.build("partitioner", path, { labels = labels, nodes = 4, seed = 1 }))
     local err = refused("partition = { '" .. path .. "', parts = 2 }\n")
-    assert.matches("^dpy%-lua: partitioner 'mine' %(.*/p%.lua%): new returned 2 parts for 4 nodes", err)
+    assert.matches("^dpy%-lua: partitioner 'mine' %(.*/p%.lua%): new returned 2 parts for 4 training nodes", err)
     err = refused("partition = { '" .. path .. "', top = 2000 }\n")   -- TINY_RUN's train_samples
     assert.matches("holds index 2000, outside the training set's 2000 samples %(0%.%.1999%)", err)
   end)

@@ -187,6 +187,13 @@ describe("a run directory", function()
     os.remove(dir .. "/run/notes.txt")
     code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. dir .. "/run --force -q")
     assert.are.equal(0, code, err)
+    -- a run directory a full disk stopped before its manifest: its config.lua is the run's own
+    local half = dir .. "/half"
+    assert(require("dpy.host.core").mkdir_p(half))
+    write_file(half .. "/config.lua", read_file(dir .. "/tiny.lua"))
+    write_file(half .. "/config.effective.lua", "-- cut short\n")
+    code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. half .. " -q")
+    assert.are.equal(0, code, err)
   end)
 
   it("is not made when the config is wrong", function()
