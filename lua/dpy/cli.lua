@@ -88,6 +88,10 @@ function M.decentralized_text(cfg, dir, s)
   table.sort(parts, function(a, b) return a[1] < b[1] end)
   for i, p in ipairs(parts) do parts[i] = p[2] end
   if #parts > 0 then lines[#lines + 1] = "  diverged (loss NaN or Inf): " .. table.concat(parts, "; ") end
+  if (s.rejected or 0) > 0 then   -- averages made without them: said, not only logged
+    lines[#lines + 1] = string.format("  %d payload%s rejected as malformed (the nodes' logs say why)", s.rejected,
+                                      s.rejected == 1 and "" or "s")
+  end
   return table.concat(lines, "\n")
 end
 

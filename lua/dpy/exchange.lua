@@ -166,6 +166,10 @@ function M.modified(node, flat, r)
       error(string.format("round %d: action '%s': outgoing returned %s, not a dpy.Tensor", r, m.action,
                           options.show(u)), 0)
     end
+    if u:numel() ~= flat:numel() or u:dtype() ~= flat:dtype() then   -- every receiver would refuse it
+      error(string.format("round %d: action '%s': outgoing returned %d %s values, the model has %d %s values", r,
+                          m.action, u:numel(), u:dtype(), flat:numel(), flat:dtype()), 0)
+    end
     if t ~= flat and u ~= t then t:free() end
     t = u
   end

@@ -175,7 +175,7 @@ function M.summarize(cfg, dir, seconds, from)
   from = from or 0
   local honest = assert(require("dpy.honest").of_run(dir, cfg.nodes))
   local accs, node_bytes, rounds = {}, 0, 0
-  local diverged, trained = {}, 0
+  local diverged, trained, rejected = {}, 0, 0
   local server = layout.has_server(cfg) and 0 or nil   -- its traffic is counted apart from the clients'
   local server_bytes = 0
   for u = 0, cfg.nodes - 1 do
@@ -192,6 +192,7 @@ function M.summarize(cfg, dir, seconds, from)
       for _, e in ipairs(s.bytes_sent or {}) do bytes = bytes + e[2] end
       for _, e in ipairs(s.bytes_received or {}) do bytes = bytes + e[2] end
       if u == server then server_bytes = bytes else node_bytes = node_bytes + bytes end
+      for _, e in ipairs(s.rejected_payloads or {}) do rejected = rejected + e[2] end
       rounds = math.max(rounds, s.wall_seconds and #s.wall_seconds or 0)
     end
   end
@@ -200,7 +201,7 @@ function M.summarize(cfg, dir, seconds, from)
     sum, lo, hi = sum + a, math.min(lo, a), math.max(hi, a)
   end
   return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
-           diverged = diverged, trained = trained,
+           diverged = diverged, trained = trained, rejected = rejected,
            -- MB: 10^6 bytes; (sent + received) / 2 per node, the server apart
            mb_per_node = node_bytes / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
            server_mb = server and server_bytes / 2 / 1e6, rounds = rounds, from = from,

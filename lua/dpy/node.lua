@@ -62,6 +62,11 @@ local function record(node, r, loss, train_secs, round_start, before)
     m:add("late_messages", r, late - (before.late or 0))
     before.late = late
   end
+  local refused = node.rejected_payloads or 0   -- payloads this node dropped as malformed (exchange.receive)
+  if refused > (before.refused or 0) then
+    m:add("rejected_payloads", r, refused - (before.refused or 0))
+    before.refused = refused
+  end
   local rejected, why = node.endpoint:rejected()
   if rejected > (before.rejected or 0) then
     node.log:write("round %d: %d packet(s) rejected by this process so far (last: %s)", r, rejected, why)

@@ -6,6 +6,7 @@
 local codec = require "dpy.codec.core"
 local registry = require "dpy.registry"
 local random = require "dpy.random"
+local tensor = require "dpy.tensor"
 
 local M = {}
 
@@ -100,6 +101,10 @@ function Chain:encode(flat, sizes)
   local t = flat
   for i, step in ipairs(self.steps) do
     local out = step.encode(t)
+    if not tensor.is_tensor(out) or out:dtype() ~= "uint8" then   -- the wire's, which every decoder reads
+      error(string.format("transforms[%d] (%s): encode returned %s, not uint8", i, step.name,
+                          tensor.is_tensor(out) and "a " .. out:dtype() .. " tensor" or type(out)), 0)
+    end
     if sizes then sizes[i] = { t:nbytes(), out:nbytes() } end
     if t ~= flat then t:free() end
     t = out

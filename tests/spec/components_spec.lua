@@ -477,6 +477,34 @@ describe("the container #e2e", function()
     assert.matches("round 1: action 'a': outgoing returned nil, not a dpy.Tensor", err)
   end)
 
+  it("names an outgoing modifier or a transform that sends what no receiver can take", function()
+    -- each receiver would refuse it as malformed, and the run would end without a single average
+    for _, case in ipairs {
+      { "flat:narrow(0, 0, 10)", "outgoing returned 10 float32 values, the model has %d+ float32 values" },
+      { 'flat:to("int64")', "outgoing returned %d+ int64 values, the model has %d+ float32 values" },
+    } do
+      local code, _, err = run_config(TINY_RUN .. action("return { outgoing = function(_, flat) return " .. case[1]
+                                                         .. " end }"))
+      assert.are.equal(1, code, err)
+      assert.matches("nodes 0%-3 failed: round 1: action 'a': " .. case[2], err)
+    end
+    local dir = files { ["t.lua"] = [[
+      return require("dpy.registry").register { kind = "transform", name = "same",
+        new = function() return { label = "same", encode = function(t) return t:clone() end,
+                                  decode = function(p) return p:clone() end } end }]] }
+    local code, _, err = run_config(TINY_RUN .. "transforms = { '" .. dir .. "/t.lua' }\n")
+    assert.are.equal(1, code, err)
+    assert.matches("nodes 0%-3 failed: transforms%[1%] %(same%): encode returned a float32 tensor, not uint8", err)
+  end)
+
+  it("says in the summary how many payloads the nodes rejected as malformed #e2e", function()
+    local code, out, err = run_config(TINY_RUN .. "faults = { corrupt = 0.5 }\n"
+                                      .. "on_peer_failure = 'continue'\n")
+    assert.are.equal(0, code, err)
+    local n = tonumber(out:match("\n  (%d+) payloads? rejected as malformed %(the nodes' logs say why%)\n"))
+    assert.truthy(n and n > 0, out)
+  end)
+
   it("names the old outgoing list instead of stacking modifiers round after round", function()
     local code, _, err = run_config(TINY_RUN .. action(
       "return { pre_exchange = function(n) table.insert(n.outgoing, function(f) return f end) end }"))
