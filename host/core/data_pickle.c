@@ -31,7 +31,7 @@ typedef struct {
     int32_t nmarks, marks_cap;
     int32_t *memo;
     int32_t memo_cap, memo_n;           /* memo_n: entries set (MEMOIZE's next key) */
-    int codecs_encode, ordered_dict;    /* indexes of those globals, -1 if not allowed */
+    int codecs_encode, ordered_dict, type_tag;   /* indexes of those globals, -1 if not allowed */
 } pk_state;
 
 static int fail(pk_state *st, const char *msg) {
@@ -237,6 +237,11 @@ static int reduce(pk_state *st) {
         if (a->n != 0)
             return fail(st, "OrderedDict with arguments");
         return push(st, new_value(st, PK_DICT));
+    }
+    if (pk_is_global(st->doc, fn, st->type_tag)) {   /* (value, "Dict[str, Tensor]"): the value itself */
+        if (a->n != 2 || st->doc->v[a->items[1]].kind != PK_STR)
+            return fail(st, "restore_type_tag other than (value, type name)");
+        return push(st, a->items[0]);
     }
     if (st->doc->v[fn].kind != PK_GLOBAL)
         return fail(st, "REDUCE of something not a global");
@@ -500,12 +505,14 @@ int pk_parse(pk_doc *doc, const uint8_t *buf, size_t len, const char *const *glo
     doc->root = -1;
     pk_state st = {.doc = doc, .buf = buf, .len = len, .globals = globals, .nglobals = nglobals,
                    .what = what, .err = err, .errlen = errlen, .codecs_encode = -1,
-                   .ordered_dict = -1};
+                   .ordered_dict = -1, .type_tag = -1};
     for (int g = 0; g < nglobals; g++) {
         if (strcmp(globals[g], "_codecs.encode") == 0)
             st.codecs_encode = g;
         if (strcmp(globals[g], "collections.OrderedDict") == 0)
             st.ordered_dict = g;
+        if (strcmp(globals[g], "torch.jit._pickle.restore_type_tag") == 0)
+            st.type_tag = g;   /* libtorch's pickle_save wraps a typed dict in it */
     }
     int done = 0, rc = 0;
     if (len < 2 || buf[0] != 0x80)

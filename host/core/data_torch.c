@@ -20,11 +20,11 @@
 
 static const char *const GLOBALS[] = {
     "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter", "collections.OrderedDict",
-    "torch.ByteStorage", "torch.IntStorage", "torch.LongStorage", "torch.FloatStorage",
+    "torch.jit._pickle.restore_type_tag", "torch.ByteStorage", "torch.IntStorage", "torch.LongStorage", "torch.FloatStorage",
     "torch.DoubleStorage", "torch.CharStorage", "torch.ShortStorage", "torch.HalfStorage",
     "torch.BoolStorage", "torch.BFloat16Storage",
 };
-enum { G_REBUILD, G_PARAMETER, G_ORDERED_DICT, G_STORAGE0 };
+enum { G_REBUILD, G_PARAMETER, G_ORDERED_DICT, G_TYPE_TAG, G_STORAGE0 };
 /* the storages in GLOBALS order from G_STORAGE0; -1: a dtype we do not read */
 static const int STORAGE_TYPES[] = {DPY_ARRAY_U8, DPY_ARRAY_I32, DPY_ARRAY_I64, DPY_ARRAY_F32,
                                     DPY_ARRAY_F64, -1, -1, -1, -1, -1};

@@ -327,6 +327,15 @@ describe("built-in datasets", function()
     assert.are.equal(3, data.size(py))
     assert.error_matches(function() registry.build("dataset", { "numpy", dri = "x" }) end,
                          "unknown option 'dri' %(did you mean 'dir'%?%)")
+    -- a dict of tensors as tensor.pickle writes it (libtorch wraps the dict in restore_type_tag)
+    local dir = tmpdir()
+    local images, labels = tensor.rand(5, 1, 4, 4), tensor.new({ 0, 1, 2, 1, 0 }):to("int64")
+    for _, split in ipairs { "train", "test" } do
+      write_file(dir .. "/" .. split .. ".pt", tensor.pickle({ "data", "targets" }, { images, labels }))
+    end
+    local own = registry.build("dataset", { "torch", dir = dir }, { train = true })
+    assert.are.equal(5, data.size(own))
+    assert.are.same(labels:totable(), own.labels:totable())
   end)
 
   it("train a model end to end from a NumPy dataset", function()
