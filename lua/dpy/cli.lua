@@ -58,7 +58,7 @@ local function rounds_text(s)
     local text = string.format("%d round%s", s.rounds, s.rounds == 1 and "" or "s")
     return all < s.rounds and string.format("%s on the furthest node, %d on every node,", text, all) or text
   end
-  local text = string.format("rounds %d-%d", s.from + 1, s.rounds)
+  local text = s.rounds == s.from + 1 and "round " .. s.rounds or string.format("rounds %d-%d", s.from + 1, s.rounds)
   return all < s.rounds and string.format("%s on the furthest node, to %d on every node,", text, all) or text
 end
 

@@ -169,7 +169,7 @@ local function try_model(cfg, train)
   local ok, model = pcall(require("dpy.container").model, cfg, train)
   if not ok then
     x:free()
-    return tostring(model), what
+    return tostring(model), what, true
   end
   model:eval()
   local out
@@ -189,13 +189,17 @@ end
 function M.check_model(cfg, train)
   local gen = tensor.default_generator()
   local state <close> = gen:state()
-  local ok, bad, what = pcall(try_model, cfg, train)
+  local ok, bad, what, unbuilt = pcall(try_model, cfg, train)
   gen:set_state(state)
   if ok and not bad then return end
   if not ok then bad, what = tostring(bad), "its samples" end
-  bad = bad:gsub("^[^:\n]*%.lua:%d+: ", "")
-  local name = registry.spec("model", cfg.model).name
+  local spec = registry.spec("model", cfg.model)
+  local name = spec.name
   if bad:sub(1, #name + 8) == "model '" .. name .. "'" then error(bad, 0) end   -- the registry's own words on it
+  if unbuilt and spec.path then   -- a user's model whose new failed: its own error, where it is
+    error(string.format("model '%s' (%s): new failed: %s", name, spec.path, bad), 0)
+  end
+  bad = bad:gsub("^[^:\n]*%.lua:%d+: ", "")
   error(string.format("model '%s' does not fit dataset '%s' (%s): %s", name,
                       train.name or registry.spec("dataset", cfg.dataset).name, what, bad), 0)
 end

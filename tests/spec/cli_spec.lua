@@ -176,7 +176,10 @@ describe("dpy-lua run", function()
                      .. "3.0 s: 0.125 s per round", line())
     s.interrupted.round = 24   -- every node as far
     assert.are.equal("4 nodes (dpsgd, 2 processes), rounds 3-24 in 3.0 s: 0.125 s per round", line())
-    s.interrupted.round, s.rounds = 2, 2   -- before any node finished a round of its own
+    s.from, s.rounds, s.interrupted = 23, 24, nil   -- one round ran
+    assert.are.equal("4 nodes (dpsgd, 2 processes), round 24 in 3.0 s: 0.125 s per round", line())
+    s.interrupted = { signal = "SIGINT", number = 2, round = 24 }
+    s.interrupted.round, s.rounds, s.from = 2, 2, 2   -- before any node finished a round of its own
     assert.are.equal("4 nodes (dpsgd, 2 processes), no round after round 2 in 3.0 s", line())
   end)
 
@@ -355,9 +358,16 @@ describe("dpy-lua run", function()
       assert.not_matches("%.lua:%d+:", err)
       assert.is_true(absent(out), case[1] .. ": " .. out .. " was written")
     end
+    -- a user's model whose own new fails: its error where it is, not the data's
+    write_file(dir .. "/m.lua", "return require('dpy.registry').register { kind = 'model', name = 'oops',\n"
+                                .. "  new = function() return require('dpy.nn').linear(nil, 2) end }\n")
+    local code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q model=" .. dir .. "/m.lua --out " .. dir .. "/oops")
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua: model 'oops' %(.*/m%.lua%): new failed: ", err)
+    assert.not_matches("does not fit", err)
     -- more outputs than classes train (cross entropy over 12 logits, 2 of them never a label)
-    local code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q 'model={\"cnn\",classes=12}' --out "
-                            .. dir .. "/wide")
+    code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q 'model={\"cnn\",classes=12}' --out "
+                      .. dir .. "/wide")
     assert.are.equal(0, code, err)
   end)
 
