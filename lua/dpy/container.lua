@@ -236,7 +236,7 @@ function M.build(ep, args)
     c.indices = layout.load_part(args.dir, server and uid or uid + 1, parts_n)
     c.loader = data.loader(c.train_set, { batch_size = cfg.batch_size, indices = c.indices })
   end
-  c.optimizer = registry.build("optimizer", cfg.optimizer, { model = c.model })
+  c.optimizer = registry.build("optimizer", cfg.optimizer, { model = c.model, config = cfg })
   if c.loader then
     c.trainer = trainer.new { model = c.model, optimizer = c.optimizer, loader = c.loader, loss = cfg.loss,
                               task = c.task }

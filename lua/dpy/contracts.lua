@@ -79,6 +79,70 @@ local function rule_problem(rule, spec)
   end
 end
 
+-- The methods the run calls on an optimizer, with their signatures, and the config key that needs
+-- each (nil: every run): the trainer steps it, a checkpoint saves and restores its state.
+local OPTIMIZER_METHODS = {
+  { "zero_grad", "a function(self)" }, { "step", "a function(self)" },
+  { "state", "a function(self) -> bytes", "checkpoint_every" },
+  { "set_state", "a function(self, bytes)", "checkpoint_every" },
+  { "reset", "a function(self)", "reset_optimizer" },
+}
+
+-- What is wrong with optimizer opt for a run of config (nil: nothing); a dpy.Optimizer (userdata) has every method.
+local function optimizer_problem(opt, config)
+  if type(opt) ~= "table" and type(opt) ~= "userdata" then
+    return "must return a dpy.Optimizer (optim.sgd(ctx.model, cfg)) or a table of its methods, got " .. type(opt)
+  end
+  for _, m in ipairs(OPTIMIZER_METHODS) do
+    local ok, f = pcall(function() return opt[m[1]] end)   -- a userdata of another type may not index
+    if not ok then return "must return a dpy.Optimizer or a table of its methods, got " .. tostring(opt) end
+    if f ~= nil and type(f) ~= "function" then
+      return string.format("returned an optimizer whose %s is a %s, not a function", m[1], type(f))
+    end
+    if f == nil and (not m[3] or (config or {})[m[3]]) then
+      return string.format("returned an optimizer without %s (%s)%s", m[1], m[2],
+                           m[3] and ", which " .. m[3] .. " needs" or "")
+    end
+  end
+end
+
+-- What is wrong with transform t (nil: nothing): the chain calls encode and decode, hashes the labels
+-- into its id, and sizes the payload limit by bound when there is one.
+local function transform_problem(t)
+  if type(t) ~= "table" then
+    return "must return a table { label, input, encode, decode, bound }, got " .. type(t)
+  end
+  if type(t.label) ~= "string" then return "returned no label (a string naming it and its options)" end
+  if t.input ~= nil and t.input ~= "float32" and t.input ~= "any" then
+    return string.format("returned input %s, not \"float32\" or \"any\"", tostring(t.input))
+  end
+  for _, f in ipairs { { "encode", "a function(t) -> uint8 tensor" },
+                       { "decode", "a function(payload, dtype, max_bytes) -> tensor or nil, err" } } do
+    if t[f[1]] == nil then return string.format("returned no %s (%s)", f[1], f[2]) end
+  end
+  for _, name in ipairs { "encode", "decode", "bound" } do
+    if t[name] ~= nil and type(t[name]) ~= "function" then
+      return string.format("returned %s, a %s, not a function", name, type(t[name]))
+    end
+  end
+end
+
+-- What is wrong with an action's handlers (nil: nothing): nil is none; each event's and the outgoing
+-- modifier's, checkpoint's and restore's value is called.
+local function action_problem(handlers)
+  if handlers == nil then return nil end
+  if type(handlers) ~= "table" then
+    return "must return nil or a table of handlers ({ [event] = function(node, round) }), got " .. type(handlers)
+  end
+  local events = require("dpy.container").EVENTS   -- an unknown key: container.build_actions names it
+  local called = { outgoing = true, checkpoint = true, restore = true }
+  for event, h in pairs(handlers) do
+    if (events[event] or called[event]) and type(h) ~= "function" then
+      return string.format("returned %s, a %s, not a function", event, type(h))
+    end
+  end
+end
+
 local M = {
   graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
   partitioner = function(parts, ctx)
@@ -112,6 +176,14 @@ local M = {
       return string.format("returned labels from %d to %d for %d classes (0 to %d)", lo, hi, d.classes, d.classes - 1)
     end
   end,
+  optimizer = function(opt, ctx) return optimizer_problem(opt, ctx.config) end,
+  algorithm = function(round)
+    if type(round) ~= "function" then
+      return "must return a function(node, round) -> train_loss or nil, train_seconds; got " .. type(round)
+    end
+  end,
+  transform = function(t) return transform_problem(t) end,
+  action = function(handlers) return action_problem(handlers) end,
 }
 
 return M

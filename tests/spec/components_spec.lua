@@ -398,6 +398,135 @@ describe("a user's components", function()
     assert.not_matches("attempt to call", err)
   end)
 
+  -- Builds kind from path with case's options; returns the error, which must name the component and its file.
+  local function refused_build(kind, path, case, ctx)
+    local entry = { path }
+    for k, v in pairs(case) do entry[k] = v end
+    local ok, e = pcall(registry.build, kind, entry, ctx or {})
+    assert.is_false(ok, kind .. " built")
+    assert.matches("^" .. kind .. " 'mine' %(" .. path:gsub("%p", "%%%0") .. "%): new ", e)
+    return e:match("%): new (.*)$")
+  end
+
+  it("name an optimizer without the methods the run calls: the optimizer, its file and the method", function()
+    local dir = files { ["o.lua"] = [[
+      local optim = require "dpy.optim"
+      return require("dpy.registry").register { kind = "optimizer", name = "mine",
+        options = { give = { type = "string" } },
+        new = function(cfg, ctx)
+          local f = function() end
+          local given = { empty = {}, number = 42, step = { zero_grad = f, step = 1 },
+                          table = { zero_grad = f, step = f } }
+          return given[cfg.give] or optim.sgd(ctx.model, { lr = 0.1 })
+        end }]] }
+    local path = dir .. "/o.lua"
+    local model = require("dpy.nn").linear(2, 2)
+    for i, case in ipairs {
+      { { give = "empty" }, "returned an optimizer without zero_grad %(a function%(self%)%)" },
+      { { give = "number" }, "must return a dpy%.Optimizer %(optim%.sgd%(ctx%.model, cfg%)%) or a table of its "
+                             .. "methods, got number" },
+      { { give = "step" }, "returned an optimizer whose step is a number, not a function" },
+      { { give = "table" }, "returned an optimizer without state %(a function%(self%) %-> bytes%), which "
+                            .. "checkpoint_every needs", { checkpoint_every = 1 } },
+      { { give = "table" }, "returned an optimizer without reset %(a function%(self%)%), which reset_optimizer "
+                            .. "needs", { reset_optimizer = true } },
+    } do
+      local wrong = refused_build("optimizer", path, case[1], { model = model, config = case[3] or {} })
+      assert.matches("^" .. case[2], wrong, "case " .. i)
+    end
+    assert.truthy(registry.build("optimizer", { path, give = "table" }, { model = model, config = {} }).step)
+    local opt = registry.build("optimizer", path, { model = model, config = { checkpoint_every = 1,
+                                                                                reset_optimizer = true } })
+    assert.are.equal("userdata", type(opt))   -- a dpy.Optimizer keeps every contract
+    -- built by every node: each fails at start-up, naming the optimizer, its file and the method
+    local code, _, err = run_config(TINY_RUN .. "optimizer = { '" .. path .. "', give = 'empty' }\n", "-q")
+    assert.are.equal(1, code, err)
+    assert.matches("nodes 0%-3 failed: optimizer 'mine' %(.*/o%.lua%): new returned an optimizer without "
+                   .. "zero_grad", err)
+    assert.not_matches("attempt to call", err)
+  end)
+
+  -- An algorithm file: new returns what option give names (42), else a round of dpsgd's returning option loss
+  -- ("string": "high") and option secs ("none": nil) instead of its own.
+  local ALGORITHM = [[
+    return require("dpy.registry").register { kind = "algorithm", name = "mine", graph = true,
+      options = { give = { type = "string" }, loss = { type = "string" }, secs = { type = "string" } },
+      new = function(cfg, node)
+        if cfg.give then return 42 end
+        local round = require("dpy.algorithms.dpsgd").new({}, node)
+        return function(n, r)
+          local loss, secs = round(n, r)
+          if cfg.loss == "string" then loss = "high" end
+          if cfg.secs == "none" then secs = nil end
+          return loss, secs
+        end
+      end }]]
+
+  it("name an algorithm whose new returns no round function: the algorithm, its file and what it got", function()
+    local path = files { ["a.lua"] = ALGORITHM } .. "/a.lua"
+    local wrong = refused_build("algorithm", path, { give = "number" })
+    assert.are.equal("must return a function(node, round) -> train_loss or nil, train_seconds; got number", wrong)
+    local code, _, err = run_config(TINY_RUN .. "algorithm = { '" .. path .. "', give = 'number' }\n", "-q")
+    assert.are.equal(1, code, err)
+    assert.matches("nodes 0%-3 failed: algorithm 'mine' %(.*/a%.lua%): new must return a function%(node, round%)", err)
+    assert.not_matches("attempt to call", err)
+  end)
+
+  it("name a transform without encode or decode, or of another shape: the transform, its file and the field", function()
+    local dir = files { ["t.lua"] = [[
+      return require("dpy.registry").register { kind = "transform", name = "mine",
+        options = { drop = { type = "string" }, wrong = { type = "string" } },
+        new = function(cfg)
+          local f = function() end
+          local t = { label = "mine", input = "any", encode = f, decode = f, bound = f }
+          if cfg.drop then t[cfg.drop] = nil end
+          if cfg.wrong then t[cfg.wrong] = 42 end
+          return cfg.drop == "all" and "oops" or t
+        end }]] }
+    local path = dir .. "/t.lua"
+    for i, case in ipairs {
+      { { drop = "all" }, "must return a table { label, input, encode, decode, bound }, got string" },
+      { { drop = "encode" }, "returned no encode %(a function%(t%) %-> uint8 tensor%)" },
+      { { drop = "decode" }, "returned no decode %(a function%(payload, dtype, max_bytes%) %-> tensor or nil, err%)" },
+      { { wrong = "bound" }, "returned bound, a number, not a function" },
+      { { drop = "label" }, "returned no label %(a string naming it and its options%)" },
+      { { wrong = "input" }, "returned input 42, not \"float32\" or \"any\"" },
+    } do
+      local wrong = refused_build("transform", path, case[1])
+      assert.matches("^" .. case[2], wrong, "case " .. i)
+    end
+    assert.truthy(registry.build("transform", { path, drop = "bound" }).encode)
+    assert.truthy(registry.build("transform", { path, drop = "input" }).encode)
+    local code, _, err = run_config(TINY_RUN .. "transforms = { { '" .. path .. "', drop = 'encode' } }\n", "-q")
+    assert.are.equal(2, code, err)   -- the config check builds the chain, for the payload limit
+    assert.matches("c%.lua:%d+: transforms%[1%] %(mine%): transform 'mine' %(.*/t%.lua%): new returned no encode", err)
+    assert.not_matches("attempt to call", err)
+  end)
+
+  it("name an action whose new returns neither nil nor a table of handlers: the action, its file, what", function()
+    local dir = files { ["a.lua"] = [[
+      return require("dpy.registry").register { kind = "action", name = "mine",
+        options = { give = { type = "string" } },
+        new = function(cfg)
+          local given = { string = "oops", handler = { post_train = 1 }, outgoing = { outgoing = true } }
+          return given[cfg.give]
+        end }]] }
+    local path = dir .. "/a.lua"
+    for i, case in ipairs {
+      { { give = "string" }, "must return nil or a table of handlers %({ %[event%] = function%(node, round%) }%), "
+                             .. "got string" },
+      { { give = "handler" }, "returned post_train, a number, not a function" },
+      { { give = "outgoing" }, "returned outgoing, a boolean, not a function" },
+    } do
+      local wrong = refused_build("action", path, case[1])
+      assert.matches("^" .. case[2], wrong, "case " .. i)
+    end
+    assert.is_nil(registry.build("action", path, {}))
+    local code, _, err = run_config(TINY_RUN .. "actions = { { '" .. path .. "', give = 'string' } }\n", "-q")
+    assert.are.equal(1, code, err)
+    assert.matches("nodes 0%-3 failed: action 'mine' %(.*/a%.lua%): new must return nil or a table of handlers", err)
+  end)
+
   it("take a user's pre-aggregation in a sharing rule's pre, and run beta and pre rules", function()
     local dir = files { ["clip.lua"] = [[
       local registry = require "dpy.registry"
