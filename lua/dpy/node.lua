@@ -74,6 +74,25 @@ local function record(node, r, loss, train_secs, round_start, before)
   end
 end
 
+-- What is wrong with what round r of the algorithm returned (nil: nothing); a loss that is not a
+-- number would be recorded as it is, and the run's summary and dpy-lua report read it as a divergence.
+local function result_problem(loss, secs)
+  local function shown(v) return type(v) == "string" and string.format("%q", v) or tostring(v) end
+  if loss ~= nil and type(loss) ~= "number" then
+    return string.format("train_loss %s (a %s), not a number or nil", shown(loss), type(loss))
+  end
+  if type(secs) ~= "number" then return string.format("train_seconds %s, not a number", shown(secs)) end
+end
+
+-- Raises, naming the algorithm and its file, when round r returned what the metrics cannot take.
+local function check_result(node, r, loss, secs)
+  local wrong = result_problem(loss, secs)
+  if not wrong then return end
+  local spec = require("dpy.registry").spec("algorithm", node.cfg.algorithm)
+  error(string.format("algorithm '%s'%s: round %d returned %s", spec.name, spec.path and " (" .. spec.path .. ")" or "",
+                      r, wrong), 0)
+end
+
 -- The end of round r: the checkpoint when one is due, then the pruning of older ones.
 local function save_checkpoint(node, r)
   local every = node.cfg.checkpoint_every
@@ -110,6 +129,7 @@ local function run(node, resume)
     node.round = r
     local t0 = host.clock()
     local loss, secs = algorithm(node, r)
+    check_result(node, r, loss, secs)
     node.model:own_flat()   -- what runs between rounds (a client's code, a checkpoint) has it alone
     record(node, r, loss, secs, t0, before)
     local acc

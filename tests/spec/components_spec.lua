@@ -472,6 +472,23 @@ describe("a user's components", function()
     assert.not_matches("attempt to call", err)
   end)
 
+  it("name an algorithm whose round returns a loss or seconds that are not numbers, and record none", function()
+    local path = files { ["a.lua"] = ALGORITHM } .. "/a.lua"
+    for _, case in ipairs {
+      { "loss = 'string'", "round 1 returned train_loss \"high\" %(a string%), not a number or nil" },
+      { "secs = 'none'", "round 1 returned train_seconds nil, not a number" },
+    } do
+      local code, _, err, out = run_config(TINY_RUN .. "algorithm = { '" .. path .. "', " .. case[1] .. " }\n", "-q")
+      assert.are.equal(1, code, err)
+      assert.matches("nodes 0%-3 failed: algorithm 'mine' %(.*/a%.lua%): " .. case[2], err)
+      assert.not_matches("diverged", err)
+      assert.is_nil(node_metrics(out, 0).train_loss)
+    end
+    local code, _, err, out = run_config(TINY_RUN .. "algorithm = '" .. path .. "'\n", "-q")   -- its own loss
+    assert.are.equal(0, code, err)
+    assert.are.equal(3, #node_metrics(out, 0).train_loss)
+  end)
+
   it("name a transform without encode or decode, or of another shape: the transform, its file and the field", function()
     local dir = files { ["t.lua"] = [[
       return require("dpy.registry").register { kind = "transform", name = "mine",
