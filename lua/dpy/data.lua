@@ -61,12 +61,29 @@ function M.cache_dir()
   return home and home ~= "" and home .. "/.cache/dpy-lua" or nil
 end
 
+--- data.check_labels(labels, classes, file [, note]): raises "file: label 11 at index 3 is outside
+-- 0..9" (and note) unless every label is a class; one min and one max, so a reader checks what it
+-- read, and a bad label is not first met by cross_entropy in a node, naming no file.
+function M.check_labels(labels, classes, file, note)
+  if labels:numel() == 0 then return end
+  local lo <close> = labels:min()
+  local hi <close> = labels:max()
+  if lo:item() >= 0 and hi:item() < classes then return end
+  local outside <close> = hi:item() >= classes and labels:ge(classes) or labels:lt(0)
+  local flags <close> = outside:to("uint8")
+  local first <close> = flags:argmax()   -- the first outside: argmax takes the first of equal maxima
+  local at = first:item()
+  local bad <close> = labels:narrow(0, at, 1)
+  error(string.format("%s: label %d at index %d is outside 0..%d%s", file, bad:item(), at, classes - 1,
+                      note and " (" .. note .. ")" or ""), 0)
+end
+
 local function read_idx(name, dir, base, opts)
   local path, err = idx_path(name, dir, base, opts)
   if not path then error(err, 0) end
   local t, rerr = core.read_idx(path, M.cache_dir())
   if not t then error(rerr, 0) end
-  return t
+  return t, path
 end
 
 -- MNIST and Fashion-MNIST share the idx layout and file names.
@@ -77,11 +94,12 @@ local function idx_dataset(name, default_dir, mean, std)
     local dir = opts.dir or default_dir
     local prefix = opts.train == false and "t10k" or "train"
     local images = read_idx(name, dir, prefix .. "-images-idx3-ubyte", opts)
-    local labels = read_idx(name, dir, prefix .. "-labels-idx1-ubyte", opts)
+    local labels, path = read_idx(name, dir, prefix .. "-labels-idx1-ubyte", opts)
     if images:dim() ~= 3 or labels:dim() ~= 1 or images:size(0) ~= labels:size(0) then
       error(string.format("%s: images %s and labels %s do not match", dir,
                           table.concat(images:size(), "x"), table.concat(labels:size(), "x")), 0)
     end
+    M.check_labels(labels, 10, path)
     return { name = name, images = images:unsqueeze(1), labels = labels, classes = 10,
              mean = { mean }, std = { std }, shape = { 1, images:size(1), images:size(2) } }
   end
@@ -134,8 +152,9 @@ local function cifar_layout(name, opts, default_dir, split)
   error(missing(name, table.concat(tried, " or "), dir, opts), 0)
 end
 
--- Reads the split's batches in one of the two layouts: images, labels (uint8, read-only).
-local function read_cifar(name, opts, default_dir, label_bytes, label_index, label_key)
+-- Reads the split's batches in one of the two layouts: images, labels (uint8, read-only), each
+-- batch's labels checked to be among classes.
+local function read_cifar(name, opts, default_dir, classes, label_bytes, label_index, label_key)
   local dir, format, files = cifar_layout(name, opts, default_dir, opts.train == false and "test" or "train")
   local images, labels = {}, {}
   for i, file in ipairs(files) do
@@ -148,6 +167,7 @@ local function read_cifar(name, opts, default_dir, label_bytes, label_index, lab
       x, y = core.read_cifar(path, label_bytes, label_index)
     end
     if not x then error(y, 0) end
+    M.check_labels(y, classes, path)
     images[i], labels[i] = x, y
   end
   if #files == 1 then return images[1], labels[1] end
@@ -160,7 +180,7 @@ end
 function M.cifar10(opts)
   opts = opts or {}
   options.check(opts, { dir = true, train = true, format = true }, "data.cifar10", 2)
-  local images, labels = read_cifar("cifar10", opts, M.CIFAR10_DIR, 1, 0, "labels")
+  local images, labels = read_cifar("cifar10", opts, M.CIFAR10_DIR, 10, 1, 0, "labels")
   return { name = "cifar10", images = images, labels = labels, classes = 10,
            mean = { 0.4914, 0.4822, 0.4465 }, std = { 0.2470, 0.2435, 0.2616 }, shape = { 3, 32, 32 } }
 end
@@ -174,9 +194,10 @@ function M.cifar100(opts)
   if opts.label ~= nil and not coarse and opts.label ~= "fine" then
     error("data.cifar100: label must be 'fine' or 'coarse'", 2)
   end
-  local images, labels = read_cifar("cifar100", opts, M.CIFAR100_DIR, 2, coarse and 0 or 1,
+  local classes = coarse and 20 or 100
+  local images, labels = read_cifar("cifar100", opts, M.CIFAR100_DIR, classes, 2, coarse and 0 or 1,
                                     coarse and "coarse_labels" or "fine_labels")
-  return { name = "cifar100", images = images, labels = labels, classes = coarse and 20 or 100,
+  return { name = "cifar100", images = images, labels = labels, classes = classes,
            mean = { 0.5071, 0.4865, 0.4409 }, std = { 0.2673, 0.2564, 0.2762 }, shape = { 3, 32, 32 } }
 end
 
@@ -249,7 +270,7 @@ local function array_sources(kind, opts, split)
   return { path, inames, option }, { path, lnames, option }
 end
 
--- images, labels, stats of a split (all checked: a missing file names its option).
+-- images, labels, stats of a split (all checked: a missing file names its option), and the labels' file.
 local function read_split(kind, opts, split)
   local isrc, lsrc = array_sources(kind, opts, split)
   for _, src in ipairs { isrc, lsrc } do
@@ -263,7 +284,7 @@ local function read_split(kind, opts, split)
   local x, y, stats = core.read_arrays(ARRAY_FORMATS[kind].core, isrc[1], isrc[2], lsrc[1], lsrc[2],
                                        opts.layout or "auto")
   if not x then error(y, 0) end
-  return x, y, stats
+  return x, y, stats, lsrc[1]
 end
 
 -- mean and std, when given, have one entry per channel (and std's are > 0)
@@ -288,7 +309,7 @@ local function arrays_dataset(kind, opts)
   schema.train = true
   options.check(opts, schema, "data." .. kind, 3)
   local split = opts.train == false and "test" or "train"
-  local images, labels, stats = read_split(kind, opts, split)
+  local images, labels, stats, labels_file = read_split(kind, opts, split)
   local channels = images:size(1)
   check_channels(kind, opts, "mean", channels)
   check_channels(kind, opts, "std", channels)
@@ -301,9 +322,9 @@ local function arrays_dataset(kind, opts)
     y:free()
   end
   local classes = opts.classes or train.max_label + 1
-  if stats.max_label >= classes then
-    error(string.format("data.%s: the %s labels go up to %d, but classes = %d", kind, split,
-                        stats.max_label, classes), 0)
+  if stats.max_label >= classes then   -- (the reader refused negative labels)
+    M.check_labels(labels, classes, labels_file, opts.classes and "classes = " .. classes
+                   or string.format("classes = %d, the largest training label + 1", classes))
   end
   local std = opts.std or {}
   for c = 1, channels do std[c] = std[c] or (train.std[c] > 0 and train.std[c] or 1) end

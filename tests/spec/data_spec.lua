@@ -54,6 +54,17 @@ describe("idx datasets", function()
     assert.is_nil(data_core.read_idx(dir .. "/z.gz"))
   end)
 
+  it("refuse a label outside the classes, naming the file and the index", function()
+    local dir = tmpdir()
+    write_idx(dir, "train", 6, 2, 2)
+    local lpath = dir .. "/train-labels-idx1-ubyte"
+    local bytes = read_file(lpath)
+    write_file(lpath, bytes:sub(1, 8 + 3) .. "\11" .. bytes:sub(8 + 5))
+    assert.error_matches(function() data.mnist { dir = dir } end,
+                         "^" .. lpath:gsub("%p", "%%%0") .. ": label 11 at index 3 is outside 0%.%.9$")
+    assert.error_matches(function() data.fashion_mnist { dir = dir } end, "label 11 at index 3 is outside 0%.%.9")
+  end)
+
   describe("mapped through the cache directory", function()
     -- Reads dir's train images in a fresh process with cache dir cache; returns its output
     -- (the sum of the pixels and whether the data is a mapping of a cache file), and stderr.
@@ -155,6 +166,22 @@ describe("cifar datasets", function()
     local dir = tmpdir()
     write_file(dir .. "/test_batch.bin", string.rep("x", 3074))
     assert.error_matches(function() data.cifar10 { dir = dir, train = false } end, "not a whole number of 3073%-byte")
+  end)
+
+  it("refuse a label outside the classes, naming the file and the index", function()
+    local dir = tmpdir()
+    for i = 1, 5 do
+      write_file(string.format("%s/data_batch_%d.bin", dir, i), record({ "\1" }, 0) .. record({ "\2" }, 0))
+    end
+    write_file(dir .. "/data_batch_2.bin", record({ "\1" }, 0) .. record({ "\12" }, 0))
+    assert.error_matches(function() data.cifar10 { dir = dir } end,
+                         "^" .. dir:gsub("%p", "%%%0") .. "/data_batch_2%.bin: label 12 at index 1 is outside 0%.%.9$")
+    write_file(dir .. "/train.bin", record({ "\3", "\42" }, 1) .. record({ "\20", "\1" }, 1))
+    assert.error_matches(function() data.cifar100 { dir = dir, label = "coarse" } end,
+                         "train%.bin: label 20 at index 1 is outside 0%.%.19")
+    write_file(dir .. "/train.bin", record({ "\3", "\100" }, 1))
+    assert.error_matches(function() data.cifar100 { dir = dir } end,
+                         "train%.bin: label 100 at index 0 is outside 0%.%.99")
   end)
 end)
 

@@ -127,7 +127,7 @@ describe("numpy dataset", function()
     assert.error_matches(function() data.numpy { dir = dir, layout = "chw" } end,
                          "option 'layout' must be one of \"auto\", \"nchw\", \"nhwc\"")
     assert.error_matches(function() data.numpy { dir = dir, classes = 3 } end,
-                         "the train labels go up to 5, but classes = 3")
+                         "numpy/train%.npz: label 3 at index 0 is outside 0%.%.2 %(classes = 3%)")
     assert.error_matches(function() data.numpy { dir = dir, mean = { 0.5 } } end,
                          "mean must be a list of 3 numbers")
     assert.error_matches(function() data.numpy { dir = dir, std = { 1, 0, 1 } } end,
@@ -298,6 +298,15 @@ describe("cifar10 from its Python batches", function()
     write_file(work .. "/test_batch", read_file(dir .. "/batches.meta"))
     assert.error_matches(function() data.cifar10 { dir = work, train = false } end,
                          "not a CIFAR batch %(no 'data' entry%)")
+  end)
+
+  it("refuses a label outside the classes, naming the file and the index", function()
+    local work = tmpdir()
+    local good = read_file(dir .. "/test_batch")
+    local at = assert(good:find("labels\x94]\x94(K\6K\7K\8", 1, true))   -- the list [6, 7, 8] of the pickle
+    write_file(work .. "/test_batch", good:sub(1, at + 12) .. "\12" .. good:sub(at + 14))
+    assert.error_matches(function() data.cifar10 { dir = work, train = false } end,
+                         "^" .. work:gsub("%p", "%%%0") .. "/test_batch: label 12 at index 1 is outside 0%.%.9$")
   end)
 end)
 
