@@ -46,11 +46,11 @@ end
 
 --- Checks, before anything is written, what can be known wrong without running: --out holding
 -- a run already (unless opts.force), ports past 65535, a model that does not fit the dataset
--- (dpy.layout.check_model), and for a decentralized run all that dpy.layout.check finds (the
--- algorithm's options against the run, stragglers, churn, the graph, the dataset, the partition),
--- a config the run directory cannot record, a file the run uses that cannot be read. Ports in use:
--- M.hold_ports. Keeps what it read in opts.prepared, and the graph and partition it built in
--- opts.layout (launcher.run writes them).
+-- (dpy.layout.check_model), a test set that does not match the training set (dpy.layout.check_splits),
+-- and for a decentralized run all that dpy.layout.check finds (the algorithm's options against the
+-- run, stragglers, churn, the graph, the dataset, the partition), a config the run directory cannot
+-- record, a file the run uses that cannot be read. Ports in use: M.hold_ports. Keeps what it read in
+-- opts.prepared, and the graph and partition it built in opts.layout (launcher.run writes them).
 function M.check(cfg, opts)
   opts.replace = rundir.claim(opts.dir, opts.force)
   if cfg.nodes and cfg.port and cfg.port + cfg.processes - 1 > 65535 then   -- process p listens on port + p
@@ -65,13 +65,14 @@ function M.check(cfg, opts)
   if cfg.nodes then
     opts.layout = require("dpy.layout").check(cfg)
   else   -- a centralized run's data, there or not, before anything is written
-    local train_set
-    for _, train in ipairs { true, false } do
+    local sets = {}
+    for i, train in ipairs { true, false } do
       local ok, set = pcall(registry.build, "dataset", cfg.dataset, { train = train })
       if not ok then error("dataset: " .. tostring(set):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
-      train_set = train_set or set
+      sets[i] = set
     end
-    require("dpy.layout").check_model(cfg, train_set)
+    require("dpy.layout").check_model(cfg, sets[1])
+    require("dpy.layout").check_splits(cfg, sets[1], sets[2])
   end
   opts.prepared = rundir.prepare(cfg, opts)
 end

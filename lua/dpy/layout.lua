@@ -204,13 +204,35 @@ function M.check_model(cfg, train)
                       train.name or registry.spec("dataset", cfg.dataset).name, what, bad), 0)
 end
 
+-- "1×8×8": one sample's dimensions of a dataset's images.
+local function sample_dims(images)
+  local dims = images:size()
+  table.remove(dims, 1)
+  return table.concat(dims, "×")
+end
+
+--- layout.check_splits(cfg, train, test): raises when the test set's classes or one sample's shape
+-- differ from the training set's (the model is built for the training set's), naming the dataset:
+-- nodes met the one as a wrong accuracy and the other as torch's shape error at their first evaluation.
+function M.check_splits(cfg, train, test)
+  local spec = registry.spec("dataset", cfg.dataset)
+  local name = string.format("dataset '%s'%s", spec.name, spec.path and " (" .. spec.path .. ")" or "")
+  if test.classes ~= train.classes then
+    error(string.format("%s: the test set has %s classes, the training set %s", name, tostring(test.classes),
+                        tostring(train.classes)), 0)
+  end
+  local a, b = sample_dims(test.images), sample_dims(train.images)
+  if a ~= b then error(string.format("%s: the test set's samples are %s, the training set's %s", name, a, b), 0) end
+end
+
 --- layout.check(cfg) -> what prepare writes, { graph, dynamic, parts }: raises, with the key at
 -- fault ("stragglers: ..."), on whatever the config alone makes wrong for a decentralized run:
 -- more processes than nodes, an algorithm's options that do not fit the run, a stragglers or churn
 -- table that does not fit the nodes, a graph that cannot be built or is not connected, a dataset
--- that cannot be read, a model that does not fit it (M.check_model), a partition that cannot be
--- made. It builds the graph and the partition (from the dataset's labels) to know; experiment.check
--- runs it before anything is written and keeps its result for prepare.
+-- that cannot be read, a model that does not fit it (M.check_model), a test set that cannot be read
+-- or does not match the training set (M.check_splits), a partition that cannot be made. It builds the
+-- graph, both splits (mapped or shared files: milliseconds) and the partition (from the dataset's
+-- labels) to know; experiment.check runs it before anything is written and keeps its result for prepare.
 function M.check(cfg)
   if cfg.processes and cfg.processes > cfg.nodes then
     error(string.format("processes: %d processes for %d nodes (a process hosts one node or more)", cfg.processes,
@@ -254,6 +276,10 @@ function M.check(cfg)
   local ok, train = pcall(registry.build, "dataset", cfg.dataset, { train = true })
   if not ok then config_error("dataset", train) end
   M.check_model(cfg, train)
+  local test
+  ok, test = pcall(registry.build, "dataset", cfg.dataset, { train = false })
+  if not ok then config_error("dataset", test) end
+  M.check_splits(cfg, train, test)
   -- groups: the dataset's natural partition (writers, hospitals), for the "natural" partitioner
   local parts
   ok, parts = pcall(registry.build, "partitioner", cfg.partition,

@@ -371,6 +371,71 @@ describe("dpy-lua run", function()
     assert.are.equal(0, code, err)
   end)
 
+  it("refuses a test set that cannot be read or does not match the training set, writing nothing #checks", function()
+    local dir = tmpdir()
+    -- a .npy file of uint8 (images) or int64 (labels) values, as numpy.save writes it
+    local function npy(shape, values)
+      local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': (%s,), }",
+                                   #shape == 1 and "<i8" or "|u1", table.concat(shape, ", "))
+      header = header .. string.rep(" ", (64 - (10 + #header + 1) % 64) % 64) .. "\n"
+      local raw = {}
+      for i, v in ipairs(values) do raw[i] = string.pack(#shape == 1 and "<i8" or "B", v) end
+      return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. table.concat(raw)
+    end
+    local function pixels(n) local t = {} for i = 1, n do t[i] = i % 256 end return t end
+    -- one numpy dataset a case: 4 training images 8×8 of labels 0..2, the test split as given
+    local function numpy_dir(name, test_images, test_labels)
+      local d = dir .. "/" .. name
+      assert(sh("mkdir -p " .. shell_quote(d)) == 0)
+      write_file(d .. "/x.npy", npy({ 4, 8, 8 }, pixels(256)))
+      write_file(d .. "/y.npy", npy({ 4 }, { 0, 1, 2, 1 }))
+      write_file(d .. "/tx.npy", test_images)
+      write_file(d .. "/ty.npy", test_labels)
+      return string.format("'dataset={\"numpy\",dir=\"%s\",train_images=\"x.npy\",train_labels=\"y.npy\","
+                           .. "test_images=\"tx.npy\",test_labels=\"ty.npy\"}'", d)
+    end
+    -- image_folder: a test_dir with a class folder the training root lacks
+    local folders = REPO .. "/tests/fixtures/images/folder"
+    assert(sh("cp -r " .. shell_quote(folders .. "/test") .. " " .. shell_quote(dir .. "/test")
+              .. " && cp -r " .. shell_quote(dir .. "/test/cat") .. " " .. shell_quote(dir .. "/test/bird")) == 0)
+    -- a dataset of the user's whose test split has a class more
+    write_file(dir .. "/two.lua", [[
+      local tensor = require "dpy.tensor"
+      return require("dpy.registry").register { kind = "dataset", name = "two", new = function(_, ctx)
+        return { images = tensor.zeros(4, 1, 8, 8):to("uint8"), labels = tensor.new({ 0, 1, 0, 1 }, "int64"),
+                 classes = ctx.train == false and 3 or 2, mean = { 0.5 }, std = { 0.5 }, shape = { 1, 8, 8 } }
+      end }]])
+    write_file(dir .. "/two.cfg.lua", "nodes = 2\ngraph = 'ring'\nrounds = 1\nlocal_steps = 1\nbatch_size = 2\n"
+                                      .. "model = { 'mlp', hidden = { 8 } }\n")
+    local function absent(path) return (sh("test -e " .. shell_quote(path))) ~= 0 end
+    for i, case in ipairs {
+      { numpy_dir("corrupt", "garbage", npy({ 2 }, { 0, 1 })), "^dpy%-lua: dataset: .*/corrupt/tx%.npy: " },
+      { numpy_dir("labels", npy({ 2, 8, 8 }, pixels(128)), npy({ 2 }, { 0, 5 })),
+        "^dpy%-lua: dataset: .*/labels/ty%.npy: label 5 at index 1 is outside 0%.%.2 %(classes = 3, the largest "
+        .. "training label %+ 1%)\n$" },
+      { numpy_dir("shape", npy({ 2, 4, 4 }, pixels(32)), npy({ 2 }, { 0, 1 })),
+        "^dpy%-lua: dataset 'numpy': the test set's samples are 1×4×4, the training set's 1×8×8\n$" },
+      { string.format("'dataset={\"image_folder\",root=\"%s\",test_dir=\"%s\"}'", folders .. "/train", dir .. "/test"),
+        "^dpy%-lua: dataset: image_folder: .*/test/bird: class folder 'bird' is not among root's classes" },
+      { string.format("'dataset={\"%s\"}'", dir .. "/two.lua"),
+        "^dpy%-lua: dataset 'two' %(.*/two%.lua%): the test set has 3 classes, the training set 2\n$" },
+    } do
+      local out = dir .. "/out-" .. i
+      local code, _, err = sh(BIN .. " run " .. dir .. "/two.cfg.lua -q --out " .. out .. " " .. case[1])
+      assert.are.equal(2, code, case[1] .. ": " .. err)
+      assert.matches(case[2], err)
+      assert.not_matches("%.lua:%d+:", err)
+      assert.is_true(absent(out), case[1] .. ": " .. out .. " was written")
+    end
+    -- a centralized run is checked alike
+    write_file(dir .. "/one.cfg.lua", "max_steps = 1\nbatch_size = 2\nmodel = { 'mlp', hidden = { 8 } }\n")
+    local code, _, err = sh(BIN .. " run " .. dir .. "/one.cfg.lua -q --out " .. dir .. "/one " .. numpy_dir("shape1",
+                            npy({ 2, 4, 4 }, pixels(32)), npy({ 2 }, { 0, 1 })))
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua: dataset 'numpy': the test set's samples are 1×4×4, the training set's 1×8×8\n$", err)
+    assert.is_true(absent(dir .. "/one"))
+  end)
+
   it("refuses a port another program listens on before writing anything #checks", function()
     local host = require "dpy.host.core"
     local dir = tmpdir()
