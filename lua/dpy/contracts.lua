@@ -143,6 +143,52 @@ local function action_problem(handlers)
   end
 end
 
+-- The most channels the loader normalizes (data.core.batch's limit).
+local MAX_CHANNELS = 16
+
+-- What is wrong with a dataset's mean or std (nil: nothing): data.loader normalizes each of the
+-- images' channels with one number of each, and divides by std.
+local function stats_problem(d, key, channels)
+  local v = d[key]
+  if type(v) ~= "table" then
+    return string.format("returned no %s, a list of %d number%s (one per channel) that the loader normalizes with",
+                         key, channels, channels == 1 and "" or "s")
+  end
+  if #v ~= channels then
+    return string.format("returned %s of %d numbers for images of %d channel%s", key, #v, channels,
+                         channels == 1 and "" or "s")
+  end
+  for i = 1, channels do
+    local x = v[i]
+    if type(x) ~= "number" or x ~= x or (key == "std" and x <= 0) then
+      return string.format("returned %s[%d] = %s, not a number%s", key, i, tostring(x), key == "std" and " > 0" or "")
+    end
+  end
+end
+
+-- What is wrong with what a dataset's images, shape, mean and std tell the loader and the models
+-- (nil: nothing): images N×C×H×W, shape {C, H, W} (what a model is built for), mean and std per channel.
+local function layout_problem(d)
+  local dims = d.images:size()
+  if #dims ~= 4 then
+    return string.format("returned images of %s, not N×C×H×W (a grey image has C = 1)", table.concat(dims, "×"))
+  end
+  local s = d.shape
+  if type(s) ~= "table" then
+    return "returned no shape, a list {C, H, W} of one image's dimensions (what a model is built for)"
+  end
+  if #s ~= 3 or s[1] ~= dims[2] or s[2] ~= dims[3] or s[3] ~= dims[4] then
+    local shown = {}
+    for i, v in ipairs(s) do shown[i] = tostring(v) end
+    return string.format("returned shape {%s}, but its images are %s", table.concat(shown, ", "),
+                         table.concat(dims, "×", 2))
+  end
+  if dims[2] > MAX_CHANNELS then
+    return string.format("returned images of %d channels; the loader normalizes %d at most", dims[2], MAX_CHANNELS)
+  end
+  return stats_problem(d, "mean", dims[2]) or stats_problem(d, "std", dims[2])
+end
+
 local M = {
   graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
   partitioner = function(parts, ctx)
@@ -163,7 +209,7 @@ local M = {
     if type(d) ~= "table" then return "must return a table, got " .. type(d) end
     local tensor = require "dpy.tensor"
     if not (tensor.is_tensor(d.images) and d.images:dim() >= 2) then
-      return "must return images, a tensor N x ... (one image a row)"
+      return "must return images, a tensor N×C×H×W (one image a row)"
     end
     local n, labels = d.images:size(0), d.labels
     if not (tensor.is_tensor(labels) and labels:dim() == 1) then return "must return labels, a tensor of N labels" end
@@ -175,6 +221,7 @@ local M = {
     if lo < 0 or hi >= d.classes then
       return string.format("returned labels from %d to %d for %d classes (0 to %d)", lo, hi, d.classes, d.classes - 1)
     end
+    return layout_problem(d)
   end,
   optimizer = function(opt, ctx) return optimizer_problem(opt, ctx.config) end,
   algorithm = function(round)

@@ -259,11 +259,17 @@ describe("a user's components", function()
       ["d.lua"] = [[
         local tensor = require "dpy.tensor"
         return require("dpy.registry").register { kind = "dataset", name = "odd",
-          options = { labels = { type = "integer" }, dtype = { type = "string" }, top = { type = "integer" } },
+          options = { labels = { type = "integer", default = 10 }, dtype = { type = "string", default = "int64" },
+                      top = { type = "integer", default = 1 }, drop = { type = "string" }, flat = { type = "boolean" },
+                      shape = { type = "list" }, mean = { type = "list" }, std = { type = "list" } },
           new = function(cfg)
             local labels = tensor.zeros(cfg.labels):to(cfg.dtype)
             labels[1] = cfg.top
-            return { images = tensor.zeros(10, 1, 2, 2):to("uint8"), labels = labels, classes = 2 }
+            local d = { images = tensor.zeros(10, 1, 2, 2):to("uint8"), labels = labels, classes = 2,
+                        mean = cfg.mean or { 0.5 }, std = cfg.std or { 0.5 }, shape = cfg.shape or { 1, 2, 2 } }
+            if cfg.flat then d.images = tensor.zeros(10, 2, 2):to("uint8") end   -- no channel dimension
+            if cfg.drop then d[cfg.drop] = nil end
+            return d
           end }]] }
     local ok, e = pcall(registry.build, "model", dir .. "/m.lua")
     assert.is_false(ok)
@@ -278,6 +284,28 @@ describe("a user's components", function()
     for _, dtype in ipairs { "int64", "int32", "uint8" } do
       assert.truthy(registry.build("dataset", { dir .. "/d.lua", labels = 10, dtype = dtype, top = 1 }).images)
     end
+    -- what the loader and the models read: shape, mean and std per channel, images N×C×H×W
+    for _, case in ipairs {
+      { { drop = "shape" },
+        "returned no shape, a list {C, H, W} of one image's dimensions (what a model is built for)" },
+      { { shape = { 3, 2, 2 } }, "returned shape {3, 2, 2}, but its images are 1×2×2" },
+      { { shape = { 1, 4 } }, "returned shape {1, 4}, but its images are 1×2×2" },
+      { { flat = true }, "returned images of 10×2×2, not N×C×H×W (a grey image has C = 1)" },
+      { { drop = "mean" }, "returned no mean, a list of 1 number (one per channel) that the loader normalizes with" },
+      { { mean = { 0.5, 0.5 } }, "returned mean of 2 numbers for images of 1 channel" },
+      { { std = { 0 } }, "returned std[1] = 0, not a number > 0" },
+      { { drop = "std" }, "returned no std, a list of 1 number (one per channel) that the loader normalizes with" },
+    } do
+      case[1][1] = dir .. "/d.lua"
+      ok, e = pcall(registry.build, "dataset", case[1])
+      assert.is_false(ok)
+      assert.are.equal("dataset 'odd' (" .. dir .. "/d.lua): new " .. case[2], e)
+    end
+    -- named as the dataset's, before the run starts: the model-fit check blamed the model for it
+    local code, _, err, out = run_config(TINY_RUN .. "dataset = { '" .. dir .. "/d.lua', drop = 'shape' }\n", "-q")
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua: dataset 'odd' %(.*/d%.lua%): new returned no shape", err)
+    assert.are.equal(1, (sh("test -e " .. shell_quote(out))))
   end)
 
   -- A graph file of new = function(_, ctx) <body> end over ctx.nodes, as a user's graph component.
