@@ -43,11 +43,15 @@ describe("the payload limit", function()
 
   it("refuses, at the sender, a message larger than the run's model #e2e", function()
     local dir = tmpdir()
+    -- sent past the sharing (an outgoing modifier of another size is refused before, by its node)
     write_file(dir .. "/grow.lua", [[
       local registry = require "dpy.registry"
       local tensor = require "dpy.tensor"
       return registry.register { kind = "action", name = "grow",
-        new = function() return { outgoing = function(_, flat) return tensor.cat { flat, tensor.zeros(1) } end } end }
+        new = function() return { post_train = function(node, r)
+          local flat = node.model:get_flat()
+          require("dpy.exchange").send(node, node.graph.adj[node.uid][1], r, tensor.cat { flat, tensor.zeros(1) })
+        end } end }
     ]])
     write_file(dir .. "/c.lua", TINY_RUN .. "model = 'cnn'\nactions = { 'grow.lua' }\n")
     for _, processes in ipairs { 1, 2 } do
