@@ -124,10 +124,16 @@ local function load_file(kind, path)
   local of_kind = {}
   for _, s in ipairs(mine.specs) do if s.kind == kind then of_kind[#of_kind + 1] = s end end
   if #of_kind ~= 1 or (result ~= nil and result ~= of_kind[1]) then
+    local others = {}   -- what it registered instead: the kind the file is of, most likely
+    for _, s in ipairs(mine.specs) do
+      if s.kind ~= kind then others[#others + 1] = string.format("%s '%s'", s.kind, tostring(s.name)) end
+    end
+    local got = #of_kind == 0 and (#others > 0 and "none of that kind, but " .. table.concat(others, ", ") or "none")
+                or tostring(#of_kind)
     return nil, string.format("%s: %s %s file must register one spec of kind '%s' and return it "
                               .. "(return registry.register { kind = \"%s\", name = ..., new = ... }); "
-                              .. "it registered %d", path, kind:match("^[aeiou]") and "an" or "a", kind, kind,
-                              kind, #of_kind)
+                              .. "it registered %s", path, kind:match("^[aeiou]") and "an" or "a", kind, kind,
+                              kind, got)
   end
   of_kind[1].path = path
   by_path[path] = of_kind[1]

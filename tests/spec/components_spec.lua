@@ -211,6 +211,15 @@ describe("a user's components", function()
     local ok, e = pcall(config.load, dir .. "/c.lua")
     assert.is_false(ok)
     assert.matches("c.lua:1: model: .*/m.lua: a model file must register one spec of kind 'model'", e)
+    assert.matches("it registered none", e)
+    -- a file of another kind says which
+    dir = files { ["a.lua"] = "return require('dpy.registry').register { kind = 'aggregator', name = 'clip', "
+                              .. "new = function() return function(x) return x end end }\n",
+                  ["c.lua"] = "nodes = 4\nsharing = 'a.lua'\n" }
+    ok, e = pcall(config.load, dir .. "/c.lua")
+    assert.is_false(ok)
+    assert.matches("must register one spec of kind 'sharing' .* it registered none of that kind, but "
+                   .. "aggregator 'clip'", e)
     dir = files { ["m.lua"] = USER["models/tiny.lua"], ["c.lua"] = "model = { 'm.lua', hiden = 3 }\n" }
     ok, e = pcall(config.load, dir .. "/c.lua")
     assert.is_false(ok)
