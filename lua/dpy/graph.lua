@@ -374,7 +374,7 @@ function M.from_file(path, format, max_nodes, limit_name)
   return e or a
 end
 
---- graph.connected(g) -> boolean (breadth-first from node 0)
+--- graph.connected(g) -> true, or false and a node that node 0 does not reach (breadth-first from node 0)
 function M.connected(g)
   local seen, queue, count = { [0] = true }, { 0 }, 1
   local head = 1
@@ -388,7 +388,10 @@ function M.connected(g)
       end
     end
   end
-  return count == g.n
+  if count == g.n then return true end
+  for u = 0, g.n - 1 do
+    if not seen[u] then return false, u end
+  end
 end
 
 --- graph.metropolis_hastings(g, u) -> { [v] = weight } for u and its neighbours:

@@ -265,9 +265,11 @@ function M.check(cfg)
   if alg.graph then
     local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
     if not ok then config_error("graph", g) end
-    if not graph.connected(g) then
-      local file = type(cfg.graph) == "table" and cfg.graph.path
-      error("graph: the graph is not connected" .. (file and " (" .. file .. ")" or ""), 0)
+    local connected, cut = graph.connected(g)
+    if not connected then   -- named with its file: a graph file's, or a user's graph component's
+      local file = type(cfg.graph) == "table" and cfg.graph.path or registry.spec("graph", cfg.graph).path
+      error(string.format("graph: the graph is not connected%s: node %d cannot reach node 0",
+                          file and " (" .. file .. ")" or "", cut), 0)
     end
     checked.graph, checked.dynamic = g, registry.spec("graph", cfg.graph).dynamic
   end

@@ -357,6 +357,9 @@ describe("a user's components", function()
     local err = refused("graph = '" .. graph_file(cases[1][1]) .. "'\n")
     assert.matches("^dpy%-lua: graph 'mine' %(.*/g%.lua%): new returned a directed graph: node 0 lists 1 as a "
                    .. "neighbour, but 1 does not list 0", err)
+    -- two rings apart: named with its file and a node that cannot reach node 0
+    err = refused("graph = '" .. graph_file("for u = 0, n - 1 do adj[u] = { u ~ 1 } end") .. "'\n")
+    assert.matches("^dpy%-lua: graph: the graph is not connected %(.*/g%.lua%): node 2 cannot reach node 0", err)
     -- uids as floats of integer values (a JSON decoder's, a division's) are uids
     local ring = graph_file("for u = 0, n - 1 do adj[u] = { (u + 1) % n + 0.0, (u - 1) % n / 1 } end")
     assert.truthy(registry.build("graph", ring, { nodes = 4, seed = 1, round = 1 }))
