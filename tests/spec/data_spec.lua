@@ -65,6 +65,27 @@ describe("idx datasets", function()
     assert.error_matches(function() data.fashion_mnist { dir = dir } end, "label 11 at index 3 is outside 0%.%.9")
   end)
 
+  it("check a file's labels once per process (every node loads the datasets), and every file", function()
+    local dir, bad = tmpdir(), tmpdir()
+    write_idx(dir, "train", 6, 2, 2)
+    write_idx(bad, "train", 6, 2, 2)
+    local lpath = bad .. "/train-labels-idx1-ubyte"
+    local bytes = read_file(lpath)
+    write_file(lpath, bytes:sub(1, 8 + 3) .. "\11" .. bytes:sub(8 + 5))
+    local methods = require("dpy.tensor.core").methods
+    local min, mins = methods.min, 0
+    methods.min = function(...) mins = mins + 1; return min(...) end
+    local ok, err = pcall(function()
+      data.mnist { dir = dir }
+      local first = mins
+      data.mnist { dir = dir }
+      assert.equal(first, mins)   -- the second load of the same file checks nothing again
+      assert.error_matches(function() data.mnist { dir = bad } end, "label 11 at index 3 is outside 0%.%.9")
+    end)
+    methods.min = min
+    assert(ok, err)
+  end)
+
   describe("mapped through the cache directory", function()
     -- Reads dir's train images in a fresh process with cache dir cache; returns its output
     -- (the sum of the pixels and whether the data is a mapping of a cache file), and stderr.
