@@ -334,6 +334,34 @@ describe("dpy.attach.node", function()
     require("dpy.attach.node").after_round(node, 2)
     assert.are.same({ "W1", "W2" }, node.sent)
   end)
+
+  it("a value of the client's that cannot be shown is its error: the node does not fail", function()
+    -- a node whose endpoint runs code as attach_eval does (pcall) and keeps each reply
+    local replies = {}
+    local node = { uid = 4, round = 2, dir = tmpdir(), log = { write = function() end } }
+    node.endpoint = {
+      attach_eval = function(_, _, _, fn) return pcall(fn) end,
+      attach_send = function(_, _, kind, _, text) replies[#replies + 1] = kind .. " " .. text; return true end,
+      attach_hold = function() end,
+    }
+    local serve = require("dpy.attach.node").serve
+    local bad = "setmetatable({}, { __tostring = function() error('no show') end })"
+    serve(node, 1, 1, "error(" .. bad .. ")", "E")
+    serve(node, 1, 2, "return " .. bad, "E")
+    serve(node, 1, 3, "return setmetatable({}, { __tostring = function() return {} end })", "E")
+    serve(node, 1, 4, "t = setmetatable({}, { __pairs = function() error('no pairs') end })", "E")
+    serve(node, 1, 5, "t.", "C")
+    serve(node, 1, 6, "1 + 1", "E")
+    replies[3] = replies[3]:gsub(" %S*pretty%.lua:%d+:", "")   -- where tostring raised
+    assert.are.same({ "X (a table that tostring cannot show)",
+                      "X the result cannot be shown: attach:1: no show",
+                      "X the result cannot be shown: '__tostring' must return a string",
+                      "R ", "C ", "R 2" }, replies)
+    -- a breakpoint whose function fails so: the break is said, the node goes on
+    node.attach_breaks = { post_train = { { conn = 1, fn = function() error(load("return " .. bad)()) end } } }
+    require("dpy.attach.node").event(node, "post_train")
+    assert.are.equal("B node 4, round 2, post_train: break_on failed: (a table that tostring cannot show)", replies[7])
+  end)
 end)
 
 describe("dpy.attach.core's line editor, from a pipe", function()

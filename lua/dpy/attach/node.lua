@@ -35,6 +35,14 @@ local function send(node, conn, kind, id, text)
   if not node.endpoint:attach_send(conn, kind, id, text) then drop_session(node, conn) end
 end
 
+-- tostring(v) that cannot fail: a client's value whose __tostring raises, or gives no string, must
+-- not fail the node that shows it (it is named by its type instead).
+local function shown(v)
+  local ok, s = pcall(tostring, v)
+  if ok and type(s) == "string" then return s end
+  return string.format("(a %s that tostring cannot show)", type(v))
+end
+
 -- The session of client connection conn: its globals (a table of its own over the node's).
 local function session(node, conn)
   node.attach_sessions = node.attach_sessions or {}
@@ -106,9 +114,9 @@ end
 -- not recorded: it changes nothing).
 function M.serve(node, conn, id, code, kind)
   local s = session(node, conn)
-  if kind == "C" then
-    local words = require("dpy.help").complete(code, s.env, { s.own, LIVE, _G })
-    return send(node, conn, "C", id, table.concat(words, "\n"))
+  if kind == "C" then   -- a client's table whose __index or __pairs raises completes nothing
+    local ok, words = pcall(require("dpy.help").complete, code, s.env, { s.own, LIVE, _G })
+    return send(node, conn, "C", id, ok and table.concat(words, "\n") or "")
   end
   local fn, err = load("return " .. code, "=attach", "t", s.env)
   if not fn then fn, err = load(code, "=attach", "t", s.env) end
@@ -118,10 +126,12 @@ function M.serve(node, conn, id, code, kind)
   local res = table.pack(node.endpoint:attach_eval(conn, id, fn))
   local text = table.concat(s.out)
   if res[1] then
-    if res.n > 1 then text = text .. pretty.line(table.unpack(res, 2, res.n)) end
-    send(node, conn, "R", id, text)
+    -- values are shown here, outside the client's code: one that cannot be shown is its error
+    local ok, line = pcall(pretty.line, table.unpack(res, 2, res.n))
+    if ok then send(node, conn, "R", id, text .. line)
+    else send(node, conn, "X", id, text .. "the result cannot be shown: " .. shown(line)) end
   else
-    send(node, conn, "X", id, text .. tostring(res[2]))
+    send(node, conn, "X", id, text .. shown(res[2]))
   end
 end
 
@@ -155,7 +165,7 @@ function M.event(node, event, conn, id, code, kind)
     if not ok or hit then
       node.endpoint:attach_hold(b.conn)   -- this process stops at its next boundary; the client pauses the rest
       send(node, b.conn, "B", 0, string.format("node %d, round %d, %s: %s", node.uid, node.round or 0, event,
-                                               ok and "break" or "break_on failed: " .. tostring(hit)))
+                                               ok and "break" or "break_on failed: " .. shown(hit)))
     end
   end
 end
