@@ -192,6 +192,9 @@ static void reap(dpy_attach *a) {
         free(c->buf);
         c->buf = NULL;
         drop_requests_of(a, c->id);
+        for (size_t i = 0; i < a->n; i++)   /* code of a client gone is interrupted: none would */
+            if (a->nodes[i].state == EVALUATING && a->nodes[i].eval_conn == c->id)
+                atomic_store(&a->nodes[i].cancel, 1);
         if (a->hold && a->holder == c->id) {   /* a hold nobody will finish */
             a->hold = 0;
             pthread_cond_broadcast(&a->cv);

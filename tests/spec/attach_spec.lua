@@ -115,6 +115,28 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(out .. "/attach/p1.sock"))
   end)
 
+  it("interrupts the code of a client that went away while it ran: the run goes on", function()
+    local out, pid, log = start_paused(CONFIG, "processes=2")
+    local c = assert(require("dpy.attach.core").connect(out .. "/attach/p0.sock"))
+    assert(c:send("E", 0, 1, "while true do end"))
+    local client = assert(require("dpy.attach.client").open(out))
+    local state
+    for _ = 1, 100 do
+      state = client:node_list()[1].state
+      if state == "evaluating" then break end
+      host.sleep(0.1)
+    end
+    client:close()
+    assert.are.equal("evaluating", state)
+    c:close()   -- killed, or its ssh gone: no interrupt comes
+    local code, o, e = attach(out, 4, { "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches("running", o)
+    -- within peer_timeout (30 s): node 0 was not left looping, its peers waiting for it
+    assert.are.equal(0, wait_exit(pid, 25), read_file(log))
+    assert.are.equal(5, rounds_recorded(out, 0))
+  end)
+
   it("gives a client's code at the first round its node's own model, not the copy the nodes share", function()
     local out = start_paused(CONFIG, "processes=1")
     local code, o, e = attach(out, 5, { "model:get_flat():sum():item()", "trainer:run(1)", "use(4)",
