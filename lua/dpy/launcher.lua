@@ -406,6 +406,9 @@ function M.run(cfg, opts)
     if not opts.listeners then   -- cli.run's held since its checks (experiment.hold_ports); a resumed run's not
       opts.port, opts.listeners = layout.hold_ports(cfg, opts.run_id)
     end
+    -- a resumed run's directory holds the progress files of the run it continues: their beats and
+    -- rounds are that run's, not the processes' started now (its beats stopped them as silent)
+    for p = 0, cfg.processes - 1 do os.remove(string.format("%s/progress-%d.json", opts.dir, p)) end
     local spawned, children = pcall(spawn_children, cfg, opts)
     for _, fd in ipairs(opts.listeners) do host.close(fd) end   -- the children hold them now
     opts.listeners = nil

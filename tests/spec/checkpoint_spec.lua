@@ -244,6 +244,23 @@ end }
     assert.are.equal(model, read_file(out .. "/2.model.pt"))
   end)
 
+  it("--resume long after the run stopped: its processes' old progress files are no silence of the new ones",
+     function()
+    local metrics = require "dpy.metrics"
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 1\ncheckpoint_every = 1\nprocesses = 2\n", "-q")
+    assert.are.equal(0, code, err)
+    os.remove(out .. "/2.model.pt")   -- stopped before node 2 wrote its final model: a resume finishes it
+    for p = 0, 1 do   -- the run stopped 1000 s ago (more than stop_grace)
+      local path = string.format("%s/progress-%d.json", out, p)
+      local t = metrics.read(path)
+      t.beat = require("dpy.host.core").clock() - 1000
+      write_file(path, metrics.json.encode(t))
+    end
+    code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
+    assert.are.equal(0, code, err)
+    assert.is_nil(err:find("has not answered", 1, true), err)
+  end)
+
   it("an action's checkpoint goes with a restore", function()
     local dir = tmpdir()
     write_file(dir .. "/a.lua", [[
