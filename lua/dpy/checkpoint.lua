@@ -218,14 +218,17 @@ local function need(t, name, path, dtype, numel)
   return t
 end
 
---- checkpoint.restore(node, path) -> the round: node's state as the checkpoint holds it; raises
--- naming the file and what does not match.
-function M.restore(node, path)
+--- checkpoint.restore(node, path [, round]) -> the round: node's state as the checkpoint holds it; raises
+-- naming the file and what does not match (with round: a checkpoint of another round).
+function M.restore(node, path, round)
   local ck, err = M.read(path)
   if not ck then error(err, 0) end
   local t, meta = ck.tensors, ck.meta
   if meta.uid ~= node.uid then
     error(string.format("%s: a checkpoint of node %s, not of node %d", path, tostring(meta.uid), node.uid), 0)
+  end
+  if round and meta.round ~= round then   -- a file copied or renamed: the node would go on from another round
+    error(string.format("%s: a checkpoint of round %s, not of round %d", path, tostring(meta.round), round), 0)
   end
   node.model:set_flat(need(t.model, "model", path, "float32", node.model:numel()))
   local buffers, order = node.model:named_buffers()

@@ -115,7 +115,7 @@ local function run(node, resume)
                  node.graph and string.format(", %d neighbours", #node.graph.adj[node.uid]) or "")
   if resume then
     local checkpoint = require "dpy.checkpoint"
-    checkpoint.restore(node, checkpoint.path(node.dir, node.uid, resume))
+    checkpoint.restore(node, checkpoint.path(node.dir, node.uid, resume), resume)
     checkpoint.drop_after(node.dir, node.uid, resume)
     node.log:write("resumed from the checkpoint of round %d", resume)
   elseif node.t0 then

@@ -261,6 +261,25 @@ end }
     assert.is_nil(err:find("has not answered", 1, true), err)
   end)
 
+  it("--resume refuses a checkpoint file that holds another round than its name says", function()
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 2\ncheckpoint_every = 1\n", "-q")
+    assert.are.equal(0, code, err)
+    os.remove(out .. "/0.model.pt")   -- something to resume: node 0 stopped before its final model
+    -- node 0's checkpoint of round 2 made one of round 1 (as a copy of its older file over it would)
+    local path = out .. "/ckpt/0/2.ckpt"
+    local ck = assert(checkpoint.read(path))
+    ck.meta.round = 1
+    local names, ts = {}, {}
+    for name, t in pairs(ck.tensors) do
+      names[#names + 1] = name
+      ts[#ts + 1] = name == "meta" and tensor.from_bytes(require("dpy.serialize").value(ck.meta, "m"), "uint8") or t
+    end
+    write_file(path, tensor.pickle(names, ts))
+    code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
+    assert.are.equal(1, code, err)
+    assert.matches(out .. "/ckpt/0/2.ckpt: a checkpoint of round 1, not of round 2", err, 1, true)
+  end)
+
   it("an action's checkpoint goes with a restore", function()
     local dir = tmpdir()
     write_file(dir .. "/a.lua", [[
