@@ -198,9 +198,14 @@ function M.read(path)
   for i, n in ipairs(names) do tensors[n] = ts[i] end
   local m = tensors.meta
   if not m or m:dtype() ~= "uint8" then return nil, path .. ": not a checkpoint (no meta)" end
-  local chunk = load("return " .. m:bytes(), "=" .. path, "t", {})
+  local src = m:bytes()
+  local chunk = load("return " .. src, "=" .. path, "t", {})
   local ok, meta = false, nil
-  if chunk then ok, meta = pcall(chunk) end
+  if chunk then   -- data, run under a budget of instructions: a file made to loop does not hang the resume
+    local co = coroutine.create(chunk)   -- a constructor takes about one instruction a value, a value a byte or more
+    debug.sethook(co, function() error("not data: too many instructions", 0) end, "", 4 * #src + 1000)
+    ok, meta = coroutine.resume(co)
+  end
   if not ok or type(meta) ~= "table" then return nil, path .. ": not a checkpoint (its meta does not read)" end
   if meta.format ~= M.FORMAT then
     return nil, string.format("%s: checkpoint format %s, this dpy-lua reads %d", path, tostring(meta.format),

@@ -73,6 +73,22 @@ describe("checkpoint.read", function()
     assert.matches("not a checkpoint (no meta)", err, 1, true)
   end)
 
+  it("reads its meta as data: a file whose meta loops is refused, not run for ever", function()
+    local dir = tmpdir()
+    local loop = tensor.from_bytes("(function() while true do end end)()", "uint8")
+    write_file(dir .. "/z.ckpt", tensor.pickle({ "meta" }, { loop }))
+    local ck, err = checkpoint.read(dir .. "/z.ckpt")
+    assert.is_nil(ck)
+    assert.matches("not a checkpoint (its meta does not read)", err, 1, true)
+    -- a long one (a run's metrics) reads
+    local meta = { format = checkpoint.FORMAT, round = 3, metrics = {} }
+    for i = 1, 20000 do meta.metrics[i] = { i, i / 3, "x" } end
+    local src = require("dpy.serialize").value(meta, "m")
+    write_file(dir .. "/m.ckpt", tensor.pickle({ "meta" }, { tensor.from_bytes(src, "uint8") }))
+    ck = assert(checkpoint.read(dir .. "/m.ckpt"))
+    assert.are.equal(20000, #ck.meta.metrics)
+  end)
+
   it("resume_round: the minimum of the nodes' last rounds; a node without one is named", function()
     local dir = tmpdir()
     for u, rounds in pairs { [0] = { 1, 2, 3 }, [1] = { 2 }, [2] = { 2, 3 } } do
