@@ -46,6 +46,10 @@ int dpy_npy_read(const char *path, const char *const *names, int nnames, dpy_arr
 int dpy_npy_parse(const uint8_t *buf, size_t len, const char *what, dpy_array *out,
                   size_t *data_off, char *err, size_t errlen);
 
+/* Reads every member of the zip archive of len bytes at buf (a torch.save file), checking each
+** one's CRC and length: 0, or -1 with the member and the fault in err. */
+int dpy_zip_check(const void *buf, size_t len, char *err, size_t errlen);
+
 /* {==== torch.save ====} */
 
 /* Reads one tensor from a torch.save file (the zip format of PyTorch >= 1.6, also what

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dpy_arrays.h"
 #include "dpy_lua.h"
 
 #define GC_NUDGE_BYTES ((size_t)64 << 20)
@@ -1080,6 +1081,12 @@ static int f_unpickle(lua_State *L) {
     char **names;
     dpy_tensor **ts;
     size_t n;
+    char err[256];
+    if (dpy_zip_check(s, len, err, sizeof err) != 0) {   /* torch reads a member without its CRC */
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
     if (dpy_unpickle_tensors(&names, &ts, &n, s, len) != DPY_OK) {
         luaL_pushfail(L);
         lua_pushstring(L, dpy_torch_errmsg());

@@ -51,6 +51,16 @@ describe("tensor.pickle", function()
     end
   end)
 
+  it("refuses bytes of which a member fails its CRC: a bit flipped in a value is no number", function()
+    local bytes = tensor.pickle({ "w" }, { tensor.ones(256) })
+    local at = assert(bytes:find(string.pack("<f<f", 1, 1), 1, true)) + 100   -- within the values
+    local flipped = bytes:sub(1, at - 1) .. string.char(bytes:byte(at) ~ 0x40) .. bytes:sub(at + 1)
+    local names, err = tensor.unpickle(flipped)
+    assert.is_nil(names)
+    assert.matches("archive/data/0: corrupt member (CRC error)", err, 1, true)
+    assert.are.same({ "w" }, (tensor.unpickle(bytes)))
+  end)
+
   it("refuses a name twice and bytes that are not such a dict", function()
     assert.has_error(function() tensor.pickle({ "a", "a" }, { tensor.zeros(1), tensor.zeros(1) }) end)
     local names, err = tensor.unpickle("garbage")
