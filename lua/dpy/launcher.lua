@@ -429,6 +429,7 @@ function M.run(cfg, opts)
     end
   end
   bar:done()
+  round = math.max(round, opts.resume or 0)   -- every node has finished the round it resumed from
   local seconds = host.clock() - start
   local summary = M.summarize(cfg, opts.dir, seconds, opts.resume)
   summary.failed = failed

@@ -116,6 +116,7 @@ local function run(node, resume)
   if resume then
     local checkpoint = require "dpy.checkpoint"
     checkpoint.restore(node, checkpoint.path(node.dir, node.uid, resume), resume)
+    node.restored = true
     checkpoint.drop_after(node.dir, node.uid, resume)
     node.log:write("resumed from the checkpoint of round %d", resume)
   elseif node.t0 then
@@ -159,7 +160,9 @@ function M.main(ep, args)
   local node = container.open(ep, args)
   local ok, err = xpcall(run, debug.traceback, node, math.tointeger(tonumber(args.resume or "")))
   if not ok then
-    node.metrics:save()   -- what was finished stays readable
+    -- what was finished stays readable; a node stopped before its checkpoint was restored has none
+    -- of its own: the file holds the run it resumes, which a failed or interrupted resume keeps
+    if not args.resume or node.restored then node.metrics:save() end
     local sig = host.interrupted()
     if sig and tostring(err):match("^[^\n]*interrupted!") then   -- Ctrl-C or SIGTERM stopped it: no failure
       node.log:write("stopped by signal %d in round %d", sig, node.round)

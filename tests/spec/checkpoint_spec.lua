@@ -2,6 +2,7 @@
 -- and resumed ending bit for bit as the uninterrupted one, in one process and in two.
 local tensor = require "dpy.tensor"
 local checkpoint = require "dpy.checkpoint"
+local host = require "dpy.host.core"
 
 -- Whether tensors a and b hold the same dtype, shape and values (bit for bit: NaN-free here).
 local function same(a, b)
@@ -304,6 +305,50 @@ end }
     code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
     assert.are.equal(1, code, err)
     assert.matches(out .. "/ckpt/0/2.ckpt: a checkpoint of round 1, not of round 2", err, 1, true)
+  end)
+
+  it("a resume that fails before a node's checkpoint is restored leaves that node's metrics as they were", function()
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 2\ncheckpoint_every = 1\n", "-q")
+    assert.are.equal(0, code, err)
+    os.remove(out .. "/0.model.pt")
+    local metrics = read_file(out .. "/0.metrics.json")
+    write_file(out .. "/ckpt/0/2.ckpt", "damaged")
+    code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
+    assert.are.equal(1, code, err)
+    assert.matches("ckpt/0/2.ckpt: not a checkpoint", err, 1, true)
+    assert.are.equal(metrics, read_file(out .. "/0.metrics.json"))
+  end)
+
+  it("a resume stopped before the nodes restored: their metrics stay, and it is interrupted after its round",
+     function()
+    local dir = tmpdir()
+    local marker = dir .. "/restoring"
+    write_file(dir .. "/slow.lua", string.format([[
+local registry = require "dpy.registry"
+local host = require "dpy.host.core"
+return registry.register { kind = "action", name = "slow_restore", new = function()
+  return { checkpoint = function() return {} end,
+           restore = function() io.open(%q, "w"):close() host.sleep(3) end }
+end }
+]], marker))
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 2\ncheckpoint_every = 1\nprocesses = 2\n"
+                                         .. string.format("actions = { %q }\n", dir .. "/slow.lua"), "-q")
+    assert.are.equal(0, code, err)
+    os.remove(out .. "/0.model.pt")
+    local before = {}
+    for u = 0, 3 do before[u] = read_file(string.format("%s/%d.metrics.json", out, u)) end
+    local pid = assert(host.spawn({ DPY_BIN, "run", "--resume", out, "-q" }, dir .. "/resume.out"))
+    for _ = 1, 300 do
+      if io.open(marker) then break end
+      host.sleep(0.1)
+    end
+    assert.truthy(io.open(marker), read_file(dir .. "/resume.out"))
+    host.kill(pid, 15)
+    assert.are.equal(143, wait_exit(pid, 60), read_file(dir .. "/resume.out"))
+    for u = 0, 3 do
+      assert.are.equal(before[u], read_file(string.format("%s/%d.metrics.json", out, u)), "node " .. u)
+    end
+    assert.are.equal(2, require("dpy.metrics").read(out .. "/manifest.json").interrupted.round)
   end)
 
   it("an action's checkpoint goes with a restore", function()
