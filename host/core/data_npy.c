@@ -225,22 +225,10 @@ static void member_list(zip_t *z, char *out, size_t len) {
         snprintf(out, len, "no .npy members");
 }
 
-/* Reads every member of the zip archive in buf through to its end, so that libzip checks each
-** one's CRC and length: torch::pickle_load does not (a bit flipped in a checkpoint's model went
-** through as a number). 0, or -1 naming the member and what is wrong. */
-int dpy_zip_check(const void *buf, size_t len, char *err, size_t errlen) {
-    zip_error_t ze;
-    zip_error_init(&ze);
-    zip_source_t *src = zip_source_buffer_create(buf, len, 0, &ze);
-    zip_t *z = src ? zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze) : NULL;
-    if (!z) {
-        if (src)
-            zip_source_free(src);
-        dpy_fail(err, errlen, "not a readable zip archive (%s)", zip_error_strerror(&ze));
-        zip_error_fini(&ze);
-        return -1;
-    }
-    zip_error_fini(&ze);
+/* Reads every member of z through to its end, so that libzip checks each one's CRC and length:
+** torch's readers do not (a bit flipped in a checkpoint's model went through as a number). 0, or
+** -1 naming the member and what is wrong. Discards z. */
+static int check_members(zip_t *z, char *err, size_t errlen) {
     uint8_t scratch[1 << 16];
     int rc = 0;
     zip_int64_t count = zip_get_num_entries(z, 0);
@@ -258,7 +246,45 @@ int dpy_zip_check(const void *buf, size_t len, char *err, size_t errlen) {
             rc = dpy_fail(err, errlen, "%s: corrupt member (%s)", name ? name : "?", zip_file_strerror(f));
         zip_fclose(f);
     }
-    zip_discard(z);   /* frees the source too */
+    zip_discard(z);   /* frees its source too */
+    return rc;
+}
+
+int dpy_zip_check(const void *buf, size_t len, char *err, size_t errlen) {
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_source_t *src = zip_source_buffer_create(buf, len, 0, &ze);
+    zip_t *z = src ? zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze) : NULL;
+    if (!z) {
+        if (src)
+            zip_source_free(src);
+        dpy_fail(err, errlen, "not a readable zip archive (%s)", zip_error_strerror(&ze));
+        zip_error_fini(&ze);
+        return -1;
+    }
+    zip_error_fini(&ze);
+    return check_members(z, err, errlen);
+}
+
+int dpy_zip_check_file(const char *path, char *err, size_t errlen) {
+    int code = 0;
+    zip_t *z = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code);
+    if (!z) {   /* an archive whose directory disagrees with itself is refused here; a file that
+                ** is none, or cannot be opened, is left to torch's reader, which says what it is */
+        if (code != ZIP_ER_INCONS)
+            return 0;
+        zip_error_t ze;
+        zip_error_init_with_code(&ze, code);
+        dpy_fail(err, errlen, "%s: not a readable zip archive (%s)", path, zip_error_strerror(&ze));
+        zip_error_fini(&ze);
+        return -1;
+    }
+    int rc = check_members(z, err, errlen);
+    if (rc != 0) {   /* "path: member: what" */
+        char what[256];
+        snprintf(what, sizeof what, "%s", err);
+        dpy_fail(err, errlen, "%s: %s", path, what);
+    }
     return rc;
 }
 

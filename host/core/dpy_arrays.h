@@ -49,6 +49,9 @@ int dpy_npy_parse(const uint8_t *buf, size_t len, const char *what, dpy_array *o
 /* Reads every member of the zip archive of len bytes at buf (a torch.save file), checking each
 ** one's CRC and length: 0, or -1 with the member and the fault in err. */
 int dpy_zip_check(const void *buf, size_t len, char *err, size_t errlen);
+/* The same for the file at path, err naming it; 0 too for a file that is no zip archive (torch's
+** own reader then says what it is). */
+int dpy_zip_check_file(const char *path, char *err, size_t errlen);
 
 /* {==== torch.save ====} */
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dpy_arrays.h"
 #include "fabric.h"
 #include "dpy_lua.h"
 
@@ -432,7 +433,14 @@ static int m_save(lua_State *L) {
 
 static int m_load(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
-    return dpy_torch_result(L, dpy_module_load(m, luaL_checkstring(L, 2)));
+    const char *path = luaL_checkstring(L, 2);
+    char err[512];
+    if (dpy_zip_check_file(path, err, sizeof err) != 0) {   /* torch reads members without CRCs */
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    return dpy_torch_result(L, dpy_module_load(m, path));
 }
 
 static int m_free(lua_State *L) {

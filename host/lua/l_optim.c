@@ -1,6 +1,7 @@
 /* l_optim.c: dpy.Optimizer, libtorch's SGD, Adam and AdamW over a list of parameter tensors. */
 #include <string.h>
 
+#include "dpy_arrays.h"
 #include "fabric.h"
 #include "dpy_lua.h"
 
@@ -134,6 +135,9 @@ static int o_set_state(lua_State *L) {
     dpy_optim *o = checkoptim(L, 1);
     size_t len;
     const char *s = luaL_checklstring(L, 2, &len);
+    char err[256];
+    if (dpy_zip_check(s, len, err, sizeof err) != 0)   /* torch reads members without CRCs */
+        return luaL_error(L, "optimizer state: %s", err);
     if (dpy_optim_state_load(o, s, len) != DPY_OK)
         return dpy_torch_error(L);
     return 0;

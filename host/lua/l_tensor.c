@@ -982,6 +982,12 @@ static int t_save(lua_State *L) {
 /* tensor.load(path) -> dpy.Tensor | nil, err */
 static int f_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
+    char err[512];
+    if (dpy_zip_check_file(path, err, sizeof err) != 0) {   /* torch reads members without CRCs */
+        luaL_pushfail(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
     dpy_tensor_box *b = dpy_newtensor(L);
     if (dpy_tensor_load(&b->h, path) != DPY_OK) {
         luaL_pushfail(L);
@@ -1022,6 +1028,13 @@ static int f_load_shared(lua_State *L) {
     while (e && !(strcmp(e->path, path) == 0 && e->size == st.st_size &&
                   e->mtime.tv_sec == st.st_mtim.tv_sec && e->mtime.tv_nsec == st.st_mtim.tv_nsec))
         e = e->next;
+    char bad[512];
+    if (!e && dpy_zip_check_file(path, bad, sizeof bad) != 0) {   /* as tensor.load */
+        pthread_mutex_unlock(&g_shared_mu);
+        luaL_pushfail(L);
+        lua_pushstring(L, bad);
+        return 2;
+    }
     dpy_err err = e ? dpy_tensor_share(&b->h, e->t) : dpy_tensor_load(&b->h, path);
     if (err == DPY_OK && !e) {   /* kept for the next state (skipped when out of memory) */
         shared_file *n = calloc(1, sizeof *n);

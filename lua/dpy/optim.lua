@@ -61,7 +61,7 @@ function M.load(opt, path)
   local bytes = f:read("a")
   f:close()
   local ok, msg = pcall(opt.set_state, opt, bytes)
-  if not ok then return nil, msg end
+  if not ok then return nil, path .. ": " .. tostring(msg) end
   return true
 end
 

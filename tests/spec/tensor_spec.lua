@@ -272,6 +272,41 @@ describe("tensor conversion", function()
     assert.matches("missing.pt: No such file", err)
   end)
 
+  it("refuses a file of which a member fails its CRC (tensor.load, load_shared, m:load, set_state)", function()
+    -- torch reads an archive's members without their CRCs: a bit flipped in a value was a number
+    local function flip(path)
+      local f = assert(io.open(path, "rb"))
+      local bytes = f:read("a")
+      f:close()
+      local at = assert(bytes:find(string.pack("<f<f", 1, 1), 1, true)) + 100   -- within the values
+      f = assert(io.open(path, "wb"))
+      f:write(bytes:sub(1, at - 1), string.char(bytes:byte(at) ~ 0x40), bytes:sub(at + 1))
+      f:close()
+    end
+    local dir = tmpdir()
+    assert.is_true(tensor.ones(256):save(dir .. "/t.pt"))
+    flip(dir .. "/t.pt")
+    for _, load in ipairs { tensor.load, tensor.load_shared } do
+      local t, err = load(dir .. "/t.pt")
+      assert.is_nil(t)
+      assert.matches(dir .. "/t.pt: archive/data/0: corrupt member (CRC error)", err, 1, true)
+    end
+    local nn = require "dpy.nn"
+    local m = nn.linear(16, 16)
+    tensor.no_grad(function() m:parameters()[1]:fill_(1) end)
+    assert.is_true(m:save(dir .. "/m.pt"))
+    flip(dir .. "/m.pt")
+    local ok, err = m:load(dir .. "/m.pt")
+    assert.is_nil(ok)
+    assert.matches(dir .. "/m.pt: m/data/0: corrupt member (CRC error)", err, 1, true)
+    local opt = require("dpy.optim").sgd(m, { lr = 0.1, momentum = 0.9 })
+    local state = opt:state()
+    local at = #state // 2
+    assert.error_matches(function()
+      opt:set_state(state:sub(1, at - 1) .. string.char(state:byte(at) ~ 0x40) .. state:sub(at + 1))
+    end, "^optimizer state: not a readable zip archive")
+  end)
+
   it("prints a header and the values", function()
     local s = tostring(T { { 1.0, 2.5 } })
     assert.matches("^dpy.Tensor%(float32, cpu, %[1, 2%]%)\n", s)
