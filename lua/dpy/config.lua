@@ -11,6 +11,10 @@ local churn = require "dpy.churn"
 
 local M = {}
 
+-- The longest wait in seconds a key takes: a deadline past what a timespec holds (1e300) made a
+-- node's wait return at once, over and over, for ever.
+local LONGEST = 1000000000
+
 -- sim_clock's and faults' rule: a range of bandwidths is below its top.
 local function bandwidths(t)
   if t.bandwidth_min and not (t.bandwidth and t.bandwidth_min < t.bandwidth) then
@@ -38,7 +42,7 @@ M.SCHEMA = {
   eval_batch_size = { type = "integer", default = 100, min = 1, doc = "evaluation batch size" },
   train_samples = { type = "integer", min = 1, doc = "use only the first N training samples" },
   test_samples = { type = "integer", min = 1, doc = "evaluate on the first N test samples" },
-  threads = { type = "integer", min = 1,
+  threads = { type = "integer", min = 1, max = 65536,   -- libtorch's is a C int
               doc = "libtorch threads (default: the cores; 1 per node in decentralized runs)" },
   task = { type = "string", default = "multiclass", one_of = { "multiclass", "binary" },
            doc = "binary: positive_classes against the rest, one logit, bce_with_logits" },
@@ -61,8 +65,9 @@ M.SCHEMA = {
   eval_nodes = { type = "integer", min = 1, doc = "evaluate a seeded sample of this many nodes (default: all)" },
   on_peer_failure = { type = "string", default = "abort", one_of = { "abort", "continue" },
                       doc = "when a peer dies or is silent past peer_timeout" },
-  peer_timeout = { type = "number", default = 300, above = 0, doc = "seconds to wait for a peer's message" },
-  round_timeout = { type = "number", above = 0,
+  peer_timeout = { type = "number", default = 300, above = 0, max = LONGEST,
+                   doc = "seconds to wait for a peer's message" },
+  round_timeout = { type = "number", above = 0, max = LONGEST,
                     doc = "dpsgd, epidemic: seconds a round waits for its peers' models (from the end of its sends); "
                           .. "it aggregates what came, a later one is dropped and counted (late_messages) "
                           .. "(default: none, wait up to peer_timeout)" },
@@ -71,7 +76,7 @@ M.SCHEMA = {
                        .. "(a seeded fraction of the nodes), { lognormal = sigma }, or { trace = file } (a row per "
                        .. "round, a column per node; see dpy.trace)",
                  fields = {
-                   factors = { type = "list", of = "number", doc = "each node's slowdown, in uid order" },
+                   factors = { type = "list", of = "number", above = 0, doc = "each node's slowdown, in uid order" },
                    fraction = { type = "number", min = 0, max = 1, doc = "the share of nodes slowed down" },
                    slowdown = { type = "number", above = 0, doc = "how many times slower they compute" },
                    lognormal = { type = "number", min = 0, doc = "sigma of exp(sigma N(0, 1)) factors" },
@@ -102,7 +107,7 @@ M.SCHEMA = {
                        doc = "write each node's whole state every this many rounds (ckpt/<uid>/<round>.ckpt), "
                              .. "for `dpy-lua run --resume` (default: none)" },
   actions = { list_of = "action", default = {}, doc = "actions: names or paths of Lua files" },
-  slots = { type = "integer", min = 1, doc = "nodes computing at once per process (default: cores)" },
+  slots = { type = "integer", min = 1, max = 65536, doc = "nodes computing at once per process (default: cores)" },
   huge_pages = { type = "boolean", default = true,
                  doc = "memory in transparent huge pages: nodes start about 2x sooner and train a little "
                        .. "faster, for about 5 % more memory (false: for runs at the edge of the machine's memory)" },
@@ -128,9 +133,9 @@ M.SCHEMA = {
                duplicate = { type = "number", min = 0, max = 1, doc = "probability a message arrives twice" },
                corrupt = { type = "number", min = 0, max = 1,
                            doc = "probability a message is corrupted (the receiver must reject it)" },
-               delay = { type = "number", min = 0, doc = "the longest delay, in seconds (uniform)" },
-               latency = { type = "number", min = 0, doc = "every link's emulated latency, in seconds" },
-               latency_max = { type = "number", min = 0,
+               delay = { type = "number", min = 0, max = LONGEST, doc = "the longest delay, in seconds (uniform)" },
+               latency = { type = "number", min = 0, max = LONGEST, doc = "every link's emulated latency, in seconds" },
+               latency_max = { type = "number", min = 0, max = LONGEST,
                                doc = "with it, each directed link's latency: a seeded draw in [latency, latency_max)" },
                bandwidth = { type = "number", above = 0,
                              doc = "every link's emulated bytes per second: a message waits bytes / bandwidth more" },

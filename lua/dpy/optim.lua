@@ -10,9 +10,7 @@ local M = {}
 local registry = require "dpy.registry"
 
 local function betas(b)
-  if #b ~= 2 or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
-    return "must be two numbers in [0, 1)"
-  end
+  if #b ~= 2 then return "must be two numbers in [0, 1)" end
 end
 
 --- The options of each optimizer (dpy.options rules; libtorch's defaults).
@@ -23,7 +21,7 @@ M.OPTIONS = {
           weight_decay = { type = "number", min = 0, doc = "L2 penalty (0)" },
           nesterov = { type = "boolean", doc = "Nesterov momentum (false)" } },
   adam = { lr = { type = "number", above = 0, doc = "learning rate (1e-3)" },
-           betas = { type = "list", of = "number", check = betas, doc = "{0.9, 0.999}" },
+           betas = { type = "list", of = "number", min = 0, below = 1, check = betas, doc = "{0.9, 0.999}" },
            eps = { type = "number", above = 0, doc = "1e-8" },
            weight_decay = { type = "number", min = 0, doc = "0; adamw 1e-2" },
            amsgrad = { type = "boolean", doc = "false" } },

@@ -3,7 +3,8 @@
 -- suggested for a misspelt key.
 -- A schema maps each valid key to a rule (`true` accepts any value):
 --   { type = "integer" | "number" | "string" | "boolean" | "table" | "function" | "list" | "path",
---     of = element type (lists), min =, max = (inclusive), above =, below = (strict),
+--     of = element type (lists), min =, max = (inclusive), above =, below = (strict; a list's
+--     bounds are its entries'; no number is infinite, NaN none),
 --     one_of = { values }, check = function(v) -> nil | message, default =, doc = "...",
 --     fields = a schema (tables: its keys checked against it, as options.problem does) }
 -- "list" is a table of positional entries (of `of`); "path" is a string naming a file or a
@@ -95,6 +96,12 @@ local function bounds(rule)
   return table.concat(parts, " and ")
 end
 
+-- Whether a number is outside a rule's bounds (NaN always is).
+local function out_of_range(value, rule)
+  return (rule.min and value < rule.min) or (rule.max and value > rule.max)
+         or (rule.above and value <= rule.above) or (rule.below and value >= rule.below) or value ~= value
+end
+
 --- A description of what a rule accepts ("an integer >= 0").
 function M.describe(rule)
   if rule == true then return "any value" end
@@ -140,33 +147,36 @@ function M.check_value(value, rule)
     return string.format("must be %s, got %s", M.describe(rule), M.show(value))
   end
   if type(value) == "number" then
-    local bad = (rule.min and value < rule.min) or (rule.max and value > rule.max)
-                or (rule.above and value <= rule.above) or (rule.below and value >= rule.below)
-                or value ~= value
-    if bad then return string.format("must be %s, got %s", M.describe(rule), tostring(value)) end
+    if out_of_range(value, rule) then return string.format("must be %s, got %s", M.describe(rule), tostring(value)) end
+    if value == math.huge or value == -math.huge then   -- past every bound of one side (inf > 0)
+      return string.format("must be a finite %s, got %s", (M.describe(rule):gsub("^an? ", "")), tostring(value))
+    end
   end
-  if rule.type == "list" and rule.of then
+  if rule.type == "list" and rule.of then   -- a list's bounds are its entries'
     for i, v in ipairs(value) do
-      if not has_type(v, rule.of) then
+      local bad = not has_type(v, rule.of)
+                  or type(v) == "number" and (out_of_range(v, rule) or v == math.huge or v == -math.huge)
+      if bad then
         return string.format("must be %s, got %s at [%d]", M.describe(rule), M.show(v), i)
       end
     end
   end
   if rule.fields and type(value) == "table" then
-    local err = M.problem(value, rule.fields, "")
+    local err = M.problem(value, rule.fields, "", true)
     if err then return err end
   end
   if rule.check then return rule.check(value) end
 end
 
 --- nil when every key of opts is in schema and its value satisfies the key's rule, else a
--- message naming the option; [1] (a component entry's name) is skipped, any other position refused.
-function M.problem(opts, schema, what)
+-- message naming the option; [1] (a component entry's name) is skipped, any other position refused
+-- (unnamed: [1] too, a table of fields having no name: faults = { 0.5 } would inject nothing).
+function M.problem(opts, schema, what, unnamed)
   local keys = {}
   for k, v in pairs(opts) do
     if math.type(k) ~= "integer" then
       keys[#keys + 1] = tostring(k)
-    elseif k ~= 1 then
+    elseif k ~= 1 or unnamed then
       return string.format("%s: options are named (key = value), got %s at position [%d]", what, M.show(v), k)
     end
   end

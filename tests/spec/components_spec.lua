@@ -81,6 +81,25 @@ describe("component options", function()
     end
   end)
 
+  -- an infinite lr or attack scale passed every bound (inf > 0), and a list's entries were only typed:
+  -- hidden = { 0 } reached torch as "from is out of bounds", a NaN beta failed every node at its start
+  it("refuse an infinite number, and a list entry out of the rule's range", function()
+    local cases = {
+      { "optimizer = { 'sgd', lr = 1 / 0 }", "option 'lr' must be a finite number > 0, got inf" },
+      { "optimizer = { 'sgd', momentum = math.huge }", "option 'momentum' must be a finite number >= 0, got inf" },
+      { "actions = { { 'differential_privacy', noise = math.huge } }", "option 'noise' must be a finite number > 0" },
+      { "actions = { { 'byzantine_attack', fraction = 0.25, attack = { 'sign_flip', scale = 1 / 0 } } }",
+        "option 'scale' must be a finite number, got inf" },
+      { "model = { 'mlp', hidden = { 200, 0 } }", "option 'hidden' must be a list of integers >= 1, got 0 at %[2%]" },
+      { "optimizer = { 'adam', betas = { 0 / 0, 0.9 } }",
+        "option 'betas' must be a list of numbers >= 0 and < 1, got %-?nan at %[1%]" },
+    }
+    for i, c in ipairs(cases) do
+      local err = load_error("nodes = 4\n" .. c[1] .. "\n")
+      assert.matches("c.lua:2: .*" .. c[2], err, "case " .. i)
+    end
+  end)
+
   it("are named: a positional value or a non-list where a list belongs is refused", function()
     local cases = {
       { "optimizer = { 'sgd', 0.5 }",

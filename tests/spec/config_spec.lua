@@ -64,7 +64,7 @@ describe("config loading", function()
                    nodes_error("faults = { drop = 1.5 }"))
     assert.matches("config key 'faults': option 'corrupt' must be a number >= 0 and <= 1, got %-0.1",
                    nodes_error("faults = { corrupt = -0.1 }"))
-    assert.matches("config key 'faults': option 'delay' must be a number >= 0, got %-1",
+    assert.matches("config key 'faults': option 'delay' must be a number >= 0 and <= 1000000000, got %-1",
                    nodes_error("faults = { delay = -1 }"))
     assert.matches("config key 'faults' must be a table, got 0.5", nodes_error("faults = 0.5"))
     local cfg = config.load(write_config("faults = { drop = 0.1, duplicate = 0, corrupt = 1, delay = 0.02 }\n"
@@ -76,10 +76,34 @@ describe("config loading", function()
     assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 70000", nodes_error("port = 70000"))
     assert.matches("config key 'port' must be an integer >= 1024 and <= 65535, got 80", nodes_error("port = 80"))
     assert.matches("config key 'fraction' must be a number > 0 and <= 1, got %-1", nodes_error("fraction = -1"))
-    assert.matches("config key 'peer_timeout' must be a number > 0, got %-1", nodes_error("peer_timeout = -1"))
+    assert.matches("config key 'peer_timeout' must be a number > 0 and <= 1000000000, got %-1",
+                   nodes_error("peer_timeout = -1"))
     assert.matches("command line: port=70000: config key 'port'", nodes_error("", { "port=70000" }))
     -- the highest port a process listens on: port + processes - 1
     assert.are.equal(65535, config.load(write_config("port = 65535\nnodes = 2")).port)
+  end)
+
+  -- each ran and misled: an infinite or 1e300 s wait spun a node forever (its deadline past what a
+  -- timespec holds), faults = { 0.5 } injected nothing, a slowdown of 0 or -1 ran the clock backwards,
+  -- threads or slots past a C int failed the run (exit 1) as "threads must be >= 1"
+  it("refuses a wait no clock can hold, an unnamed entry in a table of options, a slowdown <= 0", function()
+    assert.matches(":1: config key 'peer_timeout' must be a number > 0 and <= 1000000000, got inf",
+                   nodes_error("peer_timeout = math.huge"))
+    assert.matches("config key 'round_timeout' must be a number > 0 and <= 1000000000, got 1e%+300",
+                   nodes_error("round_timeout = 1e300"))
+    assert.matches("config key 'faults': option 'latency' must be a number >= 0 and <= 1000000000, got 1e%+300",
+                   nodes_error("faults = { latency = 1e300 }"))
+    assert.matches("config key 'faults': options are named %(key = value%), got 0.5 at position %[1%]",
+                   nodes_error("faults = { 0.5 }"))
+    assert.matches("config key 'stragglers': option 'factors' must be a list of numbers > 0, got 0 at %[2%]",
+                   nodes_error("stragglers = { factors = { 1, 0 } }"))
+    assert.matches("config key 'stragglers': option 'slowdown' must be a finite number > 0",
+                   nodes_error("stragglers = { fraction = 0.5, slowdown = 1 / 0 }"))
+    assert.matches("config key 'threads' must be an integer >= 1 and <= 65536, got 1099511627776",
+                   load_error("threads = 1 << 40"))
+    assert.matches("config key 'slots' must be an integer >= 1 and <= 65536, got 1099511627776",
+                   nodes_error("slots = 1 << 40"))
+    assert.are.equal(1e9, config.load(write_config("peer_timeout = 1e9\nnodes = 2")).peer_timeout)
   end)
 
   it("names misspelt components and their options", function()

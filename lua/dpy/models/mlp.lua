@@ -9,7 +9,7 @@ return registry.register {
   doc = "flatten, then linear + relu per hidden size, then linear to classes",
   options = {
     classes = { type = "integer", min = 1, doc = "outputs (the dataset's classes)" },
-    hidden = { type = "list", of = "integer", default = { 200, 200 }, doc = "the hidden layers' sizes" },
+    hidden = { type = "list", of = "integer", min = 1, default = { 200, 200 }, doc = "the hidden layers' sizes" },
     inputs = { type = "integer", min = 1, doc = "inputs (the product of the dataset's shape)" },
   },
   new = function(cfg, ctx)
