@@ -46,7 +46,9 @@ M.SCHEMA = {
               doc = "libtorch threads (default: the cores; 1 per node in decentralized runs)" },
   task = { type = "string", default = "multiclass", one_of = { "multiclass", "binary" },
            doc = "binary: positive_classes against the rest, one logit, bce_with_logits" },
-  positive_classes = { type = "table", default = { 0 }, doc = "binary task: the classes labelled 1" },
+  positive_classes = { type = "list", of = "integer", min = 0, default = { 0 },
+                       check = function(v) if #v == 0 then return "must list one class or more" end end,
+                       doc = "binary task: the classes labelled 1" },
   -- decentralized runs (setting `nodes` makes a run decentralized)
   nodes = { type = "integer", min = 1, doc = "number of nodes" },
   processes = { type = "integer", default = 1, min = 1, doc = "processes on this machine" },

@@ -73,6 +73,7 @@ end
 function M.star(n, center)
   check_n(n, "star")
   center = center or 0
+  if center < 0 or center >= n then error(string.format("star: center %s is not a node (0..%d)", center, n - 1), 2) end
   local g = new(n)
   for u = 0, n - 1 do add_edge(g, center, u) end
   return finish(g)

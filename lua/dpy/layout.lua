@@ -187,6 +187,18 @@ end
 -- alone. A batch of 2 takes milliseconds; the default generator's state is put back, so the run
 -- draws its initial weights as it would without the check.
 function M.check_model(cfg, train)
+  if cfg.task == "binary" then   -- a class the data lacks failed every node as it started
+    local ok, err = pcall(require("dpy.trainer").binary, cfg.positive_classes, train.classes)
+    if not ok then error("positive_classes: " .. tostring(err):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
+    local seen, n = {}, 0
+    for _, c in ipairs(cfg.positive_classes) do
+      if not seen[c] then seen[c], n = true, n + 1 end
+    end
+    if n >= train.classes then   -- one label for every sample: nothing to learn
+      error(string.format("positive_classes: every class of %s (0..%d) is positive: no sample would be negative",
+                          train.name or registry.spec("dataset", cfg.dataset).name, train.classes - 1), 0)
+    end
+  end
   local gen = tensor.default_generator()
   local state <close> = gen:state()
   local ok, bad, what, unbuilt = pcall(try_model, cfg, train)
@@ -288,6 +300,14 @@ function M.check(cfg)
                     { labels = limit(train.labels, cfg.train_samples), nodes = parts_n, seed = cfg.seed,
                       groups = limit(train.groups, cfg.train_samples), dataset = train.name })
   if not ok then config_error("partition", parts) end
+  for k, part in ipairs(parts) do   -- a node without samples failed its loader as it started
+    if part:numel() == 0 then
+      local uid = M.has_server(cfg) and k or k - 1
+      error(string.format("partition: %s gives node %d no training samples (of %d): a node without data cannot "
+                          .. "train", registry.spec("partitioner", cfg.partition).name, uid,
+                          limit(train.labels, cfg.train_samples):size(0)), 0)
+    end
+  end
   checked.parts = parts
   return checked
 end

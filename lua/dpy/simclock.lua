@@ -58,6 +58,14 @@ function M.factors(cfg, r)
     random.new(cfg.seed * 7919 + 13):shuffle(all)
     for i = 1, math.floor(s.fraction * n + 0.5) do f[all[i]] = s.slowdown end
   end
+  for u = 0, n - 1 do   -- exp(sigma N) overflows: an infinite slowdown ran the simulated clock to inf
+    if not (f[u] > 0 and f[u] < math.huge) then
+      local form = s.lognormal and "lognormal = " .. tostring(s.lognormal) or s.trace and "trace " .. s.trace
+                   or "the table"
+      error(string.format("stragglers: %s gives node %d a slowdown of %s (a number > 0 and finite)", form, u,
+                          tostring(f[u])), 0)
+    end
+  end
   return f
 end
 

@@ -14,10 +14,11 @@ Trainer.__index = Trainer
 function M.binary(positive, classes)
   local map = tensor.zeros(classes)
   for _, c in ipairs(positive) do
-    if math.type(c) ~= "integer" or c < 0 or c >= classes then
+    local k = math.tointeger(c)   -- 1.0 is class 1, as the config check takes it
+    if not k or k < 0 or k >= classes then
       error(string.format("binary task: class %s is not in 0..%d", tostring(c), classes - 1), 2)
     end
-    map[c] = 1
+    map[k] = 1
   end
   return {
     targets = function(y) return map:index_select(0, y) end,

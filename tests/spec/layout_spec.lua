@@ -4,6 +4,7 @@
 local layout = require "dpy.layout"
 local graph = require "dpy.graph"
 local cjson = require "cjson"
+local tensor = require "dpy.tensor"
 
 describe("layout's graph file", function()
   local dir
@@ -81,6 +82,40 @@ describe("layout.check", function()
       assert.is_true(config.is_effective(config.load(dir .. "/config.effective.lua")))
       assert.is_truthy(layout.check(config.load(dir .. "/config.effective.lua")).parts)
     end
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  -- each reached the nodes: a class the data lacks failed every node at start-up (exit 1, naming
+  -- container.lua), no class or every class trained on one label; a part with no samples failed its
+  -- node's loader; a star's hub that is no node raised "attempt to get length of a nil value";
+  -- a lognormal slowdown past a float's range ran the simulated clock to inf
+  it("refuses binary classes the data lacks, a node without samples, a star without its hub, an infinite slowdown",
+     function()
+    local config = require "dpy.config"
+    local dir = tmpdir()
+    local function refusal(text)
+      write_file(dir .. "/c.lua", "nodes = 4\ngraph = 'ring'\ntrain_samples = 400\ntest_samples = 100\n" .. text)
+      local ok, err = pcall(function() return layout.check(config.load(dir .. "/c.lua")) end)
+      assert.is_false(ok, text)
+      return err
+    end
+    assert.matches("^positive_classes: binary task: class 10 is not in 0%.%.9$",
+                   refusal("task = 'binary'\npositive_classes = { 1, 10 }\n"))
+    assert.matches("^positive_classes: every class of fashion_mnist %(0%.%.9%) is positive: no sample would be "
+                   .. "negative$", refusal("task = 'binary'\npositive_classes = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9 }\n"))
+    assert.matches("c.lua:6: config key 'positive_classes' must list one class or more",
+                   refusal("task = 'binary'\npositive_classes = {}\n"))
+    assert.matches("^partition: dirichlet gives node %d+ no training samples %(of 40%)",
+                   refusal("nodes = 8\ntrain_samples = 40\npartition = { 'dirichlet', alpha = 0.01, min_size = 0 }\n"))
+    assert.matches("^graph: star: center 4 is not a node %(0%.%.3%)$", refusal("graph = { 'star', center = 4 }\n"))
+    assert.matches("^stragglers: lognormal = 1000 gives node %d a slowdown of inf",
+                   refusal("stragglers = { lognormal = 1000 }\n"))
+    -- and a binary class given as an integral float is that class
+    write_file(dir .. "/c.lua", "nodes = 4\ngraph = 'ring'\ntrain_samples = 400\ntest_samples = 100\n"
+                                .. "task = 'binary'\npositive_classes = { 1.0 }\n")
+    assert.is_truthy(layout.check(config.load(dir .. "/c.lua")).parts)
+    local labels = tensor.new { 0, 1, 2 }:to("int64")
+    assert.same({ 0, 1, 0 }, require("dpy.trainer").binary({ 1.0 }, 3).targets(labels):totable())
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
