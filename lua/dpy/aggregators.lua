@@ -13,17 +13,25 @@ local M = {}
 -- The options, declared once for every rule that takes them (the C binding refuses a value of the
 -- wrong type or range, naming the option and the rule). f has no default here: an entry without
 -- one takes the simulation's or the sharing's f (with_f), a direct call 0.
+-- The counts' bound is the C binding's (an int): a config check without it let through what failed
+-- every node in its first round.
+local INT = 2147483647
+local function int(v) if v > INT then return string.format("must be at most %d, got %s", INT, v) end end
 local OPT = {
-  f = { type = "integer", min = 0, doc = "Byzantine inputs to tolerate (0 in a direct call)" },
-  m = { type = "integer", min = 1, doc = "inputs averaged, at most n - f (default n - f)" },
-  max_iter = { type = "integer", min = 1, default = 100, doc = "Weiszfeld steps at most" },
+  f = { type = "integer", min = 0, check = int, doc = "Byzantine inputs to tolerate (0 in a direct call)" },
+  m = { type = "integer", min = 1, check = int, doc = "inputs averaged, at most n - f (default n - f)" },
+  max_iter = { type = "integer", min = 1, check = int, default = 100, doc = "Weiszfeld steps at most" },
   tol = { type = "number", above = 0, default = 1e-6,
           doc = "stop after a step that moves z by at most tol x max(|z|, eps)" },
   eps = { type = "number", above = 0, default = 1e-8, doc = "distances floored at eps in the weights" },
   radius = { type = "number", above = 0, doc = "the clipping norm (required)" },
-  iterations = { type = "integer", min = 1, default = 1, doc = "clipping steps L" },
-  center = { doc = "a d-vector dpy.Tensor of finite values to start from (zeros)" },
-  bucket = { type = "integer", min = 1, default = 1, doc = "inputs per bucket" },
+  iterations = { type = "integer", min = 1, check = int, default = 1, doc = "clipping steps L" },
+  center = { check = function(v)
+               if not tensor.is_tensor(v) then
+                 return "must be a dpy.Tensor (a d-vector of finite values), got " .. options.show(v)
+               end
+             end, doc = "a d-vector dpy.Tensor of finite values to start from (zeros)" },
+  bucket = { type = "integer", min = 1, check = int, default = 1, doc = "inputs per bucket" },
   seed = { type = "integer", min = 0, default = 0, doc = "the shuffle's seed" },
 }
 

@@ -314,8 +314,11 @@ describe("aggregators' options in the C binding", function()
   end)
 
   it("refuse a center that is not a live d-vector of finite values", function()
-    assert.has_error(function() agg.centered_clipping(x, { radius = 1, center = { 0, 0 } }) end,
+    assert.has_error(function() core.aggregate("centered_clipping", x, { radius = 1, center = { 0, 0 } }) end,
                      "centered_clipping: option center must be a dpy.Tensor, got a table")
+    assert.has_error(function() agg.centered_clipping(x, { radius = 1, center = { 0, 0 } }) end,   -- options' check
+                     "aggregators.centered_clipping: option 'center' must be a dpy.Tensor (a d-vector of finite "
+                     .. "values), got a table")
     local freed = T { 0., 0 }
     freed:free()
     assert.has_error(function() agg.centered_clipping(x, { radius = 1, center = freed }) end,

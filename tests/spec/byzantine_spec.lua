@@ -110,6 +110,9 @@ describe("attacks", function()
     close(attacks.craft({ "sign_flip", scale = 2 }, honest, 4, 2), { { -4, -8 }, { -4, -8 } })
     close(attacks.craft("inner_product", honest, 4, 2), { { -0.2, -0.4 }, { -0.2, -0.4 } })
     close(attacks.craft({ "mimic", worker = 1 }, honest, 4, 1), { { 3, 6 } })
+    -- a worker past the honest ones failed the node with "attempt to index a nil value"
+    assert.error_matches(function() attacks.craft({ "mimic", worker = 2 }, honest, 4, 1) end,
+                         "mimic: worker 2 is not one of the 2 honest vectors %(0%.%.1%)")
     -- ALIE: n = 4, f = 2: s = 1, z = Phi^-1(3/4) = 0.6744898; std (unbiased) = (1.4142, 2.8284)
     local z = 0.6744898
     local row = { 2 - z * math.sqrt(2), 4 - z * math.sqrt(8) }

@@ -100,6 +100,26 @@ describe("component options", function()
     end
   end)
 
+  -- the config check took them and every node failed in its first round (exit 1): the C rules hold
+  -- their counts in an int, and take a center only as a tensor
+  it("of the aggregation rules refuse what the rules cannot take: a count past an int, a non-tensor center",
+     function()
+    local cases = {
+      { "sharing = { 'multi_krum', f = 0, m = 1 << 40 }",
+        "option 'm' must be at most 2147483647, got 1099511627776" },
+      { "sharing = { 'trimmed_mean', f = 0, pre = { { 'bucketing', bucket = 1 << 40 } } }",
+        "option 'bucket' must be at most 2147483647" },
+      { "sharing = { 'centered_clipping', radius = 1, center = { 1, 2 } }",
+        "option 'center' must be a dpy.Tensor %(a d%-vector of finite values%), got a table" },
+    }
+    for i, c in ipairs(cases) do
+      local err = load_error("nodes = 4\n" .. c[1] .. "\n")
+      assert.matches("c.lua:2: .*" .. c[2], err, "case " .. i)
+    end
+    local center = tensor.new { 1, 2 }
+    assert.is_nil(config.check("sharing", { "centered_clipping", radius = 1, center = center }))
+  end)
+
   it("are named: a positional value or a non-list where a list belongs is refused", function()
     local cases = {
       { "optimizer = { 'sgd', 0.5 }",

@@ -79,7 +79,13 @@ M.ATTACKS = {
   mimic = {
     options = { worker = { type = "integer", min = 0, default = 0, doc = "the honest worker copied" } },
     doc = "a copy of one honest worker's vector (worker 0)",
-    craft = function(honest, _, f, o) return rows(honest[o.worker], f) end },
+    craft = function(honest, _, f, o)
+      local h = honest:size(0)   -- in a run, those of the node's neighbours: fewer than the nodes
+      if o.worker >= h then
+        error(string.format("mimic: worker %d is not one of the %d honest vectors (0..%d)", o.worker, h, h - 1), 0)
+      end
+      return rows(honest[o.worker], f)
+    end },
   infinity = { options = {}, doc = "+inf in every coordinate",
     craft = function(honest, _, f) return tensor.full({ f, honest:size(1) }, math.huge) end },
   nan = { options = {}, doc = "NaN in every coordinate",
