@@ -221,6 +221,7 @@ function M.check(key, value, base, used)
   end
   local err = options.check_value(value, s)
   if err then return options.join(string.format("config key '%s'", key), err) end
+  value = options.normalize(value, s)
   if s.fields and type(value) == "table" then return check_paths(key, value, s.fields, base, used) end
   return nil, value
 end

@@ -209,6 +209,25 @@ function M.check(opts, schema, what, level)
   return opts
 end
 
+--- value as the code behind a rule takes it: an integral float where an integer belongs as that
+-- integer (in a list of integers too). check_value takes 2.0 for 2, but the code behind it need
+-- not: dpy.random.new refused seed = 2.0. A valid value is expected.
+function M.normalize(value, rule)
+  if type(rule) ~= "table" then return value end
+  if rule.type == "integer" and math.type(value) == "float" then return math.tointeger(value) or value end
+  if rule.type == "list" and rule.of == "integer" and type(value) == "table" then
+    local out
+    for i, v in ipairs(value) do
+      if math.type(v) == "float" and math.tointeger(v) then
+        out = out or table.move(value, 1, #value, 1, {})
+        out[i] = math.tointeger(v)
+      end
+    end
+    return out or value
+  end
+  return value
+end
+
 --- A copy of opts with each missing key that has a default set to it.
 function M.with_defaults(opts, schema)
   local out = {}

@@ -180,8 +180,8 @@ function M.check(kind, entry, base, used)
   if err then return nil, err end
   local resolved = { name }
   for k, v in pairs(opts) do
-    if k ~= 1 then resolved[k] = v end
     local rule = schema[k]
+    if k ~= 1 then resolved[k] = options.normalize(v, rule) end
     if type(rule) == "table" then
       if rule.type == "path" then
         resolved[k] = paths.absolute(v, base)

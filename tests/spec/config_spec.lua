@@ -106,6 +106,22 @@ describe("config loading", function()
     assert.are.equal(1e9, config.load(write_config("peer_timeout = 1e9\nnodes = 2")).peer_timeout)
   end)
 
+  -- an integral float passed as an integer and reached code that takes none: seed = 2.0 (or
+  -- seed=1e6 on the command line) was refused by the partition as "dpy.random.new: an integer seed
+  -- expected", a straggler draw or an action's the same, naming simclock.lua or actions.lua
+  it("takes an integral float where an integer belongs as that integer, in keys and options", function()
+    local cfg = config.load(write_config("seed = 2.0\nnodes = 1e1\ngraph = { 'regular', degree = 4.0 }\n"
+                                         .. "model = { 'mlp', hidden = { 8.0 } }\nfaults = { drop = 0.5 }\n"),
+                            { "rounds=5e0", "partition={'iid', seed=3.0}" })
+    for _, v in ipairs { cfg.seed, cfg.nodes, cfg.rounds, cfg.graph.degree, cfg.model.hidden[1], cfg.partition.seed } do
+      assert.are.equal("integer", math.type(v))
+    end
+    assert.are.same({ 2, 10, 5, 4, 8, 3 }, { cfg.seed, cfg.nodes, cfg.rounds, cfg.graph.degree, cfg.model.hidden[1],
+                                            cfg.partition.seed })
+    assert.are.equal("float", math.type(cfg.faults.drop))
+    assert.is_truthy(require("dpy.random").new(cfg.seed * 7919 + 13))   -- what refused 2.0
+  end)
+
   it("names misspelt components and their options", function()
     assert.matches(":1: model: no model named 'cnm' %(did you mean 'cnn'%?%)", load_error("model = 'cnm'"))
     assert.matches(":2: optimizer: optimizer 'sgd': unknown option 'moment' %(did you mean 'momentum'%?%)",
