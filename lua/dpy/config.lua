@@ -292,7 +292,13 @@ function M.parse_override(arg)
     return nil, string.format("%s: not a Lua value (%s)", arg, syntax:gsub("^override:%d+: ", ""))
   end
   local ok, value = false, nil
-  if chunk then ok, value = pcall(chunk) end
+  if chunk then
+    local got = table.pack(pcall(chunk))
+    ok, value = got[1], got[2]
+    if ok and value ~= nil and got.n > 2 then   -- nodes=4,8 ran 4 nodes without a word
+      return nil, string.format("%s: %d values; give one (a list: %s={%s})", arg, got.n - 1, key, text)
+    end
+  end
   if not ok or value == nil then value = text end
   return key, value
 end

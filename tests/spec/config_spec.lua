@@ -144,6 +144,10 @@ describe("config loading", function()
     assert.matches([[command line: graph={"ring": not a Lua value %(.*'}' expected.*%)]],
                    load_error("nodes = 4\n", { 'graph={"ring"' }))
     assert.are.equal("ring", config.load(write_config("nodes = 4\n"), { "graph=ring" }).graph)
+    -- nodes=4,8 ran 4 nodes: the values after the first were dropped without a word
+    assert.matches("command line: nodes=4,8: 2 values; give one %(a list: nodes={4,8}%)",
+                   load_error("", { "nodes=4,8" }))
+    assert.are.equal("a,b", config.load(write_config("nodes = 4\n"), { "name=a,b" }).name)   -- no value: a string
   end)
 
   it("refuses a key of the other kind of run, which would be ignored, naming where it was set", function()
