@@ -169,6 +169,9 @@ describe("sparse sharing", function()
     local _, p = rc.encode(a, ta, 1)
     assert.are.equal(51, p.values / 4)   -- round(0.05 * 1024)
     assert.has_error(function() registry.build("sharing", { "wavelet", member = 5 }, a) end)
+    -- a member past a C int was cut to its low bits: 2^32 + 4 ran as member 4, 2^40 was named "member 0"
+    local _, err = registry.check("sharing", { "wavelet", member = (1 << 32) + 4 })
+    assert.matches("option 'member' must be an integer >= 1 and <= 309, got 4294967300", err)
   end)
 
   it("fft: topk over the model's real-FFT coefficients; all of them is plain averaging", function()

@@ -7,7 +7,7 @@ local sparse = require "dpy.sparse"
 
 local options = { family = { type = "string", one_of = { "daubechies", "haar", "bspline" }, default = "daubechies",
                              doc = "the wavelet family (GSL)" },
-                  member = { type = "integer", default = 4,
+                  member = { type = "integer", min = 1, max = 309, default = 4,   -- GSL's largest (bspline 309); C ints
                              doc = "the family's member: daubechies 4..20 even (4 is db2), haar 2, bspline 103, "
                                    .. "202, ..." } }
 for k, v in pairs(sparse.PARTIAL_OPTIONS) do options[k] = v end
