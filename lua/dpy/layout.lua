@@ -264,15 +264,6 @@ function M.check(cfg)
   -- a run directory of before these checks reruns as it ran, what they refuse ignored as then
   local ignored = not config.is_effective(cfg) and not_followed(cfg, alg)
   if ignored then error(ignored, 0) end
-  for i, entry in ipairs(cfg.actions or {}) do   -- what an action needs of the run (differential_privacy)
-    local spec, opts = registry.options("action", entry)
-    local bad = spec.check and spec.check(opts, cfg, alg)
-    if not bad and spec.manifest then   -- what it decides for the run (the nodes it picks) may not fit the run
-      local ok, err = pcall(spec.manifest, opts, cfg)
-      bad = not ok and tostring(err) or nil
-    end
-    if bad then error(string.format("actions[%d]: %s", i, bad), 0) end
-  end
   local checked = {}
   if alg.graph then
     local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
@@ -294,6 +285,15 @@ function M.check(cfg)
   ok, test = pcall(registry.build, "dataset", cfg.dataset, { train = false })
   if not ok then config_error("dataset", test) end
   M.check_splits(cfg, train, test)
+  for i, entry in ipairs(cfg.actions or {}) do   -- what an action needs of the run and its data (label_flipping's map)
+    local spec, opts = registry.options("action", entry)
+    local bad = spec.check and spec.check(opts, cfg, alg, train)
+    if not bad and spec.manifest then   -- what it decides for the run (the nodes it picks) may not fit the run
+      local made, err = pcall(spec.manifest, opts, cfg)
+      bad = not made and tostring(err) or nil
+    end
+    if bad then error(string.format("actions[%d]: %s", i, bad), 0) end
+  end
   -- groups: the dataset's natural partition (writers, hospitals), for the "natural" partitioner
   local parts
   ok, parts = pcall(registry.build, "partitioner", cfg.partition,

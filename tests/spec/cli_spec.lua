@@ -309,6 +309,16 @@ describe("dpy-lua run", function()
         "^dpy%-lua: actions%[1%]: differential_privacy: DP%-SGD supports" },
       { "loss=mse 'actions={\"differential_privacy\"}'",
         "^dpy%-lua: actions%[1%]: .*take cross_entropy or nll, not mse" },
+      -- each of these reached the nodes: failed them (exit 1, naming a framework file) or ran other than asked
+      { "task=binary 'positive_classes={10}'", "^dpy%-lua: positive_classes: binary task: class 10 is not in 0%.%.9" },
+      { "'partition={\"dirichlet\",alpha=0.01,min_size=0}' train_samples=40",
+        "^dpy%-lua: partition: dirichlet gives node %d no training samples %(of 40%)" },
+      { "'graph={\"star\",center=8}'", "^dpy%-lua: graph: star: center 8 is not a node %(0%.%.7%)" },
+      { "'actions={{\"label_flipping\",nodes={1},map={[0]=10}}}'",
+        "^dpy%-lua: actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9" },
+      { "'sharing={\"multi_krum\",f=0,m=1<<40}'", "option 'm' must be at most 2147483647" },
+      { "peer_timeout=1e300", "config key 'peer_timeout' must be a number > 0 and <= 1000000000, got 1e%+300" },
+      { "threads=1e12", "config key 'threads' must be an integer >= 1 and <= 65536" },
     } do
       local out = dir .. "/out-" .. i
       local code, _, err = sh(BIN .. " run " .. dir .. "/eight.lua -q --out " .. out .. " " .. case[1])

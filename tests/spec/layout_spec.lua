@@ -110,6 +110,11 @@ describe("layout.check", function()
     assert.matches("^graph: star: center 4 is not a node %(0%.%.3%)$", refusal("graph = { 'star', center = 4 }\n"))
     assert.matches("^stragglers: lognormal = 1000 gives node %d a slowdown of inf",
                    refusal("stragglers = { lognormal = 1000 }\n"))
+    -- a label_flipping map outside the data's classes failed the poisoned nodes as they started (exit 1)
+    assert.matches("^actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9$",
+                   refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { [0] = 10 } } }\n"))
+    assert.matches("^actions%[1%]: label_flipping: map%[x%] = 1: the data's classes are 0%.%.9$",
+                   refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { x = 1 } } }\n"))
     -- and a binary class given as an integral float is that class
     write_file(dir .. "/c.lua", "nodes = 4\ngraph = 'ring'\ntrain_samples = 400\ntest_samples = 100\n"
                                 .. "task = 'binary'\npositive_classes = { 1.0 }\n")

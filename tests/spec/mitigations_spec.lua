@@ -67,8 +67,8 @@ describe("mitigations in decentralized runs", function()
     assert.are.same({ 0, plain[10] + plain[1] }, { flipped[1], flipped[10] })   -- 0 became 9
     for c = 2, 9 do assert.are.equal(plain[c], flipped[c], "class " .. c - 1 .. " kept") end
     code, _, err = run_config(TINY_RUN .. "actions = { { 'label_flipping', nodes = { 2 }, map = { [12] = 0 } } }\n")
-    assert.are.equal(1, code)
-    assert.matches("node 2 failed: label_flipping: map%[12%] = 0: the data's classes are 0%.%.9", err)
+    assert.are.equal(2, code)   -- refused before the run, as the config check reads the data
+    assert.matches("actions%[1%]: label_flipping: map%[12%] = 0: the data's classes are 0%.%.9", err)
   end)
 
   it("flip the labels of chosen nodes, DP-SGD records epsilon, and report compares the runs", function()
