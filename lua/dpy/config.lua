@@ -15,10 +15,14 @@ local M = {}
 -- node's wait return at once, over and over, for ever.
 local LONGEST = 1000000000
 
--- sim_clock's and faults' rule: a range of bandwidths is below its top.
+-- sim_clock's and faults' rule: a range of bandwidths is below its top, a range of latencies above
+-- its bottom (one upside down was drawn reversed by the simulated clock, ignored by the fabric).
 local function bandwidths(t)
   if t.bandwidth_min and not (t.bandwidth and t.bandwidth_min < t.bandwidth) then
     return "bandwidth_min needs bandwidth, and must be below it"
+  end
+  if t.latency_max and t.latency_max <= (t.latency or 0) then
+    return string.format("latency_max must be above latency (%s)", tostring(t.latency or 0))
   end
 end
 

@@ -122,6 +122,14 @@ describe("the simulated clock", function()
       assert.matches("bandwidth_min needs bandwidth, and must be below it", config.check(key, t))
       t.bandwidth = 6
       assert.is_nil((config.check(key, t)))
+      -- a latency range upside down: the simulated clock drew in it reversed, the fabric took latency alone
+      t.latency, t.latency_max = 0.5, 0.2
+      assert.matches("latency_max must be above latency %(0.5%)", config.check(key, t))
+      t.latency = nil
+      t.latency_max = 0
+      assert.matches("latency_max must be above latency %(0%)", config.check(key, t))
+      t.latency_max = 0.2
+      assert.is_nil((config.check(key, t)))
     end
   end)
 end)
