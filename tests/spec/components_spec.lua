@@ -91,6 +91,13 @@ describe("component options", function()
       { "actions = { { 'byzantine_attack', fraction = 0.25, attack = { 'sign_flip', scale = 1 / 0 } } }",
         "option 'scale' must be a finite number, got inf" },
       { "model = { 'mlp', hidden = { 200, 0 } }", "option 'hidden' must be a list of integers >= 1, got 0 at %[2%]" },
+      -- a std of 0 (or NaN) normalized every pixel to inf or NaN, and the nodes trained on it
+      { "dataset = { 'femnist', std = { 0 } }", "option 'std' must be a list of numbers > 0, got 0 at %[1%]" },
+      { "dataset = { 'camelyon17', std = { 0.2, 0 / 0, 0.2 } }",
+        "option 'std' must be a list of numbers > 0, got %-?nan" },
+      { "dataset = { 'image_folder', root = '.', mean = { 'a' } }",
+        "option 'mean' must be a list of numbers, got the" },
+      { "dataset = { 'image_folder', root = '.', size = { 0, 8 } }", "option 'size' must be a list of integers >= 1" },
       { "optimizer = { 'adam', betas = { 0 / 0, 0.9 } }",
         "option 'betas' must be a list of numbers >= 0 and < 1, got %-?nan at %[1%]" },
     }

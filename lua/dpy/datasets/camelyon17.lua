@@ -18,8 +18,9 @@ M.options = {
   test_split = { type = "string", one_of = { "test", "val", "id_val" }, default = "test",
                  doc = "the WILDS split used as test data: test (hospital 2), val (hospital 1) or "
                        .. "id_val (held-out patches of the training hospitals)" },
-  mean = { type = "list", doc = "per-channel mean (default: the training split's)" },
-  std = { type = "list", doc = "per-channel standard deviation (default: the training split's)" },
+  mean = { type = "list", of = "number", doc = "per-channel mean (default: the training split's)" },
+  std = { type = "list", of = "number", above = 0,
+          doc = "per-channel standard deviation (default: the training split's)" },
 }
 
 local HOW = "camelyon17_v1.0 from WILDS: wilds.get_dataset('camelyon17', download=True) in Python's "

@@ -27,9 +27,11 @@ M.options = {
   split_seed = { type = "integer", default = 0, doc = "the seed of the held-out choice" },
   channels = { type = "integer", one_of = { 1, 3 }, default = 3,
                doc = "1: grey (PIL's convert('L') luma), 3: RGB (grey images replicated)" },
-  size = { type = "list", doc = "{height, width} every image must have (default: the first image's)" },
-  mean = { type = "list", doc = "per-channel mean (default: the training split's)" },
-  std = { type = "list", doc = "per-channel standard deviation (default: the training split's)" },
+  size = { type = "list", of = "integer", min = 1,
+           doc = "{height, width} every image must have (default: the first image's)" },
+  mean = { type = "list", of = "number", doc = "per-channel mean (default: the training split's)" },
+  std = { type = "list", of = "number", above = 0,
+          doc = "per-channel standard deviation (default: the training split's)" },
 }
 
 local function fail(fmt, ...) error("image_folder: " .. string.format(fmt, ...), 0) end
