@@ -160,6 +160,12 @@ local function check_mechanism(fn, q, sigma)
   if type(sigma) ~= "number" or sigma ~= sigma or sigma <= 0 or sigma == huge then
     error(string.format("privacy.%s: the noise multiplier must be a finite number > 0", fn), 3)
   end
+  -- past these the series' terms (k^2 / 2 sigma^2) leave a double's range: 1e300 ran 10^7 terms (minutes an
+  -- order), 1e-153 gave NaN, 1e-300 NaN at once
+  if sigma < 1e-100 or sigma > 1e100 then
+    error(string.format("privacy.%s: the noise multiplier must be in [1e-100, 1e100] (the accountant's range), "
+                        .. "got %g", fn, sigma), 3)
+  end
 end
 
 -- A_alpha >= 1; computed, log A_alpha can be a rounding error below 0 (~1e-16) when q is tiny

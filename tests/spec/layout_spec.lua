@@ -115,6 +115,10 @@ describe("layout.check", function()
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { [0] = 10 } } }\n"))
     assert.matches("^actions%[1%]: label_flipping: map%[x%] = 1: the data's classes are 0%.%.9$",
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { x = 1 } } }\n"))
+    -- a noise multiplier past the accountant's range hung every node's first epsilon (1e300) or gave NaN
+    assert.matches("^actions%[1%]: differential_privacy: option 'noise': the noise multiplier must be in %[1e%-100, "
+                   .. "1e100%] %(the accountant's range%), got 1e%+300$",
+                   refusal("actions = { { 'differential_privacy', noise = 1e300 } }\n"))
     -- and a binary class given as an integral float is that class
     write_file(dir .. "/c.lua", "nodes = 4\ngraph = 'ring'\ntrain_samples = 400\ntest_samples = 100\n"
                                 .. "task = 'binary'\npositive_classes = { 1.0 }\n")

@@ -191,6 +191,15 @@ describe("privacy.epsilon", function()
       assert.has_error(function() privacy.epsilon(0.01, sigma, 1, 1e-5) end,
                        "privacy.epsilon: the noise multiplier must be a finite number > 0")
     end
+    -- terms past a double's range: 1e300 ran the series 10^7 terms (minutes, for each order), 1e-300 gave NaN
+    for _, sigma in ipairs { 1e300, 1e-300, 1e-153 } do
+      assert.has_error(function() privacy.rdp_step(0.3, sigma, 1.5) end,
+                       string.format("privacy.rdp_step: the noise multiplier must be in [1e-100, 1e100] (the "
+                                     .. "accountant's range), got %g", sigma))
+    end
+    for _, sigma in ipairs { 1e-100, 1e100 } do   -- its ends, at every order
+      for _, r in ipairs(privacy.rdp(0.3, sigma, 1)) do assert.is_true(r >= 0 and r < math.huge, tostring(sigma)) end
+    end
     assert.has_error(function() privacy.rdp(0.01, 1, 10, { 2, "3" }) end,
                      "privacy.rdp: orders[2]: the order must be a finite number > 1, got 3 (a string)")
     assert.has_error(function() privacy.epsilon(0.01, 1, -1, 1e-5) end,

@@ -53,6 +53,10 @@ return registry.register {
   },
   doc = "DP-SGD (per-sample clipping + Gaussian noise, RDP accountant) or local DP on shared models",
   check = function(o, cfg, algorithm)   -- before anything is written
+    local counts, why = pcall(privacy.rdp, 1, o.noise, 1)   -- a noise the accountant cannot count hung the nodes
+    if not counts then
+      return "differential_privacy: option 'noise': " .. tostring(why):gsub("^.*privacy%.rdp: ", "")
+    end
     if algorithm.name == "ps" then return "differential_privacy: runs with dpsgd or fedavg (ps workers share raw "
                                           .. "gradients)" end
     if o.mode ~= "sgd" then return nil end
