@@ -125,6 +125,10 @@ local function not_followed(cfg, alg)
     return string.format("fraction: the share of clients an algorithm with a server samples each round (fedavg, "
                          .. "secure_fedavg); %s samples none", alg.name)
   end
+  if cfg.eval_nodes and alg.server then
+    return string.format("eval_nodes: the sample of the nodes that evaluate their own models (dpsgd); %s's server "
+                         .. "evaluates the one model", alg.name)
+  end
   if next(cfg.transforms or {}) and (alg.secure or own) then
     return string.format("transforms: secure aggregation sends the model as masked fixed-point sums "
                          .. "(fraction_bits), which no transform chain encodes; %s would apply it to %s", who,
@@ -246,6 +250,9 @@ end
 -- graph, both splits (mapped or shared files: milliseconds) and the partition (from the dataset's
 -- labels) to know; experiment.check runs it before anything is written and keeps its result for prepare.
 function M.check(cfg)
+  if cfg.eval_nodes and cfg.eval_nodes > cfg.nodes and not config.is_effective(cfg) then   -- it evaluated them all
+    error(string.format("eval_nodes: %d nodes to evaluate, the run has %d", cfg.eval_nodes, cfg.nodes), 0)
+  end
   if cfg.processes and cfg.processes > cfg.nodes then
     error(string.format("processes: %d processes for %d nodes (a process hosts one node or more)", cfg.processes,
                         cfg.nodes), 0)

@@ -72,7 +72,9 @@ describe("layout.check", function()
     local config = require "dpy.config"
     local dir = tmpdir()
     for key, why in pairs { ["algorithm = 'fedavg'\nround_timeout = 5"] = "^round_timeout: .*; fedavg waits by",
-                            ["fraction = 0.5"] = "^fraction: .*; dpsgd samples none" } do
+                            ["fraction = 0.5"] = "^fraction: .*; dpsgd samples none",
+                            -- its server alone evaluated, the nodes asked for none
+                            ["algorithm = 'fedavg'\neval_nodes = 2"] = "^eval_nodes: .*; fedavg's server evaluates" } do
       local text = "nodes = 4\ngraph = 'ring'\n" .. key .. "\ntrain_samples = 400\ntest_samples = 100\n"
       write_file(dir .. "/c.lua", text)
       local ok, err = pcall(layout.check, config.load(dir .. "/c.lua"))
@@ -115,6 +117,8 @@ describe("layout.check", function()
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { [0] = 10 } } }\n"))
     assert.matches("^actions%[1%]: label_flipping: map%[x%] = 1: the data's classes are 0%.%.9$",
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { x = 1 } } }\n"))
+    -- more nodes evaluated than the run has evaluated them all
+    assert.matches("^eval_nodes: 5 nodes to evaluate, the run has 4$", refusal("eval_nodes = 5\n"))
     -- a noise multiplier past the accountant's range hung every node's first epsilon (1e300) or gave NaN
     assert.matches("^actions%[1%]: differential_privacy: option 'noise': the noise multiplier must be in %[1e%-100, "
                    .. "1e100%] %(the accountant's range%), got 1e%+300$",
