@@ -143,9 +143,10 @@ M.SCHEMA = {
                latency = { type = "number", min = 0, max = LONGEST, doc = "every link's emulated latency, in seconds" },
                latency_max = { type = "number", min = 0, max = LONGEST,
                                doc = "with it, each directed link's latency: a seeded draw in [latency, latency_max)" },
-               bandwidth = { type = "number", above = 0,
+               -- a byte a second at least: bytes / 1e-300 was a wait past what a timespec holds
+               bandwidth = { type = "number", min = 1,
                              doc = "every link's emulated bytes per second: a message waits bytes / bandwidth more" },
-               bandwidth_min = { type = "number", above = 0,
+               bandwidth_min = { type = "number", min = 1,
                                  doc = "with it, each directed link's bandwidth: a seeded draw in "
                                        .. "[bandwidth_min, bandwidth)" },
              }, check = bandwidths },

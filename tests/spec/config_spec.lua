@@ -93,6 +93,9 @@ describe("config loading", function()
                    nodes_error("round_timeout = 1e300"))
     assert.matches("config key 'faults': option 'latency' must be a number >= 0 and <= 1000000000, got 1e%+300",
                    nodes_error("faults = { latency = 1e300 }"))
+    -- a message of b bytes waits b / bandwidth: 1e-300 bytes a second waited past what a timespec holds
+    assert.matches("config key 'faults': option 'bandwidth' must be a number >= 1, got 1e%-300",
+                   nodes_error("faults = { bandwidth = 1e-300 }"))
     assert.matches("config key 'faults': options are named %(key = value%), got 0.5 at position %[1%]",
                    nodes_error("faults = { 0.5 }"))
     assert.matches("config key 'stragglers': option 'factors' must be a list of numbers > 0, got 0 at %[2%]",
