@@ -224,8 +224,12 @@ static inline double dpy_fabric_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A deadline past what a timespec holds (a timeout of 1e300 s, inf) is the furthest it does hold,
+** about 30 million years: the cast of such a double came out negative, and the wait spun. */
 static inline struct timespec dpy_fabric_at(double t) {
     struct timespec ts;
+    if (!(t < 1e15))   /* NaN too */
+        t = 1e15;
     ts.tv_sec = (time_t)t;
     ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
     return ts;

@@ -198,9 +198,14 @@ static int h_kill(lua_State *L) {
     return 0;
 }
 
-/* host.sleep(seconds) */
+/* host.sleep(seconds): 0 or less is no sleep; NaN or more than 10^9 s raises (a time past what a
+** timespec holds was cast to a negative one, and slept not at all) */
 static int h_sleep(lua_State *L) {
     double s = luaL_checknumber(L, 1);
+    if (!(s <= 1e9))
+        return luaL_error(L, "host.sleep: seconds must be a number in 0 .. 1e9, got %f", s);
+    if (s <= 0)
+        return 0;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }

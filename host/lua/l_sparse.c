@@ -4,6 +4,7 @@
 ** nil and a message for a malformed payload; misuse (an index out of range in a scatter, a
 ** read-only destination) raises.
 */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,12 +215,19 @@ static int s_fill_at(lua_State *L) {
 
 static const char *const FAMILIES[] = {"daubechies", "haar", "bspline", NULL};
 
+/* The wavelet's member at arg: an integer that an int holds (2^32 + 4 was cut to member 4) */
+static int check_member(lua_State *L, int arg, int family) {
+    lua_Integer m = luaL_optinteger(L, arg, family == DPY_WAVELET_HAAR ? 2 : 4);
+    luaL_argcheck(L, m >= 1 && m <= INT_MAX, arg, "the member is out of range");
+    return (int)m;
+}
+
 /* wavelet(x [, family = "daubechies" [, member = 4]]) -> float32 coefficients (a power of two of
 ** them: x zero-padded) */
 static int s_wavelet(lua_State *L) {
     dpy_checktensor(L, 1);
     int family = luaL_checkoption(L, 2, "daubechies", FAMILIES);
-    int member = (int)luaL_optinteger(L, 3, family == DPY_WAVELET_HAAR ? 2 : 4);
+    int member = check_member(L, 3, family);
     size_t n;
     dpy_tensor_box *in;
     const float *x = view(L, 1, DPY_FLOAT32, &n, &in);
@@ -237,7 +245,7 @@ static int s_unwavelet(lua_State *L) {
     dpy_checktensor(L, 1);
     size_t n = (size_t)check_size(L, 2);
     int family = luaL_checkoption(L, 3, "daubechies", FAMILIES);
-    int member = (int)luaL_optinteger(L, 4, family == DPY_WAVELET_HAAR ? 2 : 4);
+    int member = check_member(L, 4, family);
     size_t m;
     dpy_tensor_box *in;
     const float *coef = view(L, 1, DPY_FLOAT32, &m, &in);

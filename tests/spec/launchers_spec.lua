@@ -135,6 +135,21 @@ describe("rendezvous", function()
   end)
 end)
 
+describe("host.sleep", function()
+  it("refuses a time it cannot sleep (NaN, past 10^9 s), and takes 0 or less as none", function()
+    local host = require "dpy.host.core"
+    -- a time past what a timespec holds was cast to a negative one: no sleep at all, silently
+    assert.error_matches(function() host.sleep(0 / 0) end, "seconds must be a number in 0 .. 1e9, got %-?nan")
+    assert.error_matches(function() host.sleep(1e300) end, "seconds must be a number in 0 .. 1e9, got 1e%+300")
+    assert.error_matches(function() host.sleep(1 / 0) end, "got inf")
+    local t0 = host.clock()
+    host.sleep(-1)
+    host.sleep(0)
+    host.sleep(0.02)
+    assert.is_true(host.clock() - t0 >= 0.02)
+  end)
+end)
+
 describe("host.spawn", function()
   local host = require "dpy.host.core"
 

@@ -338,6 +338,38 @@ static void test_bandwidth(void) {
 
 static volatile sig_atomic_t stop_flag;
 
+typedef struct { dpy_fabric *f; int value; } late_send;
+
+static void *send_later(void *arg) {
+    late_send *l = arg;
+    char err[256];
+    usleep(200000);
+    CHECK(dpy_fabric_send(l->f, 0, 1, 0, 1, &l->value, sizeof l->value, err, sizeof err) == 0);
+    return NULL;
+}
+
+/* A wait whose deadline a timespec cannot hold (a timeout of 1e300 s, or inf) sleeps until its
+** message comes: the cast of such a deadline came out negative, and the wait spun on the CPU. */
+static void test_endless_timeout(void) {
+    int32_t map[2] = {0, 0};
+    double timeouts[] = {1e300, 1.0 / 0.0};
+    for (int i = 0; i < 2; i++) {
+        dpy_fabric *f = open_mem(map, 2, 0, 0, 0, 0);
+        late_send l = {f, 42};
+        pthread_t t;
+        pthread_create(&t, NULL, send_later, &l);
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+        int v = 0;
+        CHECK(recv_int(f, 1, 0, 1, timeouts[i], &v) == DPY_RECV_OK && v == 42);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+        double cpu = (double)(c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
+        CHECK(cpu < 0.05);   /* asleep for the 0.2 s, not spinning */
+        pthread_join(t, NULL);
+        dpy_fabric_close(f);
+    }
+}
+
 static void *raise_stop(void *arg) {
     (void)arg;
     usleep(300000);
@@ -387,5 +419,6 @@ int main(void) {
     test_faults();
     test_tcp();
     test_stop_connecting();
+    test_endless_timeout();
     return check_report("fabric");
 }
