@@ -205,7 +205,12 @@ local function start_process(cfg, opts, p, remote, session, rdir)
                  opts.run_id, "--seed", cfg.seed, "processes=" .. cfg.processes }
   if opts.resume then args[#args + 1] = "--resume " .. opts.resume end
   if opts.paused then args[#args + 1] = "--paused" end
-  return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & echo $! > pid-%d; wait $!; }",
+  -- Without a terminal, sshd signals nothing when the session drops (dispatch killed, its machine
+  -- gone): a watcher reads the channel's stdin (as fd 3: a background command's stdin is
+  -- /dev/null), which ends only then, and sends the node SIGTERM; it goes when the node ends.
+  return session:start(string.format("cd %s && { %s > process-%d.out 2>&1 & n=$!; echo $n > pid-%d; "
+                                     .. "{ { cat <&3; kill $n; } > /dev/null 2>&1 & } 3<&0; w=$!; "
+                                     .. "wait $n; r=$?; kill $w 2>/dev/null; exit $r; }",
                                      M.quote(rdir), table.concat(args, " "), p, p))
 end
 

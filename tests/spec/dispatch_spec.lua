@@ -360,6 +360,34 @@ return {
     end)
   end
 
+  it("takes its remote processes with it when dispatch itself is killed (SIGKILL: its sessions close)", function()
+    remotes()
+    local host = require "dpy.host.core"
+    local out = dir .. "/killed"
+    local pid = assert(host.spawn({ "/bin/sh", "-c", "cd " .. dir .. " && exec " .. BIN
+                                    .. " dispatch c.lua --remotes remotes.lua -q rounds=10000 --out " .. out },
+                                  dir .. "/killed.out"))
+    local running
+    for _ = 1, 300 do   -- until a node has finished a round: every process runs
+      local m = read_file(out .. "/progress-0.json")
+      running = m and not m:match('"round":0')
+      if running then break end
+      host.sleep(0.1)
+    end
+    assert.truthy(running, "no round done: " .. tostring(read_file(dir .. "/killed.out")))
+    local run_id = read_file(out .. "/manifest.json"):match('"run_id":(%d+)')
+    host.kill(pid, 9)
+    wait_exit(pid)
+    local left = 0
+    for _ = 1, 200 do   -- the nodes get SIGTERM and stop, saving what they have
+      left = sh("pgrep -f '[-]-run-id " .. run_id .. "'")
+      if left ~= 0 then break end
+      host.sleep(0.1)
+    end
+    sh("pkill -9 -f '[-]-run-id " .. run_id .. "'")
+    assert.are_not.equal(0, left, "a remote process of the run still runs 20 s after dispatch was killed")
+  end)
+
   it("sends SIGKILL stop_grace seconds after SIGTERM to a remote process that does not stop #e2e", function()
     remotes()
     -- node 3 never ends its round 2 (its process still answers): SIGTERM cannot stop it
