@@ -25,16 +25,21 @@ local M = {}
 
 local DEFAULTS = { processes = 1, work_dir = "dpy-runs", port = 22, backend = "cpu", dpy_lua = "dpy-lua",
                    base_port = nil, user = nil, identity = nil, address = nil, known_hosts = nil }
-local KEYS = { host = true, processes = true, work_dir = true, user = true, port = true, identity = true,
-               backend = true, dpy_lua = true, address = true, base_port = true, known_hosts = true }
+-- each value's kind too: a wrong one would fail later, deep inside connect or the port arithmetic
+local PORT = { type = "integer", min = 1, max = 65535 }
+local KEYS = { host = { type = "string" }, processes = { type = "integer", min = 1 }, work_dir = { type = "string" },
+               user = { type = "string" }, port = PORT, identity = { type = "string" },
+               backend = { one_of = { "cpu", "cuda", "rocm" } }, dpy_lua = { type = "string" },
+               address = { type = "string" }, base_port = PORT, known_hosts = { type = "string" } }
 
 --- Single-quotes s for a POSIX shell.
 M.quote = require("dpy.paths").shell_quote
 
 --- Reads remotes.lua: the list of remotes, each with the defaults filled in. Raises with the file.
 function M.load_remotes(path)
-  local chunk, err = loadfile(path, "t", { os = { getenv = os.getenv }, tostring = tostring,
-                                           string = string, math = math, ipairs = ipairs })
+  local chunk, err = loadfile(path, "t", { os = { getenv = os.getenv }, tostring = tostring, tonumber = tonumber,
+                                           string = string, math = math, ipairs = ipairs, pairs = pairs,
+                                           table = table, type = type, error = error })
   if not chunk then error("remotes: " .. err, 0) end
   local ok, t = pcall(chunk)
   if not ok then error("remotes: " .. tostring(t), 0) end

@@ -266,6 +266,39 @@ return {
     assert.matches("%-%-processes: an integer >= 1 expected", err)
   end)
 
+  it("refuses a remotes file whose values are of the wrong kind, naming the file, the remote and the key", function()
+    local load_remotes = require("dpy.dispatch").load_remotes
+    local path = dir .. "/typed.lua"
+    for _, case in ipairs {
+      { "{ host = 'a', user = false }", "remotes%[1%]: option 'user' must be a string, got boolean false" },
+      { "{ host = 'a', base_port = 'x' }", "remotes%[1%]: option 'base_port' must be an integer" },
+      { "{ host = 'a', port = 70000 }", "remotes%[1%]: option 'port' must be an integer >= 1 and <= 65535" },
+      { "{ host = 'a', identity = 7 }", "remotes%[1%]: option 'identity' must be a string" },
+      { "{ host = 'a' }, { host = 'b', work_dir = {} }", "remotes%[2%]: option 'work_dir' must be a string" },
+    } do
+      write_file(path, "return { remotes = { " .. case[1] .. " } }\n")
+      local ok, err = pcall(load_remotes, path)
+      assert.is_false(ok, case[1])
+      assert.matches("^" .. path:gsub("%p", "%%%0") .. ": " .. case[2], err)
+    end
+    write_file(path, "return { defaults = { port = '22' }, remotes = { { host = 'a' } } }\n")
+    local ok, err = pcall(load_remotes, path)
+    assert.is_false(ok)
+    assert.matches(": defaults: option 'port' must be an integer", err)
+    -- a remotes file may say what is missing with error()
+    write_file(path, "error('set DPY_NODES', 0)\n")
+    ok, err = pcall(load_remotes, path)
+    assert.is_false(ok)
+    assert.matches("set DPY_NODES", err)
+    -- from the command line: exit 2, before anything is written
+    write_file(path, "return { remotes = { { host = '127.0.0.1', base_port = 'x' } } }\n")
+    local code, _, e = sh("cd " .. dir .. " && " .. BIN .. " dispatch c.lua --remotes typed.lua --out "
+                          .. dir .. "/typed")
+    assert.are.equal(2, code, e)
+    assert.matches("typed%.lua: remotes%[1%]: option 'base_port'", e)
+    assert.is_nil(io.open(dir .. "/typed/manifest.json"))
+  end)
+
   it("refuses an unknown or changed host key, a wrong key and a remote without dpy-lua", function()
     write_file(dir .. "/empty_known_hosts", "")
     remotes(string.format("known_hosts = %q", dir .. "/empty_known_hosts"))
