@@ -362,6 +362,14 @@ function M.node(args)
       cfg.processes = size
       if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
+      -- what this rank runs, for rank 0 to compare: the effective config and the files it uses
+      local prepared = require("dpy.rundir").prepare(cfg, { config = a.config, included = included })
+      local text = { prepared.effective }
+      for _, f in ipairs(prepared.files) do   -- a data file may be large: its length and its ends
+        local ends = #f.text > 131072 and f.text:sub(1, 65536) .. f.text:sub(-65536) or f.text
+        text[#text + 1] = string.format("the file %s (%d bytes, hash %08x)\n", f.file, #f.text,
+                                        require("dpy.random").hash32(ends))
+      end
       opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function(rdv)
         if opts.resume then   -- the run directory holds the run already
           require("dpy.layout").prepare(cfg, a.dir)
@@ -380,7 +388,7 @@ function M.node(args)
                                                          run_id = opts.run_id, launcher = launched_by,
                                                          replace = false })
         layout.prepare(cfg, a.dir, checked)
-      end)
+      end, nil, table.concat(text))
     end
     return launcher.node_main(cfg, opts)
   end)

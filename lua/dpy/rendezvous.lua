@@ -82,15 +82,69 @@ end
 --- This launch's rendezvous directory in dir.
 function M.path(dir, run_id) return string.format("%s/rendezvous/%d", dir, run_id) end
 
+local function never_arrived(rdv, dir, missing, timeout)
+  error(string.format("rendezvous in %s: %s after %d s (is %s one directory that every "
+                      .. "process sees?)", rdv, #missing > 0 and ("rank(s) " .. table.concat(missing, ", ")
+                      .. " never arrived") or "rank 0 never prepared the run", timeout, dir), 0)
+end
+
+-- Rank 0, before it prepares anything: waits for every rank's config text (config-<rank>.txt) and
+-- raises (a usage error) naming the ranks whose text differs from its own, and the first line
+-- that differs. A rank started with other overrides, --seed or files would run its nodes with them
+-- while the run directory records rank 0's.
+local function same_configs(rdv, dir, size, text, deadline, timeout)
+  local texts, missing
+  repeat
+    texts, missing = {}, {}
+    for r = 1, size - 1 do
+      texts[r] = read(string.format("%s/config-%d.txt", rdv, r))
+      if not texts[r] then missing[#missing + 1] = r end
+    end
+    if #missing > 0 then
+      if host.clock() > deadline then never_arrived(rdv, dir, missing, timeout) end
+      host.sleep(0.1)
+    end
+  until #missing == 0
+  local differ, first = {}, nil
+  for r = 1, size - 1 do
+    if texts[r] ~= text then
+      differ[#differ + 1] = r
+      if not first then
+        local mine = {}
+        for line in text:gmatch("[^\n]*") do mine[#mine + 1] = line end
+        local i = 0
+        for line in texts[r]:gmatch("[^\n]*") do
+          i = i + 1
+          if line ~= mine[i] then first = { line, mine[i] or "nothing" } break end
+        end
+        first = first or { "nothing", mine[i + 1] }
+      end
+    end
+  end
+  if #differ > 0 then
+    error({ usage = string.format("rank%s %s run%s another config than rank 0: %s where rank 0 has %s (every "
+                                  .. "rank runs the same config, files, KEY=VALUE overrides and --seed)",
+                                  #differ > 1 and "s" or "", table.concat(differ, ", "), #differ > 1 and "" or "s",
+                                  first[1], first[2]) }, 0)
+  end
+end
+
 --- Joins the run: returns the "host:port" list of every rank. rank 0 prepares the directory
 -- first (prepare(rdv): it must keep rdv, the rendezvous directory of this launch); the others
 -- wait for it. A prepare that raises is told to the others (they raise "rank 0: ..." at once).
--- Raises after timeout seconds, naming who is missing.
-function M.join(cfg, dir, rank, size, run_id, prepare, timeout)
+-- Raises after timeout seconds, naming who is missing. text (the config as this rank runs it:
+-- its effective config and the files it uses), when given, must be every rank's alike: rank 0
+-- compares them before it prepares anything.
+function M.join(cfg, dir, rank, size, run_id, prepare, timeout, text)
   local rdv = M.path(dir, run_id)
   assert(host.mkdir_p(rdv))
+  timeout = timeout or tonumber(os.getenv("DPY_RENDEZVOUS_TIMEOUT")) or 120
+  if text and rank > 0 then assert(host.write_atomic(string.format("%s/config-%d.txt", rdv, rank), text)) end
   if rank == 0 then
-    local ok, err = pcall(prepare, rdv)
+    local ok, err = pcall(function()
+      if text then same_configs(rdv, dir, size, text, host.clock() + timeout, timeout) end
+      prepare(rdv)
+    end)
     if not ok then
       host.write_atomic(rdv .. "/failed", type(err) == "table" and tostring(err.usage) or tostring(err))
       error(err, 0)
@@ -99,7 +153,6 @@ function M.join(cfg, dir, rank, size, run_id, prepare, timeout)
     assert(host.write_atomic(rdv .. "/ready", tostring(run_id)))
   end
   local port = require("dpy.layout").base_port(cfg, run_id) + rank
-  timeout = timeout or tonumber(os.getenv("DPY_RENDEZVOUS_TIMEOUT")) or 120
   local deadline = host.clock() + timeout
   local written = false
   while true do
@@ -119,11 +172,7 @@ function M.join(cfg, dir, rank, size, run_id, prepare, timeout)
     if failed then error("rank 0: " .. failed, 0) end
     local ready = read(rdv .. "/ready") == tostring(run_id)
     if #missing == 0 and ready then return addresses end
-    if host.clock() > deadline then
-      error(string.format("rendezvous in %s: %s after %d s (is %s one directory that every "
-                          .. "process sees?)", rdv, #missing > 0 and ("rank(s) " .. table.concat(missing, ", ")
-                          .. " never arrived") or "rank 0 never prepared the run", timeout, dir), 0)
-    end
+    if host.clock() > deadline then never_arrived(rdv, dir, missing, timeout) end
     host.sleep(0.1)
   end
 end

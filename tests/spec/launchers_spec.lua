@@ -75,6 +75,22 @@ describe("launchers #e2e", function()
     assert.are.equal(1, #launches, "only this launch's rendezvous is left")
     for uid = 0, 3 do assert.truthy(node_metrics(dir .. "/slurm", uid)) end
 
+    -- ranks started with different overrides (or configs, or files) are refused before rank 0 writes anything
+    local mixed = {}
+    for r = 0, 1 do
+      mixed[#mixed + 1] = string.format("(DPY_RENDEZVOUS_TIMEOUT=30 SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=78 %s "
+                                        .. "node %s/c.lua --dir %s/mixed %s > %s/m%d.out 2>&1; echo $? > %s/m%d.code)",
+                                        r, BIN, dir, dir, r == 1 and "'optimizer={\"sgd\",lr=0.5}'" or "", dir, r,
+                                        dir, r)
+    end
+    sh("(" .. table.concat(mixed, " & ") .. " & wait)")
+    assert.are.equal("2\n", read_file(dir .. "/m0.code"), read_file(dir .. "/m0.out"))
+    assert.are.equal("1\n", read_file(dir .. "/m1.code"), read_file(dir .. "/m1.out"))
+    assert.matches('rank 1 runs another config than rank 0: optimizer = { "sgd", lr = 0.5 } where rank 0 has '
+                   .. 'optimizer = { "sgd", lr = 0.01, momentum = 0.9 }', read_file(dir .. "/m0.out"), 1, true)
+    assert.matches("rank 0: rank 1 runs another config", read_file(dir .. "/m1.out"), 1, true)
+    assert.is_nil(io.open(dir .. "/mixed/manifest.json"), "nothing of the run is written")
+
     local rc, _, e = sh("DPY_RENDEZVOUS_TIMEOUT=1 SLURM_PROCID=1 SLURM_NTASKS=2 " .. BIN .. " node " .. dir
                         .. "/c.lua --dir " .. dir .. "/alone")
     assert.are.equal(1, rc)
