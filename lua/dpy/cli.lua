@@ -360,7 +360,10 @@ function M.node(args)
   local ran, code = pcall(function()
     if joins then   -- join the others
       cfg.processes = size
-      if cfg.nodes < size then error(string.format("%d processes for %d nodes", size, cfg.nodes), 0) end
+      if cfg.nodes < size then   -- a config error (exit 2), as `run processes=...` has it
+        error({ usage = string.format("%d processes for %d nodes (a process hosts one node or more)", size,
+                                      cfg.nodes) }, 0)
+      end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
       -- what this rank runs, for rank 0 to compare: the effective config and the files it uses
       local prepared = require("dpy.rundir").prepare(cfg, { config = a.config, included = included })

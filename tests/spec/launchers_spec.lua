@@ -91,6 +91,12 @@ describe("launchers #e2e", function()
     assert.matches("rank 0: rank 1 runs another config", read_file(dir .. "/m1.out"), 1, true)
     assert.is_nil(io.open(dir .. "/mixed/manifest.json"), "nothing of the run is written")
 
+    -- more ranks than nodes: a config error, as `run processes=5` is
+    local rc5, _, e5 = sh("SLURM_PROCID=0 SLURM_NTASKS=5 " .. BIN .. " node " .. dir .. "/c.lua --dir "
+                          .. dir .. "/five")
+    assert.are.equal(2, rc5, e5)
+    assert.matches("5 processes for 4 nodes", e5)
+
     local rc, _, e = sh("DPY_RENDEZVOUS_TIMEOUT=1 SLURM_PROCID=1 SLURM_NTASKS=2 " .. BIN .. " node " .. dir
                         .. "/c.lua --dir " .. dir .. "/alone")
     assert.are.equal(1, rc)
