@@ -74,7 +74,7 @@ end
 -- Adds to run.marks, for its row and its legend, how the run did not end as planned: interrupted
 -- (manifest.json), diverged ({ uid, round } of the nodes, of lossy nodes with a loss), nodes' metrics
 -- unreadable (run.warnings, each naming its file, go below the table).
-local function mark(run, manifest, cfg, diverged, lossy)
+local function mark(run, manifest, cfg, diverged, lossy, reached)
   local stop = manifest.interrupted
   if type(stop) == "table" then
     local round, rounds = math.tointeger(stop.round), math.tointeger(cfg.rounds)   -- nil: not an integer
@@ -82,6 +82,18 @@ local function mark(run, manifest, cfg, diverged, lossy)
     local of = round and rounds and string.format(" of %d", rounds) or ""
     table.insert(run.marks, string.format("interrupted%s%s%s",
                                           type(stop.signal) == "string" and " by " .. stop.signal or "", at, of))
+  elseif cfg.nodes and math.tointeger(cfg.rounds) then
+    -- no signal, yet nodes short of the last round: a node failed, a process or rank died (or
+    -- the run goes on); every node records each round it finishes
+    local short, most = {}, 0
+    for uid, r in pairs(reached) do
+      if r < cfg.rounds then short[#short + 1], most = uid, math.max(most, r) end
+    end
+    if #short > 0 then
+      table.insert(run.marks, string.format("unfinished: %s (round %d of %d at most; see their logs)",
+                                            #short == run.nodes and "every node" or require("dpy.pretty").uids(short),
+                                            most, cfg.rounds))
+    end
   end
   if #diverged > 0 then
     local first, uids = math.huge, {}
@@ -125,6 +137,7 @@ function M.load(dir)
   local ok, server = pcall(function() return require("dpy.layout").has_server(cfg) and 0 or nil end)
   server = ok and server or nil
   local diverged, lossy = {}, 0   -- nodes whose loss went NaN or Inf ({ uid, round }), nodes with a loss
+  local reached = {}   -- uid -> the last round its metrics record
   for uid = 0, run.nodes - 1 do
     local m, problem = node_series(dir, uid)
     if m == false then return nil, problem end
@@ -145,6 +158,8 @@ function M.load(dir)
         table.insert(per_round_bytes[e[1]], cumulative)
         sent[#sent + 1] = e[2]
       end
+      reached[uid] = 0
+      for _, e in ipairs(m.wall_seconds or {}) do reached[uid] = math.max(reached[uid], e[1]) end
       local elapsed = 0
       for _, e in ipairs(m.wall_seconds or {}) do
         walls[e[1]] = math.max(walls[e[1]] or 0, e[2])
@@ -173,7 +188,7 @@ function M.load(dir)
       end
     end
   end
-  mark(run, manifest, cfg, diverged, lossy)
+  mark(run, manifest, cfg, diverged, lossy, reached)
   run.accuracy_mean, run.accuracy_std = mean_std(finals)
   run.honest = #finals
   run.bytes_per_round = mean_std(sent)

@@ -120,6 +120,26 @@ describe("dpy-lua report", function()
     assert.matches("interrupted by SIGINT after round 3 of 5", read_file(dir .. "/report/report.html"))
   end)
 
+  it("marks a run whose nodes stopped before its last round without a signal (a node failed, a rank died)", function()
+    local dir = tmpdir()
+    local acc = { { 0.2, 0.4 }, { 0.5, 0.7 }, { 0.6, 0.8 } }   -- rounds 1-3 of 5
+    local failed = fake_run(dir .. "/out/failed", { "run", "c.lua", "rounds=5" }, acc)
+    edit_json(failed .. "/config.json", function(c) c.rounds = 5 end)
+    local one = fake_run(dir .. "/out/one", { "run", "c.lua", "rounds=3" }, acc)
+    edit_json(one .. "/config.json", function(c) c.rounds = 3 end)
+    edit_json(one .. "/1.metrics.json", function(m)   -- node 1 stopped after round 2
+      for _, k in ipairs { "test_accuracy", "test_loss", "bytes_sent", "wall_seconds" } do m.metrics[k][3] = nil end
+    end)
+    local done = fake_run(dir .. "/out/done", { "run", "c.lua", "rounds=3" }, acc)
+    edit_json(done .. "/config.json", function(c) c.rounds = 3 end)
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, code, err)
+    assert.matches("\nfailed%s+c rounds=5%s+[^\n]*unfinished: every node %(round 3 of 5 at most; see their logs%)", out)
+    assert.matches("\none%s+c rounds=3%s+[^\n]*unfinished: node 1 %(round 2 of 3 at most; see their logs%)", out)
+    assert.not_matches("\ndone[^\n]*unfinished", out)
+    assert.matches("title 'c rounds=5 %[unfinished: every node", read_file(dir .. "/report/report.gnuplot"))
+  end)
+
   it("warns of a node whose metrics are unreadable, naming the file", function()
     local dir = tmpdir()
     local run_dir = fake_run(dir .. "/r", { "run", "c.lua" }, { { 0.5, 0.7 } })
