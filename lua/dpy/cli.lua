@@ -407,6 +407,11 @@ function M.node(args)
       print(string.format("  (%d process%s had not finished when this summary was written)", summary.unfinished,
                           summary.unfinished == 1 and "" or "es"))
     end
+    local stop = summary.interrupted
+    if stop then
+      io.stderr:write(string.format("dpy-lua node: interrupted by %s after round %d; the results so far are in %s\n",
+                                    stop.signal, stop.round, a.dir))
+    end
   end
   return code
 end

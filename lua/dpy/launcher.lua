@@ -450,12 +450,20 @@ end
 function M.mpi_summary(cfg, dir, seconds, from)
   local deadline = host.clock() + (cfg.stop_grace or 30)
   local pr = read_progress(cfg, dir)
+  local sig = host.interrupted()   -- the launcher passed Ctrl-C (SIGTERM) on: marked as `run` marks it,
+  local function mark()            -- at once too (mpirun sends SIGKILL soon after)
+    local stop = { signal = M.SIGNALS[sig] or ("signal " .. sig), number = sig, round = pr.round }
+    mark_interrupted(dir, stop)
+    return stop
+  end
+  if sig then mark() end
   while pr.finished < cfg.processes and host.clock() < deadline do
     host.sleep(0.2)
     pr = read_progress(cfg, dir)
   end
   local summary = M.summarize(cfg, dir, seconds, from)
   summary.failed, summary.seconds = {}, seconds
+  if sig then summary.interrupted = mark() end
   summary.attached = M.record_attached(cfg, dir)
   summary.unfinished = cfg.processes - pr.finished
   return summary

@@ -103,6 +103,29 @@ describe("launchers #e2e", function()
     assert.matches("rendezvous in .*/alone/rendezvous/%d+: rank%(s%) 0 never arrived after 1 s %(is .*/alone one "
                    .. "directory that every process sees%?%)", e)
   end)
+
+  it("marks a run its launcher interrupted (srun passes Ctrl-C on): the manifest and rank 0's summary", function()
+    local host = require "dpy.host.core"
+    local pids = {}
+    for r = 0, 1 do
+      pids[r + 1] = assert(host.spawn({ "/bin/sh", "-c", string.format("SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=79 "
+                                        .. "exec %s node %s/c.lua rounds=10000 --dir %s/int", r, BIN, dir, dir) },
+                                      string.format("%s/int-%d.out", dir, r)))
+    end
+    for _ = 1, 600 do   -- until every rank has finished a round
+      local a, b = read_file(dir .. "/int/progress-0.json"), read_file(dir .. "/int/progress-1.json")
+      if a and b and not a:match('"round":0') and not b:match('"round":0') then break end
+      host.sleep(0.1)
+    end
+    for _, pid in ipairs(pids) do host.kill(pid, 2) end
+    assert.are.equal(130, wait_exit(pids[1]), read_file(dir .. "/int-0.out"))
+    assert.are.equal(130, wait_exit(pids[2]), read_file(dir .. "/int-1.out"))
+    local out = read_file(dir .. "/int-0.out")
+    assert.matches("interrupted by SIGINT after round %d+; the results so far are in", out)
+    local manifest = require("dpy.metrics").read(dir .. "/int/manifest.json")
+    assert.are.equal("SIGINT", manifest.interrupted and manifest.interrupted.signal, out)
+    assert.is_true(manifest.interrupted.round >= 1)
+  end)
 end)
 
 describe("rendezvous", function()
