@@ -234,10 +234,9 @@ end
 -- processes' outputs, back into opts.dir (those that were written: a process that died early
 -- wrote fewer).
 local function collect(cfg, opts, owner, rdirs, bar)
+  local function list(rdir) return "cd " .. M.quote(rdir) .. " && ls && ls -d attach/* 2>/dev/null; true" end
   local listings = {}
-  for i, rdir in ipairs(rdirs) do
-    listings[i] = "cd " .. M.quote(rdir) .. " && ls && ls -d attach/* 2>/dev/null; true"
-  end
+  for i, rdir in ipairs(rdirs) do listings[i] = list(rdir) end
   listings = on_each(opts.sessions, listings)
   for i, s in ipairs(opts.sessions) do
     local mine = {}
@@ -250,13 +249,28 @@ local function collect(cfg, opts, owner, rdirs, bar)
     end
     if next(mine) then host.mkdir_p(opts.dir .. "/attach") end
     local code, listing = table.unpack(listings[i], 1, 2)
-    if not code then bar:warn("warning: " .. listing) end
+    local again
+    if not code then   -- the session dropped (the network, sshd): what the nodes wrote is still there
+      local r = opts.remotes[i]
+      again = ssh.connect { host = r.host, port = r.port, user = r.user, identity = r.identity,
+                            known_hosts = r.known_hosts }
+      if again then
+        s = again
+        local ok, c, l = pcall(again.exec, again, list(rdirs[i]))
+        if ok and c then code, listing = c, l end
+      end
+      if not code then
+        bar:warn(string.format("warning: remote %s: %s; the results of its nodes stay in %s there", r.name, listing,
+                               rdirs[i]))
+      end
+    end
     for name in (code == 0 and listing or ""):gmatch("[^\n]+") do
       if mine[name] then
         local ok, err = s:get(rdirs[i] .. "/" .. name, opts.dir .. "/" .. name)
         if not ok then bar:warn("warning: " .. err) end
       end
     end
+    if again then again:close() end
   end
 end
 

@@ -421,6 +421,38 @@ return {
     assert.are_not.equal(0, left, "a remote process of the run still runs 20 s after dispatch was killed")
   end)
 
+  it("brings back the results of a remote whose session dropped, over a new one #e2e", function()
+    remotes()
+    local host = require "dpy.host.core"
+    local out = dir .. "/dropped"
+    local pid = assert(host.spawn({ "/bin/sh", "-c", "cd " .. dir .. " && exec " .. BIN .. " dispatch c.lua "
+                                    .. "--remotes remotes.lua -q rounds=10000 eval_every=1 --out " .. out },
+                                  dir .. "/dropped.out"))
+    local run_id, rdir
+    for _ = 1, 300 do   -- until process 1 (on the second remote) has finished a round
+      run_id = run_id or (read_file(out .. "/manifest.json") or ""):match('"run_id":(%d+)')
+      rdir = run_id and string.format("%s/remote-b/dropped-%s", dir, run_id)
+      local m = read_file(out .. "/progress-1.json")
+      if m and not m:match('"round":0') then break end
+      host.sleep(0.1)
+    end
+    -- the sshd process that serves the session: the parent of the shell that waits for process 1
+    local node = read_file(rdir .. "/pid-1"):match("%d+")
+    local shell = read_file("/proc/" .. node .. "/stat"):match("^%d+ %b() %S+ (%d+)")
+    local sshd = read_file("/proc/" .. shell .. "/stat"):match("^%d+ %b() %S+ (%d+)")
+    assert.matches("sshd", read_file("/proc/" .. sshd .. "/cmdline"))
+    host.kill(tonumber(sshd), 9)
+    local code = wait_exit(pid)
+    local text = read_file(dir .. "/dropped.out")
+    sh("pkill -9 -f '[-]-run-id " .. run_id .. "'")
+    assert.are.equal(1, code, text)
+    assert.matches("process 1 on localhost %(localhost%) lost its connection", text)
+    for uid = 2, 3 do
+      local m = node_metrics(out, uid)
+      assert.is_true(m and #m.test_accuracy >= 1, "node " .. uid .. "'s results came back: " .. text)
+    end
+  end)
+
   it("sends SIGKILL stop_grace seconds after SIGTERM to a remote process that does not stop #e2e", function()
     remotes()
     -- node 3 never ends its round 2 (its process still answers): SIGTERM cannot stop it
