@@ -309,6 +309,14 @@ function M.node(args)
   if ok and a.uid then a.process = a.uid end
   local rendezvous = require "dpy.rendezvous"
   local rank, size, launched_by, job = rendezvous.detect()
+  if ok and rank and not a.process and not a.uid and not a.listen_fd and (size < 1 or rank < 0 or rank >= size) then
+    -- variables set by hand: the rendezvous would wait its whole timeout for ranks that are not there
+    local l = {}
+    for _, x in ipairs(rendezvous.LAUNCHERS) do if x.name == launched_by then l = x end end
+    io.stderr:write(string.format("dpy-lua node: %s=%d and %s=%d (%s): a rank from 0 to %s - 1 expected\n",
+                                  l.rank, rank, l.size, size, launched_by, l.size))
+    return 2
+  end
   if ok and not a.process and rank then a.process = rank end
   if not ok or not a.process or not a.dir then
     io.stderr:write(p:get_usage(), "\n", "dpy-lua node: ",

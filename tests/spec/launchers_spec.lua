@@ -91,6 +91,15 @@ describe("launchers #e2e", function()
     assert.matches("rank 0: rank 1 runs another config", read_file(dir .. "/m1.out"), 1, true)
     assert.is_nil(io.open(dir .. "/mixed/manifest.json"), "nothing of the run is written")
 
+    -- a rank outside the launch (variables set by hand): refused at once, not after the rendezvous timeout
+    for _, vars in ipairs { "SLURM_PROCID=2 SLURM_NTASKS=2", "SLURM_PROCID=0 SLURM_NTASKS=0" } do
+      local t0 = os.time()
+      local rcv, _, ev = sh(vars .. " " .. BIN .. " node " .. dir .. "/c.lua --dir " .. dir .. "/badrank")
+      assert.are.equal(2, rcv, ev)
+      assert.matches("SLURM_PROCID=%-?%d+ and SLURM_NTASKS=%d+ %(srun %(Slurm%)%): a rank from 0 to", ev)
+      assert.is_true(os.time() - t0 < 30)
+    end
+
     -- more ranks than nodes: a config error, as `run processes=5` is
     local rc5, _, e5 = sh("SLURM_PROCID=0 SLURM_NTASKS=5 " .. BIN .. " node " .. dir .. "/c.lua --dir "
                           .. dir .. "/five")
