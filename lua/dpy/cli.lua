@@ -384,6 +384,9 @@ function M.node(args)
       opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function(rdv)
         if opts.resume then   -- the run directory holds the run already
           require("dpy.layout").prepare(cfg, a.dir)
+          -- as `run --resume` does: the manifest's `resumed`, where its `interrupted` moves
+          require("dpy.experiment").record_resume { dir = a.dir, resume = opts.resume, run_id = opts.run_id,
+                                                    argv = { "node", table.unpack(args) } }
           return
         end
         local layout = require "dpy.layout"

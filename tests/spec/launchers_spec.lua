@@ -118,8 +118,8 @@ describe("launchers #e2e", function()
     local pids = {}
     for r = 0, 1 do
       pids[r + 1] = assert(host.spawn({ "/bin/sh", "-c", string.format("SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=79 "
-                                        .. "exec %s node %s/c.lua rounds=10000 --dir %s/int", r, BIN, dir, dir) },
-                                      string.format("%s/int-%d.out", dir, r)))
+                                        .. "exec %s node %s/c.lua rounds=60 checkpoint_every=1 --dir %s/int", r, BIN,
+                                        dir, dir) }, string.format("%s/int-%d.out", dir, r)))
     end
     for _ = 1, 600 do   -- until every rank has finished a round
       local a, b = read_file(dir .. "/int/progress-0.json"), read_file(dir .. "/int/progress-1.json")
@@ -134,6 +134,18 @@ describe("launchers #e2e", function()
     local manifest = require("dpy.metrics").read(dir .. "/int/manifest.json")
     assert.are.equal("SIGINT", manifest.interrupted and manifest.interrupted.signal, out)
     assert.is_true(manifest.interrupted.round >= 1)
+    -- resumed by another launch, it ends no longer marked interrupted: the resume records it
+    local resumed = {}
+    for r = 0, 1 do
+      resumed[#resumed + 1] = string.format("(SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=80 %s node %s/c.lua "
+                                            .. "rounds=60 checkpoint_every=1 --resume auto --dir %s/int "
+                                            .. "> %s/res-%d.out 2>&1)", r, BIN, dir, dir, dir, r)
+    end
+    local code = sh("(" .. table.concat(resumed, " & ") .. " & wait)")
+    assert.are.equal(0, code, read_file(dir .. "/res-0.out"))
+    manifest = require("dpy.metrics").read(dir .. "/int/manifest.json")
+    assert.is_nil(manifest.interrupted, read_file(dir .. "/res-0.out"))
+    assert.are.equal("SIGINT", manifest.resumed and manifest.resumed[1].interrupted.signal)
   end)
 end)
 
