@@ -540,8 +540,20 @@ end
 -- Runs the jobs (dispatch.run_jobs) on the remotes, after prepare(sessions) if given; returns the exit code.
 local function dispatch_jobs(jobs, remotes, a, out, prepare)
   local dispatch = require "dpy.dispatch"
+  local function stopped(sessions)   -- Ctrl-C while it checked the config or connected
+    local sig = require("dpy.host.core").interrupted()
+    if not sig then return nil end
+    for _, s in ipairs(sessions) do s:close() end
+    io.stderr:write(string.format("dpy-lua dispatch: interrupted by %s before any process started\n",
+                                  require("dpy.launcher").SIGNALS[sig] or ("signal " .. sig)))
+    return 128 + sig
+  end
   local ran, err = pcall(function()
+    local early = stopped({})
+    if early then return early end
     local sessions = dispatch.connect(remotes, { accept_new_host_keys = a.accept_new_host_keys })
+    early = stopped(sessions)
+    if early then return early end
     local code = 0
     if prepare then prepare(sessions) end
     local sig = dispatch.run_jobs(jobs, remotes, sessions, function(_, cfg, opts, summary)
@@ -649,6 +661,9 @@ function M.dispatch(args)
     io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")
     return 2
   end
+  -- Ctrl-C from now on sets the flag that dispatch polls: the prompt's handler would raise
+  -- "interrupted!" inside whatever runs, where a pcall may swallow it (the run went on) or name a line
+  require("dpy.host.core").catch_interrupt()
   if a.resume then return dispatch_resume(a, args) end
   local cfg, source, included = load_config(a.config, a.overrides)
   if not cfg then return 2 end

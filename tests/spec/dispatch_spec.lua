@@ -68,6 +68,25 @@ return {
     for uid = 0, 3 do assert.matches("done: 3 rounds", read_file(string.format("%s/slow/%d.log", dir, uid))) end
   end)
 
+  it("stops on Ctrl-C before any process started (a slow login): exit 130, no Lua location, nothing written", function()
+    local slow = dir .. "/slower-dpy-lua"
+    write_file(slow, string.format('#!/bin/sh\nsleep 3\nexec %s "$@"\n', BIN))
+    assert(os.execute("chmod +x " .. slow))
+    remotes(string.format("dpy_lua = %q", slow))
+    local host = require "dpy.host.core"
+    local out = dir .. "/early"
+    local pid = assert(host.spawn({ "/bin/sh", "-c", "cd " .. dir .. " && exec " .. BIN
+                                    .. " dispatch c.lua --remotes remotes.lua -q --out " .. out }, dir .. "/early.out"))
+    host.sleep(1.5)   -- asking the remotes' dpy-lua its version
+    host.kill(pid, 2)
+    local code = wait_exit(pid)
+    local text = read_file(dir .. "/early.out")
+    assert.are.equal(130, code, text)
+    assert.matches("interrupted by SIGINT before any process started", text)
+    assert.not_matches("%.lua:%d+:", text)
+    assert.is_nil(io.open(out .. "/manifest.json"), "nothing of the run is written")
+  end)
+
   it("lets dpy-lua attach here pause, step and change a node of the remotes, through the SSH sessions #e2e", function()
     remotes()
     local host = require "dpy.host.core"
