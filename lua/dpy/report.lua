@@ -113,7 +113,18 @@ end
 -- unreadable metrics files, each with its reason. A value the report cannot use is an error.
 function M.load(dir)
   local cfg = metrics.read(dir .. "/config.json")
-  if type(cfg) ~= "table" then return nil, dir .. ": not a run directory (no readable config.json)" end
+  if type(cfg) ~= "table" then
+    local jobs = {}   -- dispatch --jobs N writes its runs into DIR/job-<i>
+    for _, name in ipairs(require("dpy.paths").list(dir) or {}) do
+      if name:match("^job%-%d+$") and metrics.read(dir .. "/" .. name .. "/config.json") then jobs[#jobs + 1] = name end
+    end
+    if #jobs > 0 then
+      table.sort(jobs, function(a, b) return tonumber(a:match("%d+")) < tonumber(b:match("%d+")) end)
+      return nil, string.format("%s: not a run directory, but the jobs of a dispatch --jobs (%s): dpy-lua report "
+                                .. "%s/job-*", dir, table.concat(jobs, ", "), dir:gsub("/+$", ""))
+    end
+    return nil, dir .. ": not a run directory (no readable config.json)"
+  end
   local nodes = cfg.nodes == nil and 1 or type(cfg.nodes) == "number" and math.tointeger(cfg.nodes)
   if not nodes or nodes < 1 then
     return nil, string.format("%s/config.json: nodes is %s, not an integer >= 1", dir, tostring(cfg.nodes))

@@ -140,6 +140,16 @@ describe("dpy-lua report", function()
     assert.matches("title 'c rounds=5 %[unfinished: every node", read_file(dir .. "/report/report.gnuplot"))
   end)
 
+  it("names the jobs of a dispatch --jobs directory given in their place", function()
+    local dir = tmpdir()
+    fake_run(dir .. "/jobs/job-1", { "dispatch", "c.lua" }, { { 0.5, 0.7 } }, 1)
+    fake_run(dir .. "/jobs/job-2", { "dispatch", "c.lua" }, { { 0.5, 0.7 } }, 2)
+    local run, err = report.load(dir .. "/jobs")
+    assert.is_nil(run)
+    assert.matches("jobs: not a run directory, but the jobs of a dispatch %-%-jobs %(job%-1, job%-2%): "
+                   .. "dpy%-lua report .*jobs/job%-%*", err)
+  end)
+
   it("warns of a node whose metrics are unreadable, naming the file", function()
     local dir = tmpdir()
     local run_dir = fake_run(dir .. "/r", { "run", "c.lua" }, { { 0.5, 0.7 } })
