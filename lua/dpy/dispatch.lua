@@ -378,10 +378,24 @@ function M.start_job(cfg, opts)
     job.bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
   launcher.make_key(opts.dir)
-  job.rdirs, job.channels, job.forwards = upload(opts, used, extra), {}, {}
+  job.rdirs, job.channels, job.forwards, job.extra = upload(opts, used, extra), {}, {}, {}
+  -- sshd's MaxSessions (10 by default) counts the channels of one connection: a remote's session
+  -- keeps room for SFTP, its commands and attach clients beside 6 processes; further processes
+  -- get connections of their own, 8 processes each
+  local slots = {}
   for p = 0, cfg.processes - 1 do
     local i = job.owner[p + 1]
-    job.channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], opts.sessions[i], job.rdirs[i])
+    local slot = slots[i] or { session = opts.sessions[i], left = 6 }
+    if slot.left == 0 then
+      local r = opts.remotes[i]
+      local s, err = ssh.connect { host = r.host, port = r.port, user = r.user, identity = r.identity,
+                                   known_hosts = r.known_hosts }
+      if not s then error("remote " .. r.name .. ": " .. err, 0) end
+      job.extra[#job.extra + 1] = s
+      slot = { session = s, left = 8 }
+    end
+    slots[i], slot.left = slot, slot.left - 1
+    job.channels[p + 1] = start_process(cfg, opts, p, opts.remotes[i], slot.session, job.rdirs[i])
     -- dpy-lua attach here reaches the remote process's control socket through this session
     local fw, why = opts.sessions[i]:forward_unix(launcher.attach_socket(opts.dir, p),
                                                   launcher.attach_socket(job.rdirs[i], p))
@@ -501,6 +515,7 @@ function Job:finish()
   local cfg, opts = self.cfg, self.opts
   local ended = host.clock()
   for _, fw in pairs(self.forwards) do fw:close() end
+  for _, s in ipairs(self.extra) do s:close() end   -- their processes have ended
   self:read_progress(ended)
   collect(cfg, opts, self.owner, self.rdirs, self.bar)
   if cfg.checkpoint_every then

@@ -369,6 +369,22 @@ return {
     assert.are_not.equal(0, rc, "no process of the run is left")
   end)
 
+  it("runs more processes on one remote than sshd's MaxSessions (10) lets one connection have", function()
+    local path = dir .. "/remotes-many.lua"
+    write_file(path, string.format([[
+return {
+  defaults = { port = %d, identity = %q, known_hosts = %q, dpy_lua = %q },
+  remotes = { { host = "127.0.0.1", processes = 12, work_dir = %q } },
+}
+]], port, keys .. "/user_key", keys .. "/known_hosts", DPY_BIN, dir .. "/remote-many"))
+    write_file(dir .. "/many.lua", "include 'tiny.lua'\nnodes = 12\nrounds = 1\nlocal_steps = 1\n"
+               .. "train_samples = 1200\ntest_samples = 50\n")
+    local code, _, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch many.lua --remotes remotes-many.lua -q --out "
+                            .. dir .. "/many")
+    assert.are.equal(0, code, err)
+    for uid = 0, 11 do assert.matches("done: 1 rounds", read_file(string.format("%s/many/%d.log", dir, uid))) end
+  end)
+
   it("names why a remote process could not start: its port is taken", function()
     -- the second remote's processes are to listen on the test sshd's own port (and the next)
     local path = remotes()
