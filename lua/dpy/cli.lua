@@ -657,6 +657,7 @@ function M.dispatch(args)
   p:flag("-q --quiet", "Print only the summaries.")
   local ok, a = p:pparse(negative_values(args, SEED))
   if ok and a.processes and a.processes < 1 then ok, a = false, "--processes: an integer >= 1 expected" end
+  if ok and a.jobs < 1 then ok, a = false, "--jobs: an integer >= 1 expected" end   -- 0 ran one job
   if not ok then
     io.stderr:write(p:get_usage(), "\ndpy-lua dispatch: ", a, "\n")
     return 2

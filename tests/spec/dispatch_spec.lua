@@ -318,6 +318,14 @@ return {
     assert.is_nil(io.open(dir .. "/typed/manifest.json"))
   end)
 
+  it("refuses --jobs below 1 as --processes is refused (exit 2), before it reads a remote", function()
+    for _, j in ipairs { "0", "-2" } do
+      local code, _, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch c.lua --remotes none.lua --jobs=" .. j)
+      assert.are.equal(2, code, err)
+      assert.matches("%-%-jobs: an integer >= 1 expected", err)
+    end
+  end)
+
   it("refuses an unknown or changed host key, a wrong key and a remote without dpy-lua", function()
     write_file(dir .. "/empty_known_hosts", "")
     remotes(string.format("known_hosts = %q", dir .. "/empty_known_hosts"))
