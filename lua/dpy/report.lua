@@ -169,8 +169,10 @@ function M.load(dir)
         table.insert(per_round_bytes[e[1]], cumulative)
         sent[#sent + 1] = e[2]
       end
-      reached[uid] = 0
-      for _, e in ipairs(m.wall_seconds or {}) do reached[uid] = math.max(reached[uid], e[1]) end
+      if m.wall_seconds then   -- (metrics without the series, not a run's own, say nothing of rounds)
+        reached[uid] = 0
+        for _, e in ipairs(m.wall_seconds) do reached[uid] = math.max(reached[uid], e[1]) end
+      end
       local elapsed = 0
       for _, e in ipairs(m.wall_seconds or {}) do
         walls[e[1]] = math.max(walls[e[1]] or 0, e[2])
