@@ -365,6 +365,9 @@ function M.node(args)
       return a.resume == "auto" and 1 or 2
     end
   end
+  -- Ctrl-C passed on by the launcher during the rendezvous sets the flag it polls: the prompt's
+  -- handler would raise "interrupted!" inside it, naming a line
+  if joins then require("dpy.host.core").catch_interrupt() end
   local ran, code = pcall(function()
     if joins then   -- join the others
       cfg.processes = size
@@ -384,6 +387,8 @@ function M.node(args)
       opts.addresses = rendezvous.join(cfg, a.dir, rank, size, opts.run_id, function(rdv)
         if opts.resume then   -- the run directory holds the run already
           require("dpy.layout").prepare(cfg, a.dir)
+          -- and the progress files of the attempt it continues (rank 0 would read their `done`)
+          for p = 0, size - 1 do os.remove(string.format("%s/progress-%d.json", a.dir, p)) end
           -- as `run --resume` does: the manifest's `resumed`, where its `interrupted` moves
           require("dpy.experiment").record_resume { dir = a.dir, resume = opts.resume, run_id = opts.run_id,
                                                     argv = { "node", table.unpack(args) } }
@@ -406,6 +411,14 @@ function M.node(args)
     end
     return launcher.node_main(cfg, opts)
   end)
+  if not ran and type(code) == "table" and code.interrupted then   -- before the nodes started
+    local signal = launcher.SIGNALS[code.interrupted] or ("signal " .. code.interrupted)
+    if rank == 0 and opts.resume then   -- the resume took the mark over: the run is where it was
+      launcher.mark_interrupted(a.dir, { signal = signal, round = opts.resume })
+    end
+    io.stderr:write(string.format("dpy-lua node: interrupted by %s before the nodes started\n", signal))
+    return 128 + code.interrupted
+  end
   if not ran then
     local usage = type(code) == "table" and code.usage
     io.stderr:write("dpy-lua node: ", usage or tostring(code), "\n")

@@ -58,12 +58,8 @@ function M.load_remotes(path)
     for k, v in pairs(DEFAULTS) do merged[k] = v end
     for k, v in pairs(defaults) do merged[k] = v end
     for k, v in pairs(r) do merged[k] = v end
-    if merged.backend ~= "cpu" and merged.backend ~= "cuda" and merged.backend ~= "rocm" then
-      error(string.format("%s: remotes[%d] (%s): backend must be cpu, cuda or rocm", path, i, r.host), 0)
-    end
-    if math.type(merged.processes) ~= "integer" or merged.processes < 1 then
-      error(string.format("%s: remotes[%d] (%s): processes must be an integer >= 1", path, i, r.host), 0)
-    end
+    -- KEYS checked every value above (defaults and this remote's); 4.0 is 4, as for config keys
+    for k, v in pairs(merged) do merged[k] = options.normalize(v, KEYS[k]) end
     merged.address = merged.address or merged.host
     merged.name = string.format("%s (%s)", r.name or r.host, r.host)
     list[i] = merged

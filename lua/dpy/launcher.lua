@@ -397,7 +397,7 @@ function M.run(cfg, opts)
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
       local pr = group:progress()
-      round = math.max(pr.round, 0)
+      round = math.max(pr.round, opts.resume or 0)
       bar:update(M.progress_line(cfg, pr, start))
     end)
     failed = failures(results)
@@ -479,7 +479,9 @@ function M.node_main(cfg, opts)
   local function write(done)
     local pr = last
     local acc = pr.accuracy == pr.accuracy and pr.accuracy or nil
-    host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, 0), accuracy = acc, done = done,
+    -- a resumed process has finished the round it resumed from: its slowest node says -1 until it ends one
+    host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, opts.resume or 0), accuracy = acc,
+                                                  done = done,
                                                   count = acc and 1 or 0, sent = pr.sent, beat = host.clock(),
                                                   paused = pr.paused or nil, links = pr.links })
   end

@@ -173,6 +173,8 @@ function M.join(cfg, dir, rank, size, run_id, prepare, timeout, text)
     local ready = read(rdv .. "/ready") == tostring(run_id)
     if #missing == 0 and ready then return addresses end
     if host.clock() > deadline then never_arrived(rdv, dir, missing, timeout) end
+    local sig = host.interrupted()   -- (the caller caught the signals)
+    if sig then error({ interrupted = sig }, 0) end
     host.sleep(0.1)
   end
 end

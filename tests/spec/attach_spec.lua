@@ -137,6 +137,28 @@ describe("dpy-lua attach #e2e", function()
     assert.are.equal(5, rounds_recorded(out, 0))
   end)
 
+  it("interrupts the showing of a value whose __tostring loops, once its client went away", function()
+    local out, pid, log = start_paused(CONFIG, "processes=2")
+    local c = assert(require("dpy.attach.core").connect(out .. "/attach/p0.sock"))
+    -- the code returns at once; showing its value runs the client's __tostring, which loops
+    assert(c:send("E", 0, 1, "setmetatable({}, { __tostring = function() while true do end end })"))
+    local client = assert(require("dpy.attach.client").open(out))
+    local state
+    for _ = 1, 100 do
+      state = client:node_list()[1].state
+      if state == "evaluating" then break end
+      host.sleep(0.1)
+    end
+    client:close()
+    assert.are.equal("evaluating", state)
+    c:close()
+    local code, o, e = attach(out, 4, { "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches("running", o)
+    assert.are.equal(0, wait_exit(pid, 25), read_file(log))
+    assert.are.equal(5, rounds_recorded(out, 0))
+  end)
+
   it("gives a client's code at the first round its node's own model, not the copy the nodes share", function()
     local out = start_paused(CONFIG, "processes=1")
     local code, o, e = attach(out, 5, { "model:get_flat():sum():item()", "trainer:run(1)", "use(4)",
@@ -362,7 +384,7 @@ describe("dpy.attach.node", function()
     local replies = {}
     local node = { uid = 4, round = 2, dir = tmpdir(), log = { write = function() end } }
     node.endpoint = {
-      attach_eval = function(_, _, _, fn) return pcall(fn) end,
+      attach_eval = function(_, _, _, fn, ...) return pcall(fn, ...) end,
       attach_send = function(_, _, kind, _, text) replies[#replies + 1] = kind .. " " .. text; return true end,
       attach_hold = function() end,
     }

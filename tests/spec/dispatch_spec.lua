@@ -70,14 +70,18 @@ return {
 
   it("stops on Ctrl-C before any process started (a slow login): exit 130, no Lua location, nothing written", function()
     local slow = dir .. "/slower-dpy-lua"
-    write_file(slow, string.format('#!/bin/sh\nsleep 3\nexec %s "$@"\n', BIN))
+    local asked = dir .. "/early-asked"
+    write_file(slow, string.format('#!/bin/sh\necho >> %s\nsleep 3\nexec %s "$@"\n', asked, BIN))
     assert(os.execute("chmod +x " .. slow))
     remotes(string.format("dpy_lua = %q", slow))
     local host = require "dpy.host.core"
     local out = dir .. "/early"
     local pid = assert(host.spawn({ "/bin/sh", "-c", "cd " .. dir .. " && exec " .. BIN
                                     .. " dispatch c.lua --remotes remotes.lua -q --out " .. out }, dir .. "/early.out"))
-    host.sleep(1.5)   -- asking the remotes' dpy-lua its version
+    for _ = 1, 300 do   -- until it asks the remotes' dpy-lua its version (a loaded machine takes its time)
+      if read_file(asked) then break end
+      host.sleep(0.1)
+    end
     host.kill(pid, 2)
     local code = wait_exit(pid)
     local text = read_file(dir .. "/early.out")
@@ -300,6 +304,12 @@ return {
       assert.is_false(ok, case[1])
       assert.matches("^" .. path:gsub("%p", "%%%0") .. ": " .. case[2], err)
     end
+    -- an integral float is the integer, as in a config (a JSON decoder's numbers are floats)
+    write_file(path, "return { defaults = { port = 22.0 }, remotes = { { host = 'a', processes = 4.0 } } }\n")
+    local remotes = load_remotes(path)
+    assert.are.equal(math.tointeger(4), remotes[1].processes)
+    assert.are.equal("integer", math.type(remotes[1].processes))
+    assert.are.equal("integer", math.type(remotes[1].port))
     write_file(path, "return { defaults = { port = '22' }, remotes = { { host = 'a' } } }\n")
     local ok, err = pcall(load_remotes, path)
     assert.is_false(ok)

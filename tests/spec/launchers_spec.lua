@@ -134,6 +134,26 @@ describe("launchers #e2e", function()
     local manifest = require("dpy.metrics").read(dir .. "/int/manifest.json")
     assert.are.equal("SIGINT", manifest.interrupted and manifest.interrupted.signal, out)
     assert.is_true(manifest.interrupted.round >= 1)
+    -- resumed, then interrupted before its ranks finish a round: it stopped after the round it
+    -- resumed from, not after round 0 (a resumed process's progress said 0 until it ended a round)
+    local from = manifest.interrupted.round
+    for r = 0, 1 do
+      pids[r + 1] = assert(host.spawn({ "/bin/sh", "-c", string.format("SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=81 "
+                                        .. "exec %s node %s/c.lua rounds=60 checkpoint_every=1 --resume auto --dir "
+                                        .. "%s/int", r, BIN, dir, dir) }, string.format("%s/int-%d.out", dir, r)))
+    end
+    for _ = 1, 600 do   -- until rank 0 has recorded the resume
+      local m = require("dpy.metrics").read(dir .. "/int/manifest.json")
+      if m and m.resumed then break end
+      host.sleep(0.05)
+    end
+    for _, pid in ipairs(pids) do host.kill(pid, 2) end
+    wait_exit(pids[1])
+    wait_exit(pids[2])
+    manifest = require("dpy.metrics").read(dir .. "/int/manifest.json")
+    assert(manifest.interrupted, read_file(dir .. "/int-0.out"))
+    assert.not_matches("%.lua:%d+:", read_file(dir .. "/int-0.out"))   -- (stopped in the rendezvous too)
+    assert.is_true(manifest.interrupted.round >= from, read_file(dir .. "/int-0.out"))
     -- resumed by another launch, it ends no longer marked interrupted: the resume records it
     local resumed = {}
     for r = 0, 1 do

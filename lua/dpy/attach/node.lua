@@ -114,8 +114,9 @@ end
 -- not recorded: it changes nothing).
 function M.serve(node, conn, id, code, kind)
   local s = session(node, conn)
-  if kind == "C" then   -- a client's table whose __index or __pairs raises completes nothing
-    local ok, words = pcall(require("dpy.help").complete, code, s.env, { s.own, LIVE, _G })
+  if kind == "C" then   -- a client's table whose __index or __pairs raises (or loops) completes nothing
+    local ok, words = node.endpoint:attach_eval(conn, id, require("dpy.help").complete, code, s.env,
+                                                { s.own, LIVE, _G })
     return send(node, conn, "C", id, ok and table.concat(words, "\n") or "")
   end
   local fn, err = load("return " .. code, "=attach", "t", s.env)
@@ -123,16 +124,17 @@ function M.serve(node, conn, id, code, kind)
   if not fn then return send(node, conn, "X", id, err) end
   record(node, code)
   s.out = {}
-  local res = table.pack(node.endpoint:attach_eval(conn, id, fn))
-  local text = table.concat(s.out)
-  if res[1] then
-    -- values are shown here, outside the client's code: one that cannot be shown is its error
-    local ok, line = pcall(pretty.line, table.unpack(res, 2, res.n))
-    if ok then send(node, conn, "R", id, text .. line)
-    else send(node, conn, "X", id, text .. "the result cannot be shown: " .. shown(line)) end
-  else
-    send(node, conn, "X", id, text .. shown(res[2]))
-  end
+  -- showing what the code returned or raised runs the client's code too (__tostring, __pairs): it
+  -- runs under the same interrupt, and one that raises or cannot be shown is the client's error
+  local evaluated, ok, shown_text = node.endpoint:attach_eval(conn, id, function()
+    local res = table.pack(pcall(fn))
+    if not res[1] then return false, shown(res[2]) end
+    local fine, line = pcall(pretty.line, table.unpack(res, 2, res.n))
+    if fine then return true, line end
+    return false, "the result cannot be shown: " .. shown(line)
+  end)
+  if not evaluated then ok, shown_text = false, shown(ok) end
+  send(node, conn, ok and "R" or "X", id, table.concat(s.out) .. shown_text)
 end
 
 --- Before round r: serves what is queued (from conn, id, code, kind: the first message, which the
