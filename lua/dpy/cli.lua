@@ -388,7 +388,7 @@ function M.node(args)
         if opts.resume then   -- the run directory holds the run already
           require("dpy.layout").prepare(cfg, a.dir)
           -- and the progress files of the attempt it continues (rank 0 would read their `done`)
-          for p = 0, size - 1 do os.remove(string.format("%s/progress-%d.json", a.dir, p)) end
+          for q = 0, size - 1 do os.remove(string.format("%s/progress-%d.json", a.dir, q)) end
           -- as `run --resume` does: the manifest's `resumed`, where its `interrupted` moves
           require("dpy.experiment").record_resume { dir = a.dir, resume = opts.resume, run_id = opts.run_id,
                                                     argv = { "node", table.unpack(args) } }

@@ -452,7 +452,8 @@ function M.mpi_summary(cfg, dir, seconds, from)
   local pr = read_progress(cfg, dir)
   local sig = host.interrupted()   -- the launcher passed Ctrl-C (SIGTERM) on: marked as `run` marks it,
   local function mark()            -- at once too (mpirun sends SIGKILL soon after)
-    local stop = { signal = M.SIGNALS[sig] or ("signal " .. sig), number = sig, round = pr.round }
+    -- (a resumed run has every round up to from: its progress files may not say so yet)
+    local stop = { signal = M.SIGNALS[sig] or ("signal " .. sig), number = sig, round = math.max(pr.round, from or 0) }
     mark_interrupted(dir, stop)
     return stop
   end
