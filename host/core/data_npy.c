@@ -228,7 +228,7 @@ static void member_list(zip_t *z, char *out, size_t len) {
 /* Reads every member of z through to its end, so that libzip checks each one's CRC and length:
 ** torch's readers do not (a bit flipped in a checkpoint's model went through as a number). 0, or
 ** -1 naming the member and what is wrong. Discards z. */
-static int check_members(zip_t *z, char *err, size_t errlen) {
+static int check_members(zip_t *z, const char *where, char *err, size_t errlen) {
     uint8_t scratch[1 << 16];
     int rc = 0;
     zip_int64_t count = zip_get_num_entries(z, 0);
@@ -236,14 +236,16 @@ static int check_members(zip_t *z, char *err, size_t errlen) {
         const char *name = zip_get_name(z, (zip_uint64_t)i, 0);
         zip_file_t *f = zip_fopen_index(z, (zip_uint64_t)i, 0);
         if (!f) {
-            rc = dpy_fail(err, errlen, "%s: cannot open the member (%s)", name ? name : "?", zip_strerror(z));
+            rc = dpy_fail(err, errlen, "%s%s: cannot open the member (%s)", where, name ? name : "?",
+                          zip_strerror(z));
             break;
         }
         zip_int64_t got;
         while ((got = zip_fread(f, scratch, sizeof scratch)) > 0) {
         }
         if (got < 0)
-            rc = dpy_fail(err, errlen, "%s: corrupt member (%s)", name ? name : "?", zip_file_strerror(f));
+            rc = dpy_fail(err, errlen, "%s%s: corrupt member (%s)", where, name ? name : "?",
+                          zip_file_strerror(f));
         zip_fclose(f);
     }
     zip_discard(z);   /* frees its source too */
@@ -263,7 +265,7 @@ int dpy_zip_check(const void *buf, size_t len, char *err, size_t errlen) {
         return -1;
     }
     zip_error_fini(&ze);
-    return check_members(z, err, errlen);
+    return check_members(z, "", err, errlen);
 }
 
 int dpy_zip_check_file(const char *path, char *err, size_t errlen) {
@@ -279,13 +281,9 @@ int dpy_zip_check_file(const char *path, char *err, size_t errlen) {
         zip_error_fini(&ze);
         return -1;
     }
-    int rc = check_members(z, err, errlen);
-    if (rc != 0) {   /* "path: member: what" */
-        char what[256];
-        snprintf(what, sizeof what, "%s", err);
-        dpy_fail(err, errlen, "%s: %s", path, what);
-    }
-    return rc;
+    char where[4096];
+    snprintf(where, sizeof where, "%s: ", path);
+    return check_members(z, where, err, errlen);
 }
 
 /* The buffer grows only as the member's bytes arrive, never to what the directory merely

@@ -397,7 +397,7 @@ function M.run(cfg, opts)
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
       local pr = group:progress()
-      round = math.max(pr.round, opts.resume or 0)
+      round = math.max(pr.round, 0)
       bar:update(M.progress_line(cfg, pr, start))
     end)
     failed = failures(results)

@@ -115,33 +115,13 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(out .. "/attach/p1.sock"))
   end)
 
-  it("interrupts the code of a client that went away while it ran: the run goes on", function()
+  -- Sends code to node 0 of a paused run, closes the client while the node evaluates (killed, or
+  -- its ssh gone: no interrupt comes), resumes the run: it must end within peer_timeout (30 s), node
+  -- 0 not left looping, its peers waiting for it.
+  local function client_gone_while(code)
     local out, pid, log = start_paused(CONFIG, "processes=2")
     local c = assert(require("dpy.attach.core").connect(out .. "/attach/p0.sock"))
-    assert(c:send("E", 0, 1, "while true do end"))
-    local client = assert(require("dpy.attach.client").open(out))
-    local state
-    for _ = 1, 100 do
-      state = client:node_list()[1].state
-      if state == "evaluating" then break end
-      host.sleep(0.1)
-    end
-    client:close()
-    assert.are.equal("evaluating", state)
-    c:close()   -- killed, or its ssh gone: no interrupt comes
-    local code, o, e = attach(out, 4, { "resume()" })
-    assert.are.equal(0, code, e)
-    assert.matches("running", o)
-    -- within peer_timeout (30 s): node 0 was not left looping, its peers waiting for it
-    assert.are.equal(0, wait_exit(pid, 25), read_file(log))
-    assert.are.equal(5, rounds_recorded(out, 0))
-  end)
-
-  it("interrupts the showing of a value whose __tostring loops, once its client went away", function()
-    local out, pid, log = start_paused(CONFIG, "processes=2")
-    local c = assert(require("dpy.attach.core").connect(out .. "/attach/p0.sock"))
-    -- the code returns at once; showing its value runs the client's __tostring, which loops
-    assert(c:send("E", 0, 1, "setmetatable({}, { __tostring = function() while true do end end })"))
+    assert(c:send("E", 0, 1, code))
     local client = assert(require("dpy.attach.client").open(out))
     local state
     for _ = 1, 100 do
@@ -152,11 +132,20 @@ describe("dpy-lua attach #e2e", function()
     client:close()
     assert.are.equal("evaluating", state)
     c:close()
-    local code, o, e = attach(out, 4, { "resume()" })
-    assert.are.equal(0, code, e)
+    local rc, o, e = attach(out, 4, { "resume()" })
+    assert.are.equal(0, rc, e)
     assert.matches("running", o)
     assert.are.equal(0, wait_exit(pid, 25), read_file(log))
     assert.are.equal(5, rounds_recorded(out, 0))
+  end
+
+  it("interrupts the code of a client that went away while it ran: the run goes on", function()
+    client_gone_while("while true do end")
+  end)
+
+  it("interrupts the showing of a value whose __tostring loops, once its client went away", function()
+    -- the code returns at once; showing its value runs the client's __tostring, which loops
+    client_gone_while("setmetatable({}, { __tostring = function() while true do end end })")
   end)
 
   it("gives a client's code at the first round its node's own model, not the copy the nodes share", function()
