@@ -223,6 +223,54 @@ local function need(t, name, path, dtype, numel)
   return t
 end
 
+-- Raises naming path and the field when meta's state is of the wrong kind or out of range (a file
+-- edited by hand or by another tool): a loader position outside its samples, say, would otherwise
+-- draw other samples without a word. nodes: the run's node count (dropped holds uids).
+local function check_meta(meta, path, nodes)
+  local function bad(field, v, want)
+    error(string.format("%s: the checkpoint's %s is %s, where %s belongs", path, field, tostring(v), want), 0)
+  end
+  local function count(field, v, hi)
+    if math.type(v) ~= "integer" or v < 0 or (hi and v > hi) then
+      bad(field, v, hi and "an integer in 0.." .. hi or "a non-negative integer")
+    end
+  end
+  local function kind(field, v, want, name)
+    if v ~= nil and type(v) ~= want then bad(field, v, name) end
+  end
+  count("round", meta.round)
+  local lm = meta.loader
+  kind("loader", lm, "table", "a table")
+  if lm then
+    count("loader.n", lm.n)
+    count("loader.pos", lm.pos, lm.n)
+    count("loader.epochs", lm.epochs)
+    kind("loader.started", lm.started, "boolean", "a boolean")
+    kind("loader.shuffled", lm.shuffled, "boolean", "a boolean")
+  end
+  kind("trainer", meta.trainer, "table", "a table")
+  if meta.trainer then
+    count("trainer.steps", meta.trainer.steps)
+    count("trainer.samples", meta.trainer.samples)
+  end
+  local clock = meta.sim_clock
+  if clock ~= nil and not (type(clock) == "number" and clock >= 0 and clock < math.huge) then
+    bad("sim_clock", clock, "a finite time in seconds")
+  end
+  kind("dropped", meta.dropped, "table", "a list of node uids")
+  for i, u in ipairs(meta.dropped or {}) do count(string.format("dropped[%d]", i), u, nodes - 1) end
+  kind("metrics", meta.metrics, "table", "a table of series")
+  for name, list in pairs(meta.metrics or {}) do
+    kind("metrics." .. tostring(name), list, "table", "a list")
+    for i, e in ipairs(list) do
+      if type(e) ~= "table" or type(e[1]) ~= "number" then
+        bad(string.format("metrics.%s[%d]", name, i), e, "a {round, value} pair")
+      end
+    end
+  end
+  if type(meta.actions) ~= "table" then bad("actions", meta.actions, "a list") end
+end
+
 --- checkpoint.restore(node, path [, round]) -> the round: node's state as the checkpoint holds it; raises
 -- naming the file and what does not match (with round: a checkpoint of another round).
 function M.restore(node, path, round)
@@ -235,6 +283,7 @@ function M.restore(node, path, round)
   if round and meta.round ~= round then   -- a file copied or renamed: the node would go on from another round
     error(string.format("%s: a checkpoint of round %s, not of round %d", path, tostring(meta.round), round), 0)
   end
+  check_meta(meta, path, node.cfg.nodes)
   node.model:set_flat(need(t.model, "model", path, "float32", node.model:numel()))
   local buffers, order = node.model:named_buffers()
   for _, n in ipairs(order) do

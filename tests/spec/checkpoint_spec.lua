@@ -288,23 +288,52 @@ end }
     assert.is_nil(err:find("has not answered", 1, true), err)
   end)
 
-  it("--resume refuses a checkpoint file that holds another round than its name says", function()
-    local code, _, err, out = run_config(TINY_RUN .. "rounds = 2\ncheckpoint_every = 1\n", "-q")
-    assert.are.equal(0, code, err)
-    os.remove(out .. "/0.model.pt")   -- something to resume: node 0 stopped before its final model
-    -- node 0's checkpoint of round 2 made one of round 1 (as a copy of its older file over it would)
-    local path = out .. "/ckpt/0/2.ckpt"
+  -- Rewrites checkpoint path with its meta changed by edit(meta).
+  local function edit_meta(path, edit)
     local ck = assert(checkpoint.read(path))
-    ck.meta.round = 1
+    edit(ck.meta)
     local names, ts = {}, {}
     for name, t in pairs(ck.tensors) do
       names[#names + 1] = name
       ts[#ts + 1] = name == "meta" and tensor.from_bytes(require("dpy.serialize").value(ck.meta, "m"), "uint8") or t
     end
     write_file(path, tensor.pickle(names, ts))
+  end
+
+  it("--resume refuses a checkpoint file that holds another round than its name says", function()
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 2\ncheckpoint_every = 1\n", "-q")
+    assert.are.equal(0, code, err)
+    os.remove(out .. "/0.model.pt")   -- something to resume: node 0 stopped before its final model
+    -- node 0's checkpoint of round 2 made one of round 1 (as a copy of its older file over it would)
+    edit_meta(out .. "/ckpt/0/2.ckpt", function(meta) meta.round = 1 end)
     code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
     assert.are.equal(1, code, err)
     assert.matches(out .. "/ckpt/0/2.ckpt: a checkpoint of round 1, not of round 2", err, 1, true)
+  end)
+
+  it("--resume refuses a checkpoint whose state is of the wrong kind or out of range, naming the field", function()
+    local code, _, err, out = run_config(TINY_RUN .. "rounds = 2\ncheckpoint_every = 1\n", "-q")
+    assert.are.equal(0, code, err)
+    local path = out .. "/ckpt/0/2.ckpt"
+    local original = read_file(path)
+    local cases = {   -- edit, the words of the refusal
+      { function(m) m.loader.pos = -16 end, "loader.pos is -16, where an integer in 0..500 belongs" },
+      { function(m) m.loader.pos = 501 end, "loader.pos is 501, where an integer in 0..500 belongs" },
+      { function(m) m.loader.epochs = 0.5 end, "loader.epochs is 0.5, where a non-negative integer belongs" },
+      { function(m) m.loader.shuffled = "yes" end, "loader.shuffled is yes, where a boolean belongs" },
+      { function(m) m.trainer.steps = "many" end, "trainer.steps is many, where a non-negative integer belongs" },
+      { function(m) m.dropped = { 7 } end, "dropped[1] is 7, where an integer in 0..3 belongs" },
+      { function(m) m.metrics = 5 end, "metrics is 5, where a table of series belongs" },
+      { function(m) m.metrics.train_loss[1] = 3 end, "metrics.train_loss[1] is 3, where a {round, value} pair belongs" },
+    }
+    for _, case in ipairs(cases) do
+      write_file(path, original)
+      edit_meta(path, case[1])
+      os.remove(out .. "/0.model.pt")
+      code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
+      assert.are.equal(1, code, case[2] .. ": " .. err)
+      assert.matches(path .. ": the checkpoint's " .. case[2], err, 1, true)
+    end
   end)
 
   it("a resume that fails before a node's checkpoint is restored leaves that node's metrics as they were", function()
