@@ -118,11 +118,18 @@ describe("dpy-lua attach #e2e", function()
   -- Sends code to node 0 of a paused run, closes the client while the node evaluates (killed, or
   -- its ssh gone: no interrupt comes), resumes the run: it must end within peer_timeout (30 s), node
   -- 0 not left looping, its peers waiting for it.
-  local function client_gone_while(code)
+  -- With resume_first, the code is run and answered at the paused boundary, the run resumed, and
+  -- the client closed once node 0 evaluates something of its (a breakpoint's function).
+  local function client_gone_while(code, resume_first)
     local out, pid, log = start_paused(CONFIG, "processes=2")
     local c = assert(require("dpy.attach.core").connect(out .. "/attach/p0.sock"))
     assert(c:send("E", 0, 1, code))
     local client = assert(require("dpy.attach.client").open(out))
+    if resume_first then
+      local kind, _, _, text = c:recv(30)
+      assert.are.equal("R", kind, text)
+      client:resume()
+    end
     local state
     for _ = 1, 100 do
       state = client:node_list()[1].state
@@ -132,9 +139,11 @@ describe("dpy-lua attach #e2e", function()
     client:close()
     assert.are.equal("evaluating", state)
     c:close()
-    local rc, o, e = attach(out, 4, { "resume()" })
-    assert.are.equal(0, rc, e)
-    assert.matches("running", o)
+    if not resume_first then
+      local rc, o, e = attach(out, 4, { "resume()" })
+      assert.are.equal(0, rc, e)
+      assert.matches("running", o)
+    end
     assert.are.equal(0, wait_exit(pid, 25), read_file(log))
     assert.are.equal(5, rounds_recorded(out, 0))
   end
@@ -146,6 +155,38 @@ describe("dpy-lua attach #e2e", function()
   it("interrupts the showing of a value whose __tostring loops, once its client went away", function()
     -- the code returns at once; showing its value runs the client's __tostring, which loops
     client_gone_while("setmetatable({}, { __tostring = function() while true do end end })")
+  end)
+
+  it("interrupts a breakpoint's function that loops, once its client went away", function()
+    client_gone_while("break_on('post_train', function() while true do end end)", true)
+  end)
+
+  it("interrupts a breakpoint's function that loops at the client's Ctrl-C while it waits: the run pauses",
+     function()
+    local out, pid, log = start_paused(CONFIG)
+    local dir = tmpdir()
+    write_file(dir .. "/in", "break_on('post_train', function(n) while n.uid == 0 and n.round == 1 do end end)\nresume()\nwait()\n"
+                             .. "wait()\nnodes()\nresume()\n")
+    local client_pid = assert(host.spawn({ "/bin/sh", "-c", string.format("exec %s attach %s --uid 0 < %s/in",
+                                                                          shell_quote(DPY_BIN), out, dir) },
+                                         dir .. "/client.out"))
+    local client = assert(require("dpy.attach.client").open(out))
+    local state
+    for _ = 1, 100 do
+      state = client:node_list()[1].state
+      if state == "evaluating" then break end
+      host.sleep(0.1)
+    end
+    client:close()
+    assert.are.equal("evaluating", state)
+    host.sleep(0.5)   -- the client in its wait()
+    host.kill(client_pid, 2)
+    assert.are.equal(0, wait_exit(client_pid, 60), read_file(dir .. "/client.out"))
+    local o = read_file(dir .. "/client.out")
+    assert.matches("break: node 0, round 1, post_train: break_on failed: [%w:]*%s?interrupted\n", o)
+    assert.matches("paused: every node has finished round %d", o)
+    assert.are.equal(0, wait_exit(pid, 60), read_file(log))
+    assert.are.equal(5, rounds_recorded(out, 0))
   end)
 
   it("gives a client's code at the first round its node's own model, not the copy the nodes share", function()
@@ -349,6 +390,7 @@ describe("dpy.attach.node", function()
       attach_poll = function() end,
       attach_hold = function(_, conn) node.held[#node.held + 1] = conn end,
       attach_send = function(_, conn, kind) node.sent[#node.sent + 1] = kind .. conn; return not gone[conn] end,
+      attach_eval = function(_, _, _, fn, ...) return pcall(fn, ...) end,
     }
     return node
   end

@@ -8,6 +8,7 @@ local core = require "dpy.attach.core"
 local metrics = require "dpy.metrics"
 local launcher = require "dpy.launcher"
 local forward = require "dpy.attach.forward"
+local attach_node = require "dpy.attach.node"
 
 local M = {}
 local Client = {}
@@ -236,10 +237,20 @@ function Client:wait_stopped(limit)
                            done > 0 and string.format(" (%d finished the run)", done) or "")
     end
     core.wait(self.conns, 0.1)
-    if core.interrupted() then return nil end
+    if core.interrupted() then return self:interrupt_breaks() end
     for p = 1, #self.conns do self:drain(p) end
   end
   return "the run has ended"
+end
+
+-- Ctrl-C while waiting: a breakpoint function of this session's that loops holds its node, and so
+-- the run; each node evaluating one is sent its interrupt (it fails: "break_on failed: interrupted").
+function Client:interrupt_breaks()
+  for _, n in ipairs(self:node_list()) do
+    if n.state == "evaluating" and not self.ended[n.p + 1] then
+      self.conns[n.p + 1]:send("I", n.uid, attach_node.BREAK_ID, "")
+    end
+  end
 end
 
 function Client:pause()
@@ -269,7 +280,7 @@ function Client:wait()
       return self:pause()
     end
     core.wait(self.conns, 0.25)
-    if core.interrupted() then return nil end
+    if core.interrupted() then return self:interrupt_breaks() end
     for p = 1, #self.conns do self:drain(p) end
   end
   return "the run has ended"

@@ -12,6 +12,10 @@ local host = require "dpy.host.core"
 
 local M = {}
 
+--- The request id a session's breakpoint functions run under: a client's Ctrl-C sends an interrupt
+-- of it (its own requests count up from 1).
+M.BREAK_ID = 0xFFFFFFFF
+
 -- What a session's globals read from the node at each access.
 local LIVE = {
   node = function(n) return n end, model = function(n) return n.model end,
@@ -163,7 +167,9 @@ function M.event(node, event, conn, id, code, kind)
   -- a copy: a client found gone by send() leaves the list meanwhile
   local list = node.attach_breaks and node.attach_breaks[event] or {}
   for _, b in ipairs(table.move(list, 1, #list, 1, {})) do
-    local ok, hit = pcall(b.fn, node)
+    -- under the interrupt of its client's Ctrl-C (M.BREAK_ID) or going away: one that loops does
+    -- not hold the node for ever; interrupted, it failed, and the run pauses as for any failure
+    local ok, hit = node.endpoint:attach_eval(b.conn, M.BREAK_ID, b.fn, node)
     if not ok or hit then
       node.endpoint:attach_hold(b.conn)   -- this process stops at its next boundary; the client pauses the rest
       send(node, b.conn, "B", 0, string.format("node %d, round %d, %s: %s", node.uid, node.round or 0, event,
