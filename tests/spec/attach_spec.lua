@@ -165,8 +165,8 @@ describe("dpy-lua attach #e2e", function()
      function()
     local out, pid, log = start_paused(CONFIG)
     local dir = tmpdir()
-    write_file(dir .. "/in", "break_on('post_train', function(n) while n.uid == 0 and n.round == 1 do end end)\nresume()\nwait()\n"
-                             .. "wait()\nnodes()\nresume()\n")
+    write_file(dir .. "/in", "break_on('post_train', function(n) while n.uid == 0 and n.round == 1 do end end)\n"
+                             .. "resume()\nwait()\nwait()\nnodes()\nresume()\n")
     local client_pid = assert(host.spawn({ "/bin/sh", "-c", string.format("exec %s attach %s --uid 0 < %s/in",
                                                                           shell_quote(DPY_BIN), out, dir) },
                                          dir .. "/client.out"))

@@ -324,7 +324,8 @@ end }
       { function(m) m.trainer.steps = "many" end, "trainer.steps is many, where a non-negative integer belongs" },
       { function(m) m.dropped = { 7 } end, "dropped[1] is 7, where an integer in 0..3 belongs" },
       { function(m) m.metrics = 5 end, "metrics is 5, where a table of series belongs" },
-      { function(m) m.metrics.train_loss[1] = 3 end, "metrics.train_loss[1] is 3, where a {round, value} pair belongs" },
+      { function(m) m.metrics.train_loss[1] = 3 end,
+        "metrics.train_loss[1] is 3, where a {round, value} pair belongs" },
     }
     for _, case in ipairs(cases) do
       write_file(path, original)
