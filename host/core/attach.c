@@ -378,8 +378,15 @@ static void accept_one(dpy_attach *a) {
         c->have = c->want = 0;
     }
     pthread_mutex_unlock(&a->mu);
-    if (!c)
+    if (!c) {   /* said before closing: the client would take a closed socket for a run that has ended */
+        char why[64];
+        int n = snprintf(why, sizeof why, "all %d sessions are taken", MAX_CONNS);
+        unsigned char h[DPY_ATTACH_HEADER];
+        dpy_attach_header(h, (uint32_t)n, 'X', 0, 0);
+        if (write_all(fd, h, sizeof h) == 0)
+            write_all(fd, (const unsigned char *)why, (size_t)n);
         close(fd);
+    }
 }
 
 static void *server(void *arg) {

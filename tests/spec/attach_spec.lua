@@ -367,6 +367,21 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(live .. "/attach/p0.sock"))
   end)
 
+  it("says so when every session of a process is taken, not that the run has ended", function()
+    local live, pid = start_paused(TINY_RUN)
+    local held = {}
+    for i = 1, 32 do held[i] = assert(require("dpy.attach.core").connect(live .. "/attach/p0.sock")) end
+    local client, err = require("dpy.attach.client").open(live)
+    assert.is_nil(client)
+    assert.matches("process 0 of " .. live .. " refused the session: all 32 sessions are taken", err, 1, true)
+    for _, c in ipairs(held) do c:close() end
+    host.sleep(0.5)
+    local code, o, e = attach(live, 0, { "resume()" })
+    assert.are.equal(0, code, e)
+    assert.matches("running", o)
+    assert.are.equal(0, wait_exit(pid))
+  end)
+
   it("reaches a run whose directory is too long for a socket address, through a link", function()
     local deep = tmpdir() .. "/" .. string.rep("d", 60) .. "/" .. string.rep("e", 60)
     assert(host.mkdir_p(deep))

@@ -92,6 +92,8 @@ function M.open(dir, opts)
   for p = 1, #self.conns do
     if not st[p] then
       self:close()
+      if self.refused then return nil, string.format("process %d of %s refused the session: %s", p - 1, dir,
+                                                     self.refused) end
       return nil, string.format("process %d of %s does not answer%s", p - 1, dir,
                                 self.forwards[1] and " (through ssh: has the run ended?)" or ": the run has ended")
     end
@@ -104,7 +106,7 @@ function M.open(dir, opts)
 end
 
 -- A frame nobody asked for: a watched value, a breakpoint, a process done.
-function Client:unsolicited(p, kind, _, _, text)
+function Client:unsolicited(p, kind, _, id, text)
   if kind == "W" then
     say(self, text)
   elseif kind == "B" then
@@ -114,6 +116,8 @@ function Client:unsolicited(p, kind, _, _, text)
     self:gone(p)
   elseif kind == "C" then   -- names for a Tab given up on
     return
+  elseif kind == "X" and id == 0 then   -- the process refused this session (it closes it)
+    self.refused = text
   elseif kind == "R" or kind == "X" then   -- the answer to an interrupted request, come late
     if text ~= "" then say(self, text) end
   end
