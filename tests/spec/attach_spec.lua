@@ -115,6 +115,19 @@ describe("dpy-lua attach #e2e", function()
     assert.is_nil(io.open(out .. "/attach/p1.sock"))
   end)
 
+  -- Waits until node 0 of run out evaluates a client's code (for at most 10 s).
+  local function wait_evaluating(out)
+    local client = assert(require("dpy.attach.client").open(out))
+    local state
+    for _ = 1, 100 do
+      state = client:node_list()[1].state
+      if state == "evaluating" then break end
+      host.sleep(0.1)
+    end
+    client:close()
+    assert.are.equal("evaluating", state)
+  end
+
   -- Sends code to node 0 of a paused run, closes the client while the node evaluates (killed, or
   -- its ssh gone: no interrupt comes), resumes the run: it must end within peer_timeout (30 s), node
   -- 0 not left looping, its peers waiting for it.
@@ -124,20 +137,14 @@ describe("dpy-lua attach #e2e", function()
     local out, pid, log = start_paused(CONFIG, "processes=2")
     local c = assert(require("dpy.attach.core").connect(out .. "/attach/p0.sock"))
     assert(c:send("E", 0, 1, code))
-    local client = assert(require("dpy.attach.client").open(out))
     if resume_first then
       local kind, _, _, text = c:recv(30)
       assert.are.equal("R", kind, text)
+      local client = assert(require("dpy.attach.client").open(out))
       client:resume()
+      client:close()
     end
-    local state
-    for _ = 1, 100 do
-      state = client:node_list()[1].state
-      if state == "evaluating" then break end
-      host.sleep(0.1)
-    end
-    client:close()
-    assert.are.equal("evaluating", state)
+    wait_evaluating(out)
     c:close()
     if not resume_first then
       local rc, o, e = attach(out, 4, { "resume()" })
@@ -170,15 +177,7 @@ describe("dpy-lua attach #e2e", function()
     local client_pid = assert(host.spawn({ "/bin/sh", "-c", string.format("exec %s attach %s --uid 0 < %s/in",
                                                                           shell_quote(DPY_BIN), out, dir) },
                                          dir .. "/client.out"))
-    local client = assert(require("dpy.attach.client").open(out))
-    local state
-    for _ = 1, 100 do
-      state = client:node_list()[1].state
-      if state == "evaluating" then break end
-      host.sleep(0.1)
-    end
-    client:close()
-    assert.are.equal("evaluating", state)
+    wait_evaluating(out)
     host.sleep(0.5)   -- the client in its wait()
     host.kill(client_pid, 2)
     assert.are.equal(0, wait_exit(client_pid, 60), read_file(dir .. "/client.out"))
