@@ -88,6 +88,15 @@ function M.decentralized_text(cfg, dir, s)
   table.sort(parts, function(a, b) return a[1] < b[1] end)
   for i, p in ipairs(parts) do parts[i] = p[2] end
   if #parts > 0 then lines[#lines + 1] = "  diverged (loss NaN or Inf): " .. table.concat(parts, "; ") end
+  local kinds, total = {}, 0   -- outside connections and forged packets among them: said, not only logged
+  for kind, n in pairs(s.refused or {}) do kinds[#kinds + 1], total = kind, total + n end
+  if total > 0 then
+    table.sort(kinds)
+    for i, kind in ipairs(kinds) do kinds[i] = kind .. " " .. s.refused[kind] end
+    lines[#lines + 1] = string.format("  %d packet%s or connection%s refused by the processes' checks (%s; "
+                                      .. "process-<p>.out names the first from each source)", total,
+                                      total == 1 and "" or "s", total == 1 and "" or "s", table.concat(kinds, ", "))
+  end
   if (s.rejected or 0) > 0 then   -- averages made without them: said, not only logged
     lines[#lines + 1] = string.format("  %d payload%s rejected as malformed (the nodes' logs say why)", s.rejected,
                                       s.rejected == 1 and "" or "s")

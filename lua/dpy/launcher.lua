@@ -200,8 +200,16 @@ function M.summarize(cfg, dir, seconds, from)
   for _, a in ipairs(accs) do
     sum, lo, hi = sum + a, math.min(lo, a), math.max(hi, a)
   end
+  local refused = {}   -- packets and connections the processes' checks refused, by kind (outside ones too)
+  for p = 0, cfg.processes > 1 and cfg.processes - 1 or -1 do
+    local pr = metrics.read(string.format("%s/progress-%d.json", dir, p))
+    for kind, n in pairs(pr and type(pr.refused) == "table" and pr.refused or {}) do
+      n = math.tointeger(n)   -- JSON's numbers come back as floats
+      if n then refused[kind] = (refused[kind] or 0) + n end
+    end
+  end
   return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
-           diverged = diverged, trained = trained, rejected = rejected,
+           diverged = diverged, trained = trained, rejected = rejected, refused = refused,
            -- MB: 10^6 bytes; (sent + received) / 2 per node, the server apart
            mb_per_node = node_bytes / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
            server_mb = server and server_bytes / 2 / 1e6, rounds = rounds, from = from,
@@ -481,10 +489,14 @@ function M.node_main(cfg, opts)
     local pr = last
     local acc = pr.accuracy == pr.accuracy and pr.accuracy or nil
     -- a resumed process has finished the round it resumed from: its slowest node says -1 until it ends one
+    local refused   -- by kind, those this process's checks refused (the summary counts them)
+    for kind, n in pairs(pr.rejected_by or {}) do
+      if n > 0 then refused = refused or {}; refused[kind] = n end
+    end
     host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, opts.resume or 0), accuracy = acc,
                                                   done = done,
                                                   count = acc and 1 or 0, sent = pr.sent, beat = host.clock(),
-                                                  paused = pr.paused or nil, links = pr.links })
+                                                  paused = pr.paused or nil, links = pr.links, refused = refused })
   end
   local results = M.host_process(cfg, p, opts, function(group)
     last = group:progress()

@@ -144,3 +144,34 @@ describe("the processes' ports", function()
     assert(ok, err)
   end)
 end)
+
+describe("packets and connections from outside #e2e", function()
+  it("are counted in the run's summary, by kind, beside the processes' logs that name their sources", function()
+    local host = require "dpy.host.core"
+    local dir = tmpdir()
+    local port = 20000 + math.random(0, 9000)
+    write_file(dir .. "/c.lua", TINY_RUN .. "processes = 2\nport = " .. port .. "\n")
+    local out = dir .. "/out"
+    local pid = assert(host.spawn({ DPY_BIN, "run", dir .. "/c.lua", "--out", out, "--paused", "-q" },
+                                  dir .. "/run.out"))
+    local client
+    for _ = 1, 300 do   -- every process listening, paused before its first round
+      client = require("dpy.attach.client").open(out)
+      if client then break end
+      host.sleep(0.1)
+    end
+    assert(client, read_file(dir .. "/run.out"))
+    for k = 1, 3 do   -- 64 bytes that are no header, to either process
+      local code = sh(string.format("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf %%064d 0 >&3 && sleep 0.2'",
+                                    port + k % 2))
+      assert.are.equal(0, code)
+    end
+    client:resume()
+    client:close()
+    assert.are.equal(0, wait_exit(pid, 60), read_file(dir .. "/run.out"))
+    local text = read_file(dir .. "/run.out")
+    assert.matches("  3 packets or connections refused by the processes' checks (header 3; "
+                   .. "process-<p>.out names the first from each source)", text, 1, true)
+    assert.matches("header", read_file(out .. "/process-0.out") .. read_file(out .. "/process-1.out"))
+  end)
+end)
