@@ -51,6 +51,7 @@ local function record(node, r, loss, train_secs, round_start, before)
     m:add("sim_seconds", r, clock:finish())
   end
   if loss then m:add("train_loss", r, loss) end
+  if node.trainer then m:add("step", r, node.trainer.steps) end   -- its local steps so far (batches)
   m:add("bytes_sent", r, t.sent_payload + t.sent_header - before.sent)
   m:add("bytes_received", r, t.recv_payload + t.recv_header - before.recv)
   m:add("train_seconds", r, train_secs)

@@ -5,8 +5,8 @@
 -- started it), with its seed when runs of one config differ only there. Plots, drawn by gnuplot:
 -- the honest nodes' mean test accuracy (a band from their min to their max) against round, against
 -- bytes sent per node and against time (the slowest node's: simulated seconds where the run has
--- sim_clock, else its cumulative wall seconds) and against local steps per node (a single node's
--- own count: a centralized run compares with a decentralized one step for step), and their mean
+-- sim_clock, else its cumulative wall seconds) and against local steps per node (the nodes' own
+-- counts, their mean: a centralized run compares with a decentralized one step for step), and their mean
 -- test loss against round. A run that did not end as planned (interrupted, diverged, a node's
 -- metrics unreadable) is marked on its row and in the legends, and an unreadable metrics file named
 -- below the table: its accuracy must not pass for a finished run's.
@@ -179,7 +179,10 @@ function M.load(dir)
         elapsed = elapsed + e[2]
         if not m.sim_seconds then time_at[e[1]] = math.max(time_at[e[1]] or 0, elapsed) end
       end
-      for _, e in ipairs(m.step or {}) do steps_at[e[1]] = e[2] end   -- a single node: its steps so far
+      for _, e in ipairs(uid ~= server and m.step or {}) do   -- a node's local steps so far (a server has none)
+        steps_at[e[1]] = steps_at[e[1]] or {}
+        table.insert(steps_at[e[1]], e[2])
+      end
       for _, e in ipairs(m.sim_seconds or {}) do
         run.simulated = true
         time_at[e[1]] = math.max(time_at[e[1]] or 0, e[2])
@@ -214,8 +217,9 @@ function M.load(dir)
   local rs = {}
   for r in pairs(per_round_acc) do rs[#rs + 1] = r end
   table.sort(rs)
-  -- local steps per node by a round: a single node's own count, else rounds x local_steps
-  local per_round_steps = math.tointeger(cfg.local_steps)
+  -- local steps per node by a round: the mean of the nodes' own counts; where they recorded none
+  -- (runs written before they did), rounds x local_steps, unknown where local_epochs set the steps
+  local per_round_steps = not cfg.local_epochs and math.tointeger(cfg.local_steps) or nil
   for _, r in ipairs(rs) do   -- round, accuracy (mean), bytes, seconds, accuracy min, max, loss mean, min, max,
                               -- local steps
     local acc = mean_std(per_round_acc[r])
@@ -224,7 +228,8 @@ function M.load(dir)
     local loss_lo, loss_hi = range(losses)
     run.curve[#run.curve + 1] = { r, acc, (mean_std(per_round_bytes[r] or {})) or 0, time_at[r] or 0, lo, hi,
                                   (mean_std(losses)), loss_lo, loss_hi,
-                                  steps_at[r] or (per_round_steps and r * per_round_steps) }
+                                  steps_at[r] and (mean_std(steps_at[r]))
+                                    or (per_round_steps and r * per_round_steps) }
   end
   return run
 end
@@ -388,7 +393,8 @@ function M.plot(runs, out_dir, format)
     for _, p in ipairs(run.curve) do
       local function num(v) return v and string.format("%.6f", v) or "NaN" end
       f:write(string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4], num(p[5]),
-                            num(p[6]), num(p[7]), num(p[8]), num(p[9]), p[10] and string.format("%d", p[10]) or "NaN"))
+                            num(p[6]), num(p[7]), num(p[8]), num(p[9]),
+                            p[10] and string.format("%.10g", p[10]) or "NaN"))   -- a mean of steps: maybe x.5
     end
     f:close()
     data[i] = path

@@ -52,9 +52,10 @@ describe("decentralized runs", function()
     assert.are.equal(0, code, err)
     local m = node_metrics(out, 1)
     for _, name in ipairs { "train_loss", "test_loss", "test_accuracy", "bytes_sent", "bytes_received",
-                            "train_seconds", "exchange_seconds", "wall_seconds" } do
+                            "train_seconds", "exchange_seconds", "wall_seconds", "step" } do
       assert.are.equal(3, #m[name], name)
     end
+    assert.are.same({ 3, 9 }, m.step[3])   -- its local steps so far: 3 rounds of 3 (dpy-lua report draws them)
     -- a ring: two neighbours, the cnn's 215,370 float32 values plus a 40-byte header each
     local per_round = 2 * (215370 * 4 + 40)
     assert.are.same({ 1, per_round }, m.bytes_sent[1])
