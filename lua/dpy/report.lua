@@ -187,7 +187,10 @@ function M.load(dir)
         run.simulated = true
         time_at[e[1]] = math.max(time_at[e[1]] or 0, e[2])
       end
-      if type(last(m.epsilon)) == "number" then eps = math.max(eps or 0, last(m.epsilon)) end   -- null: Inf
+      local spent = last(m.epsilon)
+      if spent ~= nil then   -- null: Inf, no guarantee (never '-', a run without DP, nor another node's)
+        eps = math.max(eps or 0, spent == metrics.json.null and math.huge or spent)
+      end
       if honest.set[uid] and m.test_accuracy and #m.test_accuracy > 0 then
         finals[#finals + 1] = last(m.test_accuracy)
         for _, e in ipairs(m.test_accuracy) do
@@ -254,9 +257,10 @@ function M.seeds(runs)
     local distinct = 0
     for _ in pairs(seeds) do distinct = distinct + 1 end
     if #members > 1 and distinct == #members then
-      local finals, bytes, secs, at = {}, {}, {}, {}
+      local finals, bytes, secs, at, eps = {}, {}, {}, {}, nil
       for _, run in ipairs(members) do
         finals[#finals + 1] = run.accuracy_mean
+        if run.epsilon then eps = math.max(eps or 0, run.epsilon) end   -- the largest, as over a run's nodes
         bytes[#bytes + 1], secs[#secs + 1] = run.bytes_per_round, run.seconds_per_round
         for _, p in ipairs(run.curve) do
           at[p[1]] = at[p[1]] or {}
@@ -265,7 +269,7 @@ function M.seeds(runs)
       end
       local g = { label = "seeds", title = string.format("%s (%d seeds)", title, #members), seed = "",
                   honest = #finals, curve = {}, honest_nodes = members[1].honest_nodes, group = true, marks = {},
-                  warnings = {} }
+                  warnings = {}, epsilon = eps }
       for _, run in ipairs(members) do   -- a seed that did not end as planned marks the group too
         for _, m in ipairs(run.marks) do table.insert(g.marks, run.label .. ": " .. m) end
       end

@@ -84,6 +84,27 @@ describe("dpy-lua report", function()
                    read_file(dir .. "/report/report_4_seeds.dat"))
   end)
 
+  it("gives a seeds row of private runs their epsilon, the largest: '-' says a run without DP", function()
+    local dir = tmpdir()
+    local runs = {}
+    for seed, eps in ipairs { 2.5, 3.25 } do
+      local run = fake_run(dir .. "/out/s" .. seed, { "run", "c.lua" }, { { 0.5, 0.7 } }, seed)
+      for uid = 0, 1 do
+        edit_json(string.format("%s/%d.metrics.json", run, uid), function(m) m.metrics.epsilon = { { 1, eps } } end)
+      end
+      runs[seed] = assert(report.load(run))
+    end
+    local groups = report.seeds(runs)
+    assert.are.equal(1, #groups)
+    assert.are.equal(3.25, groups[1].epsilon)
+    assert.matches("seeds%s+c %(2 seeds%)%s+0%.6000 %+%- 0%.0000 %(2 seeds%)%s+0%.0010%s+3%.250", report.table(groups))
+    -- a node whose epsilon is infinite (null in its file): no guarantee, never '-' nor another node's
+    edit_json(dir .. "/out/s1/1.metrics.json", function(m) m.metrics.epsilon = { { 1, metrics.json.null } } end)
+    local run = assert(report.load(dir .. "/out/s1"))
+    assert.are.equal(math.huge, run.epsilon)
+    assert.matches("s1%s+c%s+0%.6000 %+%- 0%.1414 %(2%)%s+0%.0010%s+inf", report.table { run })
+  end)
+
   it("counts a participating node's bytes: a FedAvg server's are left out", function()
     local dir = tmpdir()
     fake_run(dir .. "/fl", { "run", "c.lua" }, { { 0.5, 0.5 } })
