@@ -69,13 +69,23 @@ function M:gamma(alpha)
   end
 end
 
---- rng:dirichlet(alpha, k) -> k proportions summing to 1
+--- rng:dirichlet(alpha, k) -> k proportions summing to 1: Gamma(alpha) draws, normalized. Below
+-- alpha = 1 they are taken as logarithms (gamma's boost, log G(alpha + 1) + log(u) / alpha, the
+-- same draws): a tiny alpha's draws underflow to 0 (alpha 0.001: about half of them), and all of
+-- them 0 would give 0/0 proportions.
 function M:dirichlet(alpha, k)
   local p, sum = {}, 0
-  for i = 1, k do
-    p[i] = self:gamma(alpha)
-    sum = sum + p[i]
+  if alpha < 1 then
+    local top = -math.huge
+    for i = 1, k do
+      p[i] = math.log(self:gamma(alpha + 1)) + math.log(1 - self:uniform()) / alpha
+      top = math.max(top, p[i])
+    end
+    for i = 1, k do p[i] = math.exp(p[i] - top) end
+  else
+    for i = 1, k do p[i] = self:gamma(alpha) end
   end
+  for i = 1, k do sum = sum + p[i] end
   for i = 1, k do p[i] = p[i] / sum end
   return p
 end

@@ -45,6 +45,22 @@ describe("partitioners", function()
                     partition.dirichlet(tensor.new(labels), 5, { alpha = 0.5, seed = 2 })[3]:totable())
   end)
 
+  it("dirichlet: a tiny alpha gives a class to a node drawn at random, never to the last by default", function()
+    -- Gamma(0.001) draws underflow to 0 about half the time: all of a class's zero made 0/0 proportions,
+    -- and the class went whole to the last node (2 nodes: 61 % of the classes instead of half)
+    local rng = require("dpy.random").new(5)
+    for _ = 1, 200 do
+      local p = rng:dirichlet(0.001, 2)
+      assert.is_true(p[1] == p[1] and p[2] == p[2] and math.abs(p[1] + p[2] - 1) < 1e-12,
+                     "proportions " .. p[1] .. ", " .. p[2])
+    end
+    local one_each = {}
+    for i = 1, 2000 do one_each[i] = i - 1 end   -- 2,000 classes of one sample: each goes to one node
+    local parts = partition.dirichlet(one_each, 2, { alpha = 0.001, seed = 1 })
+    check_cover(parts, 2000)
+    assert.is_true(math.abs(parts[2]:numel() - 1000) < 100, "the last node got " .. parts[2]:numel() .. " of 2000")
+  end)
+
   it("dirichlet: small alpha skews the label mix, large alpha evens it, no node is empty", function()
     local skewed = partition.dirichlet(labels, 10, { alpha = 0.05, seed = 3 })
     local even = partition.dirichlet(labels, 10, { alpha = 1000, seed = 3 })
