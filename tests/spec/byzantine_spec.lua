@@ -203,6 +203,31 @@ describe("byzantine.simulation", function()
     assert.is_true(e.byzantine_parameters[0]:allclose(want, 1e-5, 1e-6))
   end)
 
+  it("trains a label-flipping worker like an honest one: with momentum, on flipped labels", function()
+    -- one honest worker whose every batch is the same 16 samples, a learning rate too small to move
+    -- the model: each step the same gradients, so momentum makes step 2's vector 1.9 x step 1's
+    for _, mode in ipairs { "server", "decentralized" } do
+      local loader = data.loader(train, { batch_size = 16, indices = tensor.arange(16), shuffle = false })
+      local s = byzantine.simulation { model = { "mlp", hidden = { 8 } }, train_datasets = { loader }, n = 2, f = 1,
+                                       learning_rate = mode == "server" and 1e-30 or 1, momentum = 0.9,
+                                       attack = "label_flipping", aggregator = "mean", mode = mode,
+                                       byzantine_reach = "sampled", seed = 3 }
+      if mode == "server" then
+        local one, two = s:step(), s:step()
+        assert.is_true(two.momentum:allclose(one.momentum * 1.9, 1e-4, 1e-7))   -- the honest worker's
+        assert.is_true(two.byzantine_gradients:allclose(one.byzantine_gradients * 1.9, 1e-4, 1e-7))
+      else   -- the Byzantine model: the honest worker's model less lr x its own momentum of flipped gradients
+        local start = s.params:clone()
+        local one = s:step()
+        local m1 = start - one.byzantine_parameters
+        s.params:copy_(start)   -- the same model again: the same flipped gradient, added to the momentum
+        local two = s:step()
+        local m2 = start - two.byzantine_parameters
+        assert.is_true(m2:allclose(m1 * 1.9, 1e-4, 1e-6), mode)
+      end
+    end
+  end)
+
   it("runs a parameter server with the same knobs, and evaluates", function()
     local s = sim { mode = "server", aggregator = { "trimmed_mean" }, attack = "alie" }
     local snap = s:step()

@@ -163,14 +163,18 @@ end
 function Sim:_byzantine(honest, at)
   if self.f == 0 then return tensor.zeros(0, self.d) end
   if not self.flips then return attacks.craft(self.attack, honest, self.n, self.f, self.gen) end
-  -- label flipping: Byzantine worker j trains like honest worker j mod h, on flipped labels
+  -- label flipping: Byzantine worker j trains like honest worker j mod h, on flipped labels: its
+  -- own momentum m = beta m + g of its flipped gradients, sent (server) or stepped along (p - lr m)
   local out = tensor.empty(self.f, self.d)
+  self.flip_momentum = self.flip_momentum or tensor.zeros(self.f, self.d)
   for j = 1, self.f do
     local w = (j - 1) % self.h + 1
     local p = at(w)
     local g = self:_gradient(w, p, true)
-    if self.mode == "server" then out[j - 1]:copy_(g) else out[j - 1]:copy_(p - g * self.lr) end
+    local m = self.flip_momentum[j - 1]
+    m:mul_(self.beta):add_(g)
     g:free()
+    if self.mode == "server" then out[j - 1]:copy_(m) else out[j - 1]:copy_(p - m * self.lr) end
   end
   return out
 end
