@@ -52,10 +52,13 @@ function M.unpack(payload, n)
   return got, idx, values
 end
 
---- sparse.count(alpha, n) -> the values a fraction alpha of n keeps: round(alpha * n), at least 1
--- (DecentralizePy rounds the same way).
+--- sparse.count(alpha, n) -> the values a fraction alpha of n keeps: round(alpha * n), at least 1,
+-- as DecentralizePy's Python round() takes it: a half goes to the even neighbour (2.5 -> 2).
 function M.count(alpha, n)
-  return math.min(n, math.max(1, math.floor(alpha * n + 0.5)))
+  local x = alpha * n
+  local k = math.floor(x + 0.5)
+  if k - x == 0.5 and k % 2 == 1 then k = k - 1 end   -- a tie, rounded up to an odd k
+  return math.min(n, math.max(1, k))
 end
 
 --- sparse.seed(seed, uid, r) -> the seed of node uid's random subsample in round r: what the

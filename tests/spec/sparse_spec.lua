@@ -29,6 +29,14 @@ end
 local function same_bits(a, b) return a:bytes() == b:bytes() end
 
 describe("sparse sharing", function()
+  it("keeps k = round(alpha * n) as DecentralizePy's Python round() does: a half to the even neighbour", function()
+    -- Python: round(0.5 * 5) = 2, round(0.5 * 7) = 4, round(0.1 * 25) = 2, round(0.3 * 5) = 2, round(0.05 * 30) = 2
+    for _, c in ipairs { { 0.5, 5, 2 }, { 0.5, 7, 4 }, { 0.1, 25, 2 }, { 0.3, 5, 2 }, { 0.05, 30, 2 },
+                         { 0.1, 215370, 21537 }, { 0.26, 10, 3 }, { 0.01, 10, 1 }, { 1, 10, 10 } } do
+      assert.are.equal(c[3], sparse.count(c[1], c[2]), string.format("alpha %g of %d", c[1], c[2]))
+    end
+  end)
+
   it("encodes (index, value) pairs and refuses malformed payloads with the reason", function()
     local idx = tensor.new({ 1, 5, 6 }, "int64")
     local payload, parts = sparse.pack(10, idx, tensor.new({ 0.5, -1, 3 }), "float16")
