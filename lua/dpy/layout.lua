@@ -327,7 +327,7 @@ function M.write(dir, checked)
   if g then
     M.write_graph(dir, g, checked.dynamic)
     info.edges = graph.edges(g)
-    info.spectral_gap = g.n <= 2048 and graph.spectral_gap(g) or nil
+    info.spectral_gap = g.n <= 1024 and graph.spectral_gap(g) or nil   -- O(n^3): about 2 s at 1024 nodes
   end
   local offsets, flat = { 0 }, {}
   for i, p in ipairs(checked.parts) do

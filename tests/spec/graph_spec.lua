@@ -237,5 +237,12 @@ describe("graphs", function()
     assert.is_true(math.abs(graph.spectral_gap(graph.full(6)) - 1) < 1e-6)
     assert.is_true(math.abs(graph.spectral_gap(graph.ring(4)) - 2 / 3) < 1e-6)
     assert.is_true(graph.spectral_gap(graph.ring(32)) < graph.spectral_gap(graph.regular(32, 4, 1)))
+    -- a ring's mixing matrix (1/3 each) has eigenvalues 1/3 + 2/3 cos(2 pi k / n): the gap is
+    -- 2/3 (1 - cos(2 pi / n)), tiny for a long ring (power iteration stopped far above it)
+    for _, n in ipairs { 100, 400 } do
+      local want = 2 / 3 * (1 - math.cos(2 * math.pi / n))
+      local got = graph.spectral_gap(graph.ring(n))
+      assert.is_true(math.abs(got - want) < 1e-5, string.format("ring %d: %.6f, not %.6f", n, got, want))
+    end
   end)
 end)
