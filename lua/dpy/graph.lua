@@ -141,7 +141,9 @@ function M.small_world(n, k, beta, seed)
     for u = 0, n - 1 do
       for j = 1, k // 2 do
         local v = (u + j) % n
-        if rng:uniform() < beta then
+        -- a node already linked to every other keeps its lattice edge (as networkx's
+        -- watts_strogatz_graph skips that rewiring): no w would ever do
+        if rng:uniform() < beta and #g.adj[u] < n - 1 then
           local w
           repeat w = rng:int(n) until w ~= u and not g._set[key(u, w)]
           v = w

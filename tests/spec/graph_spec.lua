@@ -62,6 +62,26 @@ describe("graphs", function()
     assert.are.equal(40, graph.edges(w))
   end)
 
+  it("small_world keeps the lattice edge of a node linked to every other: no endless redraw", function()
+    -- 6 nodes, k = 4, beta = 0.5, seed 21: node 5's rewiring found every other node already linked
+    -- and redrew forever (the launcher hung before any node started); Watts-Strogatz as networkx
+    -- skips that rewiring. In a process of its own, with a time limit: a hang fails, never blocks.
+    local dir = tmpdir()
+    write_file(dir .. "/sw.lua", [[
+      local graph = require "dpy.graph"
+      for seed = 1, 60 do
+        for _, c in ipairs { { 6, 4, 0.5 }, { 7, 6, 0.1 }, { 5, 4, 1 } } do
+          local g = graph.small_world(c[1], c[2], c[3], seed)
+          assert(graph.connected(g))
+        end
+      end
+      print("ok")
+    ]])
+    local code, out, err = sh("timeout 30 " .. shell_quote(DPY_BIN) .. " " .. dir .. "/sw.lua")
+    assert.are.equal(0, code, err)
+    assert.matches("ok", out)
+  end)
+
   describe("files in DecentralizePy's layout", function()
     -- tests/fixtures/graphs: written by make_graphs.py with DecentralizePy's write_graph_to_file;
     -- expected.lua holds what its read_graph_from_file gets from each
