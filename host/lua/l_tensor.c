@@ -1140,7 +1140,7 @@ static const op_reg UNARY[] = {
     {"square", DPY_SQUARE}, {"relu", DPY_RELU}, {"gelu", DPY_GELU}, {"sigmoid", DPY_SIGMOID},
     {"tanh", DPY_TANH}, {"isnan", DPY_ISNAN}, {"isinf", DPY_ISINF},
     {"logical_not", DPY_LOGICAL_NOT}, {"clone", DPY_CLONE}, {"contiguous", DPY_CONTIGUOUS},
-    {"detach", DPY_DETACH}, {NULL, 0}};
+    {"detach", DPY_DETACH}, {"eigvalsh", DPY_EIGVALSH}, {NULL, 0}};
 
 static const op_reg BINARY[] = {
     {"add", DPY_ADD}, {"sub", DPY_SUB}, {"mul", DPY_MUL}, {"div", DPY_DIV},

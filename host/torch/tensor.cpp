@@ -498,6 +498,7 @@ dpy_err dpy_tensor_unary(dpy_tensor **out, dpy_unary_op op, const dpy_tensor *a)
         case DPY_ISNAN: r = x.isnan(); break;
         case DPY_ISINF: r = x.isinf(); break;
         case DPY_LOGICAL_NOT: r = x.logical_not(); break;
+        case DPY_EIGVALSH: r = torch::linalg_eigvalsh(x); break;   /* LAPACK: a symmetric matrix's, ascending */
         case DPY_CLONE: r = x.clone(); break;
         case DPY_CONTIGUOUS: r = x.contiguous(); break;
         case DPY_DETACH: r = x.detach(); break;

@@ -410,12 +410,11 @@ function M.metropolis_hastings(g, u)
 end
 
 --- graph.spectral_gap(g) -> 1 - |lambda_2| of the Metropolis-Hastings mixing matrix W: how fast
--- plain averaging mixes. rho = |lambda_2| is the spectral radius of A = W - J/n (symmetric), taken
--- between two bounds by repeated squaring: ||A^m||_F^(1/m) >= rho >= ||A x|| / ||x|| for x a column
--- of A^m (which tends to the top eigenvectors); they meet within n^(1/2m), m doubling each time.
--- (Power iteration stalls on long rings and tori, whose top eigenvalues lie close together: it
--- gave a 100-node ring 0.0044 for 0.0013.) Within tolerance (1e-6); O(n^3) a squaring, about 20.
-function M.spectral_gap(g, tolerance)
+-- plain averaging mixes. |lambda_2|: the largest modulus among W's eigenvalues but the top one (1),
+-- from all of them (LAPACK's symmetric solver, t:eigvalsh(): exact, O(n^3); power iteration
+-- stalled on long rings and tori, whose top eigenvalues lie close together: it gave a 100-node
+-- ring 0.0044 for 0.0013). A graph that is not connected has 1 twice: gap 0.
+function M.spectral_gap(g)
   local n = g.n
   if n == 1 then return 1 end
   local rows = {}
@@ -425,29 +424,10 @@ function M.spectral_gap(g, tolerance)
     for v, wv in pairs(M.metropolis_hastings(g, u)) do row[v + 1] = wv end
     rows[u + 1] = row
   end
-  local A <close> = tensor.new(rows, "float64") - 1.0 / n
-  local B, log_c, m = A:clone(), 0, 1.0   -- A^m = exp(log_c) * B, ||B||_F = 1
-  local lo, hi = 0, math.huge
-  for _ = 1, 60 do
-    local fro = B:norm():item()
-    if fro == 0 then break end   -- A^m = 0: A nilpotent, here A = 0 (a complete graph): rho = 0
-    B:div_(fro)
-    log_c = log_c + math.log(fro)
-    hi = math.min(hi, math.exp(log_c / m))
-    local squares <close> = B * B
-    local norms <close> = squares:sum(0)
-    local top <close> = norms:argmax()
-    local x <close> = B:select(1, top:item())
-    local ax <close> = A:matmul(x)
-    lo = math.max(lo, ax:norm():item() / x:norm():item())
-    if hi - lo <= (tolerance or 1e-6) then break end
-    local next_b = B:matmul(B)
-    B:free()
-    B, log_c, m = next_b, 2 * log_c, 2 * m
-  end
-  B:free()
-  if hi == math.huge then return 1 end
-  return 1 - (lo + hi) / 2
+  local w <close> = tensor.new(rows, "float64")
+  local values <close> = w:eigvalsh()   -- ascending: the last is 1
+  local lowest, second = values[0]:item(), values[n - 2]:item()
+  return 1 - math.max(math.abs(lowest), math.abs(second))
 end
 
 -- A binary min-heap of integer keys, for frontier_order.

@@ -177,6 +177,13 @@ describe("tensor math", function()
     same({ 3, 1 }, tensor.where(T { true, false }, T { 3, 3 }, T { 1, 1 }))
   end)
 
+  it("gives a symmetric matrix's eigenvalues, ascending (eigvalsh)", function()
+    -- the path's Laplacian 2, -1 tridiagonal: 2 - 2 cos(k pi / 4), k = 1..3
+    local e = tensor.new({ { 2, -1, 0 }, { -1, 2, -1 }, { 0, -1, 2 } }, "float64"):eigvalsh()
+    for k = 1, 3 do assert.is_true(math.abs(e[k - 1]:item() - (2 - 2 * math.cos(k * math.pi / 4))) < 1e-12) end
+    assert.error_matches(function() T { 1.0, 2.0 }:eigvalsh() end, "at least 2 dimensions")
+  end)
+
   it("updates in place", function()
     local z = tensor.zeros(2)
     z:add_(1):mul_(3):sub_(T { 1.0, 2.0 })
