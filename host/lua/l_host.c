@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -327,6 +328,27 @@ static int h_close(lua_State *L) {
     return 0;
 }
 
+/* host.open_files([want]) -> soft, hard: this process's limit on open descriptors (ulimit -n),
+** math.maxinteger for none; with want, a soft limit below it is first raised towards it, as far
+** as the hard limit lets (an unprivileged process may) */
+static int h_open_files(lua_State *L) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return luaL_error(L, "getrlimit: %s", strerror(errno));
+    if (!lua_isnoneornil(L, 1)) {
+        lua_Integer want = luaL_checkinteger(L, 1);
+        if (want > 0 && r.rlim_cur != RLIM_INFINITY && (rlim_t)want > r.rlim_cur) {
+            struct rlimit up = r;
+            up.rlim_cur = r.rlim_max == RLIM_INFINITY || (rlim_t)want < r.rlim_max ? (rlim_t)want : r.rlim_max;
+            if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+                r = up;
+        }
+    }
+    lua_pushinteger(L, r.rlim_cur == RLIM_INFINITY ? LUA_MAXINTEGER : (lua_Integer)r.rlim_cur);
+    lua_pushinteger(L, r.rlim_max == RLIM_INFINITY ? LUA_MAXINTEGER : (lua_Integer)r.rlim_max);
+    return 2;
+}
+
 /* host.pid() -> this process's id */
 static int h_pid(lua_State *L) {
     lua_pushinteger(L, getpid());
@@ -335,7 +357,7 @@ static int h_pid(lua_State *L) {
 
 static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
-    {"pid", h_pid}, {"port_free", h_port_free}, {"listen", h_listen}, {"close", h_close}, {"catch_interrupt", h_catch_interrupt},
+    {"pid", h_pid}, {"open_files", h_open_files}, {"port_free", h_port_free}, {"listen", h_listen}, {"close", h_close}, {"catch_interrupt", h_catch_interrupt},
     {"interrupted", h_interrupted}, {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
     {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {NULL, NULL}};

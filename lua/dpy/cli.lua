@@ -248,6 +248,10 @@ function M.run(args)
   if cfg.nodes and cfg.processes > 1 then require("dpy.launcher").hold_threads() end   -- until they fork
   local checked, err = pcall(function()
     experiment.check(cfg, opts)
+    if cfg.nodes then   -- the process with the most nodes: the first
+      local most = #require("dpy.layout").uids_of(0, cfg.nodes, cfg.processes)
+      require("dpy.launcher").check_open_files(most, cfg.processes)
+    end
     experiment.hold_ports(cfg, opts)   -- a port in use, found before the run directory is made
   end)
   if not checked then   -- the graph, the files the config names, an --out that holds a run, a busy port

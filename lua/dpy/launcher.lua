@@ -68,11 +68,28 @@ local function slot_ranks(cfg, dir, uids)
   return ranks
 end
 
+--- Makes sure a process can hold the descriptors of count nodes: each holds its log open, and
+-- writes its metrics (and checkpoints) through a file of its own at a round's end, all nodes at
+-- once; the process adds its sockets, libraries and the launcher's own. Raises a soft open-file
+-- limit (ulimit -n) below that towards the hard one; raises, naming the limit, where even the hard
+-- one is too low (past it, nodes failed at random places with messages that blamed something else:
+-- "module not found", a dataset missing).
+function M.check_open_files(count, processes, where)
+  local need = 2 * count + 64 + processes
+  local soft, hard = host.open_files(need)
+  if soft >= need then return end
+  error(string.format("%s%d node%s in one process need about %d open files; the limit is %d (ulimit -n%s): raise "
+                      .. "it (ulimit -n %d, or nofile in /etc/security/limits.conf), or spread the nodes over more "
+                      .. "processes", where or "", count, count == 1 and "" or "s", need, soft,
+                      hard > soft and string.format("; hard limit %d", hard) or "", need), 0)
+end
+
 --- Hosts process p's nodes until they finish; calls tick(group) twice a second. A signal caught
 -- by host.catch_interrupt stops every node at once.
 -- Returns { [uid] = true | error message }, or raises when the fabric cannot start.
 function M.host_process(cfg, p, opts, tick)
   local uids = layout.uids_of(p, cfg.nodes, cfg.processes)
+  M.check_open_files(#uids, cfg.processes, "process " .. p .. ": ")
   local cores = host.versions().threads
   -- one intra-op thread per node: parallelism comes from the nodes (compute slots), and the
   -- same thread count in every layout keeps results bit-identical across layouts

@@ -134,3 +134,29 @@ describe("a peer that has finished #e2e", function()
                    read_file(out .. "/1.log"))
   end)
 end)
+
+-- The open-file limit (ulimit -n): each node holds its log open, and at a round's end writes its
+-- metrics through a file of its own, so a process needs about two descriptors a node. Past the
+-- limit the nodes failed at random places with messages that blamed something else ("module
+-- 'dpy.node' not found", "install Debian's dataset-fashion-mnist").
+describe("the open-file limit #e2e", function()
+  it("refuses, before the run directory is made, more nodes than the hard limit allows", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY:gsub("nodes = 4", "nodes = 64"))
+    local code, _, err = sh(string.format("ulimit -n 40 && %s run %s/c.lua --out %s/out", shell_quote(DPY_BIN),
+                                          dir, dir))
+    assert.are.equal(2, code, err)
+    assert.matches("64 nodes in one process need about %d+ open files; the limit is 40 %(ulimit %-n%)", err)
+    assert.not_matches("not found", err)
+    assert.is_nil(io.open(dir .. "/out/manifest.json"), "no run directory")
+  end)
+
+  it("raises a low soft limit up to the hard one, and runs", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY:gsub("nodes = 4", "nodes = 64"):gsub("rounds = 3", "rounds = 1"))
+    local code, _, err = sh(string.format("ulimit -S -n 40 && ulimit -H -n 4096 && %s run %s/c.lua --out %s/out "
+                                          .. "processes=2", shell_quote(DPY_BIN), dir, dir))
+    assert.are.equal(0, code, err)
+    assert.are.equal(1, #node_metrics(dir .. "/out", 63).test_accuracy)
+  end)
+end)
