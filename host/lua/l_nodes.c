@@ -612,8 +612,12 @@ static int n_start(lua_State *L) {
         pthread_mutex_lock(&g->mu);
         g->running++;
         pthread_mutex_unlock(&g->mu);
-        if (pthread_create(&n->thread, &attr, node_main, n) != 0) {
-            finish(n, "cannot start a thread for this node");
+        int e = pthread_create(&n->thread, &attr, node_main, n);
+        if (e != 0) {
+            char why[160];
+            snprintf(why, sizeof why, "cannot start a thread for this node: %s%s", strerror(e),
+                     e == EAGAIN ? " (the limit on threads: ulimit -u, or the cgroup's pids.max)" : "");
+            finish(n, why);
             continue;
         }
         n->started = 1;

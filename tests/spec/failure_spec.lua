@@ -160,3 +160,21 @@ describe("the open-file limit #e2e", function()
     assert.are.equal(1, #node_metrics(dir .. "/out", 63).test_accuracy)
   end)
 end)
+
+describe("a thread limit #e2e", function()
+  it("names why a node's thread could not start (a cgroup's pids.max, ulimit -u)", function()
+    local cg = string.format("/sys/fs/cgroup/pids/dpy_spec_%d_%d", host.pid(), math.random(1 << 30))
+    if not host.mkdir_p(cg) or sh("echo 40 >" .. cg .. "/pids.max") ~= 0 then   -- the suite's setup runs as root
+      os.remove(cg)
+      pending("a cgroup v1 pids controller, writable (root)")
+      return
+    end
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", TINY:gsub("nodes = 4", "nodes = 64"):gsub("rounds = 3", "rounds = 1"))
+    local code, _, err = sh(string.format("sh -c 'echo $$ >%s/cgroup.procs && exec %s run %s/c.lua --out %s/out'",
+                                          cg, shell_quote(DPY_BIN), dir, dir))
+    os.remove(cg)
+    assert.are.equal(1, code, err)
+    assert.matches("failed: cannot start a thread for this node: Resource temporarily unavailable %(", err)
+  end)
+end)
