@@ -105,11 +105,11 @@ function M.decentralized_text(cfg, dir, s)
 end
 
 --- cli.failure_text(failed) -> the failed nodes ({ uid, err }), a line per distinct message (its first
--- line): "dpy-lua: nodes 0-3 failed: <their message>", where a node's own files in it are named
--- "<uid>.": nodes that one failure (a full disk) met each in its own files make one line. Then the
--- nodes that another node's failure stopped, a line per node that failed first: "nodes 3, 5
--- stopped when node 4 failed", with its cause when its own line is not there. A whole process
--- (uid -1): "dpy-lua: <message>".
+-- line): "dpy-lua: nodes 0-3 failed: <their message>", where the nodes' own files in it are named
+-- "<uid>." (their checkpoints "ckpt/<uid>/"): nodes that one failure (a full disk) met each in its
+-- own files make one line (a node alone keeps its own path). Then the nodes that another node's
+-- failure stopped, a line per node that failed first: "nodes 3, 5 stopped when node 4 failed", with
+-- its cause when its own line is not there. A whole process (uid -1): "dpy-lua: <message>".
 function M.failure_text(failed)
   local stopped_by = require("dpy.exchange").stopped_by
   local own, stopped, by, failed_uids = {}, {}, {}, {}
@@ -130,13 +130,15 @@ function M.failure_text(failed)
       table.insert(group(stopped, "stopped " .. origin, { origin = origin, cause = cause }).uids, f.uid)
     else
       failed_uids[f.uid] = true
-      local mine = msg:gsub("/" .. f.uid .. "%.(%a)", "/<uid>.%1")   -- its log, metrics, model, checkpoint
-      table.insert(group(own, "failed " .. mine, { msg = mine }).uids, f.uid)
+      local mine, dirs = msg:gsub("/ckpt/" .. f.uid .. "/", "/ckpt/<uid>/")   -- its checkpoints: <round>.ckpt
+      if dirs == 0 then mine = msg:gsub("/" .. f.uid .. "%.(%a)", "/<uid>.%1") end   -- its log, metrics, model
+      table.insert(group(own, "failed " .. mine, { msg = mine, alone = msg }).uids, f.uid)
     end
   end
   local lines = {}
   for _, g in ipairs(own) do
-    lines[#lines + 1] = g.text or string.format("dpy-lua: %s failed: %s", pretty.uids(g.uids), g.msg)
+    lines[#lines + 1] = g.text or string.format("dpy-lua: %s failed: %s", pretty.uids(g.uids),
+                                                #g.uids == 1 and g.alone or g.msg)   -- one node: its own path
   end
   for _, g in ipairs(stopped) do
     lines[#lines + 1] = string.format('dpy-lua: %s stopped when node %d failed%s (on_peer_failure = "abort"; %s)',

@@ -225,6 +225,18 @@ describe("dpy-lua run", function()
                      .. "when)\n", cli.failure_text { { uid = 3, err = "round 2: peer 4 failed: boom" .. ABORT } })
   end)
 
+  it("names a node's own checkpoint directory as <uid>, not a round equal to its uid", function()
+    -- a full disk met at a checkpoint: ckpt/<uid>/<round>.ckpt. It made a line per node, and node 1's
+    -- read ckpt/1/<uid>.ckpt (its round 1 taken for its uid)
+    local full = "cannot write checkpoint: cannot write /r/ckpt/%d/1.ckpt.tmp.7: No space left on device"
+    local failed = {}
+    for uid = 0, 3 do failed[#failed + 1] = { uid = uid, err = full:format(uid) } end
+    assert.are.equal("dpy-lua: nodes 0-3 failed: cannot write checkpoint: cannot write /r/ckpt/<uid>/1.ckpt.tmp.7: "
+                     .. "No space left on device\n", require("dpy.cli").failure_text(failed))
+    assert.are.equal("dpy-lua: node 1 failed: " .. full:format(1) .. "\n",   -- a node alone: its own path
+                     require("dpy.cli").failure_text { failed[2] })
+  end)
+
   it("reports a config error with file and line, and exits 2 (run, node, dispatch, repl alike) #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/bad.lua", "seed = 1\nbatch_sise = 3\n")
