@@ -41,15 +41,18 @@ function M.rounds(dir, uid)
   return list
 end
 
---- checkpoint.resume_round(dir, nodes) -> the round every node has a checkpoint of and to resume
--- from: the minimum over nodes of their last checkpoint | nil, message naming a node with none.
-function M.resume_round(dir, nodes)
+--- checkpoint.resume_round(dir, nodes, [every]) -> the round every node has a checkpoint of and to
+-- resume from: the minimum over nodes of their last checkpoint | nil, message naming a node with
+-- none (every: the run's checkpoint_every, for the message).
+function M.resume_round(dir, nodes, every)
   local r
   for u = 0, nodes - 1 do
     local list = M.rounds(dir, u)
     if #list == 0 then
-      return nil, string.format("%s: node %d has no checkpoint (ckpt/%d/<round>.ckpt): nothing to resume "
-                                .. "(the run needs checkpoint_every)", dir, u, u)
+      return nil, string.format("%s: node %d has no checkpoint (ckpt/%d/<round>.ckpt): nothing to resume (%s)", dir,
+                                u, u, every and string.format("it stopped before its first, of round %d: run the "
+                                                              .. "config again", every)
+                                  or "the run needs checkpoint_every")
     end
     r = math.min(r or math.huge, list[#list])
   end

@@ -196,7 +196,7 @@ local function resume_of(a, args)
   local cfg = load_config(rerun.config, {})
   if not cfg then return nil, "cannot load " .. rerun.config, 1 end
   if not cfg.nodes then return nil, rerun.dir .. ": --resume continues decentralized runs only", 1 end
-  local round, why = require("dpy.checkpoint").resume_round(rerun.dir, cfg.nodes)
+  local round, why = require("dpy.checkpoint").resume_round(rerun.dir, cfg.nodes, cfg.checkpoint_every)
   if not round then return nil, why, 1 end
   local finished = finished_text(rerun.dir, cfg, round)
   if finished then return nil, finished, 1 end
@@ -371,7 +371,7 @@ function M.node(args)
     local why
     opts.resume = math.tointeger(tonumber(a.resume))
     if a.resume == "auto" then
-      opts.resume, why = require("dpy.checkpoint").resume_round(a.dir, cfg.nodes)
+      opts.resume, why = require("dpy.checkpoint").resume_round(a.dir, cfg.nodes, cfg.checkpoint_every)
     elseif not opts.resume or opts.resume < 0 then
       why = "--resume: a round (an integer >= 0) or 'auto' expected, got " .. a.resume
     end
@@ -643,7 +643,7 @@ local function dispatch_resume(a, args)
   local last = manifest.run_id   -- the last attempt's run id names its remote directories
   for _, r in ipairs(manifest.resumed or {}) do last = r.run_id or last end
   if not last then   -- no attempt ran on remotes: the run directory's checkpoints or none
-    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
+    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes, cfg.checkpoint_every)
     if not round then
       io.stderr:write("dpy-lua dispatch: ", why, "\n")
       return 1
@@ -655,7 +655,7 @@ local function dispatch_resume(a, args)
       for i, r in ipairs(remotes) do rdirs[i] = dispatch.remote_dir(r, rerun.dir, last) end
       dispatch.fetch_checkpoints(sessions, rdirs, cfg.nodes, rerun.dir)
     end
-    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes)
+    local round, why = checkpoint.resume_round(rerun.dir, cfg.nodes, cfg.checkpoint_every)
     if not round then error(why, 0) end
     local finished = finished_text(rerun.dir, cfg, round)
     if finished then error(finished, 0) end

@@ -110,6 +110,12 @@ describe("checkpoint.read", function()
     local r, err = checkpoint.resume_round(dir, 4)
     assert.is_nil(r)
     assert.matches("node 3 has no checkpoint", err)
+    assert.matches("the run needs checkpoint_every", err)
+    -- a run with checkpoint_every whose node stopped before its first (a full disk): not "needs checkpoint_every"
+    r, err = checkpoint.resume_round(dir, 4, 2)
+    assert.is_nil(r)
+    assert.matches("node 3 has no checkpoint %(ckpt/3/<round>%.ckpt%): nothing to resume %(it stopped before its "
+                   .. "first, of round 2: run the config again%)", err)
     checkpoint.prune(dir, 0, 3)   -- every node has round 2: round 1 of node 0 can go
     assert.are.same({ 2, 3 }, checkpoint.rounds(dir, 0))
   end)
