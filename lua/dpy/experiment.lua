@@ -109,7 +109,8 @@ function M.write_run_files(cfg, opts)
   local ok, err = host.mkdir_p(dir)
   if not ok then error(err, 0) end
   if opts.source then
-    assert(host.write_atomic(dir .. "/config.lua", opts.source))
+    local wrote, why = host.write_atomic(dir .. "/config.lua", opts.source)
+    if not wrote then error(why, 0) end
   end
   rundir.write(dir, prepared)
   write_json(dir .. "/config.json", cfg)

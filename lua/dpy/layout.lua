@@ -352,6 +352,12 @@ end
 local PADDED_MAX = 64 << 20
 
 --- layout.write_graph(dir, g [, dynamic]): dir/graph.json, { n, adj = the lists by uid + 1, dynamic }.
+-- host.write_atomic, raising its message (the file and why) as it is.
+local function write_file(path, bytes)
+  local ok, err = host.write_atomic(path, bytes)
+  if not ok then error(err, 0) end
+end
+
 function M.write_graph(dir, g, dynamic)
   local lists, width = {}, 0
   for u = 0, g.n - 1 do
@@ -362,7 +368,7 @@ function M.write_graph(dir, g, dynamic)
   if width * g.n > PADDED_MAX then
     local adj = {}
     for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
-    assert(host.write_atomic(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic })))
+    write_file(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic }))
     return
   end
   local out = { string.format('{"n":%d,%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "", width) }
@@ -370,7 +376,7 @@ function M.write_graph(dir, g, dynamic)
     out[u + 1] = lists[u] .. (u < g.n and "," or " ") .. string.rep(" ", width - #lists[u] - 2) .. "\n"
   end
   out[#out + 1] = "]}\n"
-  assert(host.write_atomic(path, table.concat(out)))
+  write_file(path, table.concat(out))
 end
 
 local function decode_list(s)
@@ -383,7 +389,8 @@ end
 -- lists are read as they are first indexed (so pairs() over adj sees only those read so far).
 function M.load_graph(dir)
   local path = dir .. "/graph.json"
-  local f = assert(io.open(path, "rb"))
+  local f, err = io.open(path, "rb")
+  if not f then error(err, 0) end
   local head = f:read("l") or ""
   f:close()
   local width = math.tointeger(tonumber(head:match('"width":(%d+)')))
@@ -401,7 +408,8 @@ function M.load_graph(dir)
   local adj = setmetatable({}, { __index = function(t, key)
     local u = math.tointeger(key)
     if not u or u < 0 or u >= n then return nil end
-    local h = assert(io.open(path, "rb"))
+    local h, why = io.open(path, "rb")
+    if not h then error(why, 0) end
     assert(h:seek("set", base + u * width))
     local list = decode_list(assert(h:read(width)))
     h:close()

@@ -1,6 +1,7 @@
 -- What a run prints: plain progress lines where stderr is not a terminal, nothing but the summary
 -- with -q, one line per distinct failure, and diverged nodes named.
 local BIN = shell_quote(DPY_BIN)
+local host = require "dpy.host.core"
 
 local function run(config, flags, env)
   local dir = tmpdir()
@@ -69,6 +70,23 @@ describe("a run's output #e2e", function()
     local total = tonumber(out:match("%d+ steps %(%d+ samples%) in ([%d.]+) s"))
     assert.are.equal(4, #m.train_seconds)
     assert.is_true(math.abs(sum - total) < 0.06, string.format("%g vs %g", sum, total))
+  end)
+
+  it("names a run directory it cannot write, without a source line of its own", function()
+    local dir = tmpdir()
+    local ro = dir .. "/ro"
+    assert(host.mkdir_p(ro))
+    if sh("mount -t tmpfs -o size=1m tmpfs " .. ro .. " && mount -o remount,ro " .. ro) ~= 0 then   -- root
+      sh("umount " .. ro)
+      pending("mounting a read-only tmpfs needs root")
+      return
+    end
+    write_file(dir .. "/c.lua", TINY_RUN)
+    local code, _, err = sh(shell_quote(DPY_BIN) .. " run " .. dir .. "/c.lua --out " .. ro .. " -q")
+    sh("umount -l " .. ro)
+    assert.are.equal(1, code, err)
+    assert.matches("run failed: cannot create " .. ro:gsub("%p", "%%%0") .. "/config%.lua%.tmp%.%d+: Read%-only file "
+                   .. "system", err)
   end)
 
   it("exits 1 when every node diverged", function()
