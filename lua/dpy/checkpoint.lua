@@ -154,6 +154,9 @@ function M.save(node, r)
   for _, t in ipairs(owned) do t:free() end
   if not ok then error(bytes, 0) end
   local dir = string.format("%s/ckpt/%d", node.dir, node.uid)
+  if not require("dpy.paths").is_dir(node.dir) then   -- mkdir -p would make it again, without the run's files
+    error(string.format("cannot write checkpoint: the run directory %s was removed", node.dir), 0)
+  end
   local made, err = host.mkdir_p(dir)
   local path = M.path(node.dir, node.uid, r)
   if made then made, err = host.write_atomic(path, bytes) end

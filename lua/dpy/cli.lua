@@ -263,8 +263,8 @@ function M.run(args)
   local ran, summary = pcall(experiment.run, cfg, opts)
   experiment.release_ports(opts)   -- a run that failed before its processes took them
   if not ran then
-    io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n",
-                    "(results written so far are in ", dir, ")\n")
+    io.stderr:write("dpy-lua: run failed: ", tostring(summary), "\n")
+    if paths.is_dir(dir) then io.stderr:write("(results written so far are in ", dir, ")\n") end
     return 1
   end
   if cfg.nodes then return M.decentralized_result(cfg, dir, summary) end

@@ -190,7 +190,11 @@ end
 -- per round those it ran).
 function M.summarize(cfg, dir, seconds, from)
   from = from or 0
-  local honest = assert(require("dpy.honest").of_run(dir, cfg.nodes))
+  if not require("dpy.paths").is_dir(dir) then
+    error(string.format("the run directory %s was removed while the run went on", dir), 0)
+  end
+  local honest, why = require("dpy.honest").of_run(dir, cfg.nodes)
+  if not honest then error(why, 0) end
   local accs, node_bytes, rounds = {}, 0, 0
   local diverged, trained, rejected = {}, 0, 0
   local server = layout.has_server(cfg) and 0 or nil   -- its traffic is counted apart from the clients'

@@ -249,6 +249,24 @@ end }
     end)
   end
 
+  it("stops when its run directory is removed, and does not make it again", function()
+    -- a node's checkpoint made the whole path again (mkdir -p): the run went on to its last round
+    -- into a directory without manifest or logs, then failed on a source line of the launcher
+    local gone = action_config("gone", "pre_train",
+                               "if node.uid == 0 and r == 2 then "   -- again while other nodes write in it
+                               .. "local d = node.dir; "
+                               .. "os.execute('while [ -e ' .. d .. ' ]; do rm -rf ' .. d .. '; done') end")
+    local t0 = require("dpy.host.core").clock()
+    local code, _, err, out = run_config(TINY_RUN:gsub("rounds = 3", "rounds = 300") .. "checkpoint_every = 1\n"
+                                         .. gone, "-q")
+    local seconds = require("dpy.host.core").clock() - t0
+    assert.are.equal(1, code, err)
+    assert.matches("run directory " .. out:gsub("%p", "%%%0") .. " was removed", err)
+    assert.not_matches("launcher%.lua:%d", err)
+    assert.is_false(require("dpy.paths").exists(out), "the run directory was made again")
+    assert.is_true(seconds < 30, string.format("took %.1f s", seconds))
+  end)
+
   it("--resume refuses a directory without checkpoints, and overrides", function()
     local code, _, err, out = run_config(TINY_RUN .. "rounds = 1\n", "-q")
     assert.are.equal(0, code, err)
