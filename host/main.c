@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -458,8 +459,38 @@ static int run_command(int argc, char **argv) {
     return code;
 }
 
+/* Under an address-space limit (ulimit -v; a batch system's h_vmem) a library may crash where an
+** allocation was refused (oneDNN, building a convolution, dereferences it): the crash then names
+** the limit, before the signal ends the process as it would have. */
+static char g_crash_note[256];
+static size_t g_crash_note_len;
+
+static void on_crash(int sig) {
+    ssize_t w = write(STDERR_FILENO, g_crash_note, g_crash_note_len);
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void note_crashes_under_a_memory_limit(void) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY)
+        return;
+    int n = snprintf(g_crash_note, sizeof g_crash_note,
+                     "dpy-lua: crashed under an address-space limit of %llu MiB (ulimit -v): libtorch's "
+                     "libraries may crash when an allocation is refused; raise the limit, or run fewer nodes "
+                     "a process\n",
+                     (unsigned long long)(r.rlim_cur >> 20));
+    if (n <= 0 || (size_t)n >= sizeof g_crash_note)
+        return;
+    g_crash_note_len = (size_t)n;
+    signal(SIGSEGV, on_crash);
+    signal(SIGBUS, on_crash);
+}
+
 int main(int argc, char **argv) {
     tune_malloc();
+    note_crashes_under_a_memory_limit();
     static char dirbuf[PATH_MAX];
     g_lua_dir = find_lua_dir(dirbuf, sizeof dirbuf);
     if (g_lua_dir == NULL) {

@@ -178,3 +178,19 @@ describe("a thread limit #e2e", function()
     assert.matches("failed: cannot start a thread for this node: Resource temporarily unavailable %(", err)
   end)
 end)
+
+describe("an address-space limit #e2e", function()
+  -- under ulimit -v (a batch system's h_vmem) oneDNN crashed building a convolution where an
+  -- allocation was refused (512 nodes under 2 GB): a bare "Segmentation fault"
+  it("names the limit when a process crashes under it", function()
+    local crash = action("crash", "pre_train", "if node.uid == 1 and r == 2 then host.kill(host.pid(), 11) end")
+    for _, processes in ipairs { 1, 2 } do
+      local dir = tmpdir()
+      write_file(dir .. "/c.lua", TINY .. crash .. "processes = " .. processes .. "\n")
+      local code, _, err = sh(string.format("ulimit -v 16000000 && %s run %s/c.lua --out %s/out -q",
+                                            shell_quote(DPY_BIN), dir, dir))
+      assert.are.equal(processes == 1 and 139 or 1, code, err)
+      assert.matches("crashed under an address%-space limit of 15625 MiB %(ulimit %-v%)", err)
+    end
+  end)
+end)
