@@ -12,6 +12,7 @@
 -- below the table: its accuracy must not pass for a finished run's.
 local metrics = require "dpy.metrics"
 local paths = require "dpy.paths"
+local host = require "dpy.host.core"
 
 local M = {}
 
@@ -390,17 +391,16 @@ function M.plot(runs, out_dir, format)
   local data = {}
   for i, run in ipairs(runs) do
     local path = string.format("%s/report_%d_%s.dat", out_dir, i, run.label:gsub("[^%w_.-]", "_"))
-    local f, err = io.open(path, "w")
-    if not f then return nil, err end
-    f:write("# round\taccuracy\tbytes_sent_per_node\tseconds\taccuracy_min\taccuracy_max\tloss\tloss_min\tloss_max"
-            .. "\tlocal_steps\n")
+    local lines = { "# round\taccuracy\tbytes_sent_per_node\tseconds\taccuracy_min\taccuracy_max\tloss\tloss_min"
+                    .. "\tloss_max\tlocal_steps\n" }
     for _, p in ipairs(run.curve) do
       local function num(v) return v and string.format("%.6f", v) or "NaN" end
-      f:write(string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4], num(p[5]),
-                            num(p[6]), num(p[7]), num(p[8]), num(p[9]),
-                            p[10] and string.format("%.10g", p[10]) or "NaN"))   -- a mean of steps: maybe x.5
+      lines[#lines + 1] = string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4],
+                                        num(p[5]), num(p[6]), num(p[7]), num(p[8]), num(p[9]),
+                                        p[10] and string.format("%.10g", p[10]) or "NaN")   -- a mean of steps: maybe x.5
     end
-    f:close()
+    local ok, err = host.write_atomic(path, table.concat(lines))   -- a full disk is an error, not a short file
+    if not ok then return nil, err end
     data[i] = path
   end
   local simulated, wall = 0, 0
@@ -452,10 +452,8 @@ function M.plot(runs, out_dir, format)
     end
   end
   local gp = out_dir .. "/report.gnuplot"
-  local f, err = io.open(gp, "w")
-  if not f then return nil, err end
-  f:write(table.concat(script, "\n"), "\n")
-  f:close()
+  local wrote, err = host.write_atomic(gp, table.concat(script, "\n") .. "\n")
+  if not wrote then return nil, err end
   local log = out_dir .. "/report.gnuplot.log"
   local ok, _, code = os.execute(string.format("gnuplot %s >%s 2>&1", paths.shell_quote(gp), paths.shell_quote(log)))
   if not ok then
@@ -466,6 +464,17 @@ function M.plot(runs, out_dir, format)
                               tostring(code), said ~= "" and ": " .. said:gsub("%s+$", "") or "")
   end
   os.remove(log)
+  -- gnuplot says nothing of a full disk (exit 0, its plots cut short or empty): is there room left?
+  local probe = out_dir .. "/.report.probe"
+  local room, why = host.write_atomic(probe, "\n")
+  os.remove(probe)
+  if not room then return nil, "the plots may be cut short: " .. why end
+  for _, out in ipairs(outputs) do
+    local f = io.open(out, "rb")
+    local size = f and f:seek("end")
+    if f then f:close() end
+    if not size or size == 0 then return nil, string.format("gnuplot left %s empty", out) end
+  end
   return outputs
 end
 
@@ -494,10 +503,8 @@ function M.html(runs, plots, out_dir)
     "<pre>" .. table.concat(rows, "\n") .. "</pre>",
     "<main>" .. table.concat(figures, "\n") .. "</main>", "</body></html>", "" }, "\n")
   local path = paths.absolute(out_dir) .. "/report.html"
-  local f, err = io.open(path, "w")
-  if not f then return nil, err end
-  f:write(page)
-  f:close()
+  local ok, err = host.write_atomic(path, page)
+  if not ok then return nil, err end
   return path
 end
 

@@ -199,6 +199,24 @@ describe("dpy-lua report", function()
     assert.matches("r: warning: node 1's metrics unreadable: " .. path:gsub("%p", "%%%0") .. ": .", text)
   end)
 
+  it("fails on a full disk, naming it, instead of listing empty plots and an empty page", function()
+    local dir = tmpdir()
+    local run_dir = fake_run(dir .. "/r", { "run", "c.lua" }, { { 0.5, 0.7 }, { 0.6, 0.8 }, { 0.7, 0.9 } })
+    local small = dir .. "/small"
+    assert(require("dpy.host.core").mkdir_p(small))
+    for _, size in ipairs { "8k", "24k", "40k" } do   -- full at the data, the plots, the page
+      if sh("mount -t tmpfs -o size=" .. size .. " tmpfs " .. small) ~= 0 then   -- the suite's setup runs as root
+        pending("mounting a small tmpfs needs root")
+        return
+      end
+      local code, out, err = sh(BIN .. " report " .. run_dir .. " --out " .. small .. "/rep")
+      sh("umount -l " .. small)
+      assert.are.equal(1, code, size .. ": " .. out .. err)
+      assert.matches("No space left on device", err, size)
+      assert.not_matches("page: ", out, size)
+    end
+  end)
+
   it("refuses a metrics file with a malformed value, naming the file, without a traceback", function()
     local dir = tmpdir()
     local run_dir = fake_run(dir .. "/r", { "run", "c.lua" }, { { 0.5, 0.7 }, { 0.6, 0.8 } })
