@@ -109,7 +109,9 @@ end
 -- "<uid>." (their checkpoints "ckpt/<uid>/"): nodes that one failure (a full disk) met each in its
 -- own files make one line (a node alone keeps its own path). Then the nodes that another node's
 -- failure stopped, a line per node that failed first: "nodes 3, 5 stopped when node 4 failed", with
--- its cause when its own line is not there. A whole process (uid -1): "dpy-lua: <message>".
+-- its cause when its own line is not there. A whole process (uid -1): "dpy-lua: <message>"; the
+-- nodes that its end stopped (its nodes unreachable, gone) one line after it: "nodes 4-7 stopped
+-- when process 0 ended".
 function M.failure_text(failed)
   local stopped_by = require("dpy.exchange").stopped_by
   local own, stopped, by, failed_uids = {}, {}, {}, {}
@@ -121,11 +123,25 @@ function M.failure_text(failed)
     end
     return by[key]
   end
+  local dead, ndead, lost, lost_uid = {}, 0, {}, {}   -- processes that ended, and the nodes they stopped
+  for _, f in ipairs(failed) do
+    local p = f.uid < 0 and math.tointeger(tonumber(f.err:match("^process (%d+) exited") or ""))
+    if p then dead[p], ndead = true, ndead + 1 end
+  end
+  local function lost_to(msg)   -- the dead process whose end stopped a node, if that is what its words say
+    local p = math.tointeger(tonumber(msg:match("^round %d+: node %d+'s process (%d+) is unreachable") or ""))
+    if p and dead[p] then return p end
+    if ndead == 1 and msg:match("^round %d+: peer %d+ is gone") then return (next(dead)) end
+  end
   for _, f in ipairs(failed) do
     local msg = f.err:match("[^\n]*")
     local origin, cause = stopped_by(msg)
+    local p = f.uid >= 0 and lost_to(origin and cause or msg)
     if f.uid < 0 then
       own[#own + 1] = { text = "dpy-lua: " .. msg }
+    elseif p then
+      lost_uid[f.uid] = p
+      table.insert(group(lost, "lost " .. p, { process = p }).uids, f.uid)
     elseif origin then
       table.insert(group(stopped, "stopped " .. origin, { origin = origin, cause = cause }).uids, f.uid)
     else
@@ -140,7 +156,19 @@ function M.failure_text(failed)
     lines[#lines + 1] = g.text or string.format("dpy-lua: %s failed: %s", pretty.uids(g.uids),
                                                 #g.uids == 1 and g.alone or g.msg)   -- one node: its own path
   end
-  for _, g in ipairs(stopped) do
+  local rest = {}
+  for _, g in ipairs(stopped) do   -- stopped by a node that a dead process stopped: that process
+    local p = lost_uid[g.origin]
+    if p then table.move(g.uids, 1, #g.uids, #by["lost " .. p].uids + 1, by["lost " .. p].uids)
+    else rest[#rest + 1] = g end
+  end
+  for _, g in ipairs(lost) do
+    table.sort(g.uids)
+    lines[#lines + 1] = string.format('dpy-lua: %s stopped when process %d ended (on_peer_failure = "abort"; %s)',
+                                      pretty.uids(g.uids), g.process,
+                                      #g.uids == 1 and "its log says when" or "their logs say when")
+  end
+  for _, g in ipairs(rest) do
     lines[#lines + 1] = string.format('dpy-lua: %s stopped when node %d failed%s (on_peer_failure = "abort"; %s)',
                                       pretty.uids(g.uids), g.origin,
                                       failed_uids[g.origin] and "" or ": " .. g.cause,

@@ -225,6 +225,25 @@ describe("dpy-lua run", function()
                      .. "when)\n", cli.failure_text { { uid = 3, err = "round 2: peer 4 failed: boom" .. ABORT } })
   end)
 
+  it("puts the nodes that a dead process stopped on one line with it, not a line each", function()
+    -- 512 nodes in 2 processes, process 0 OOM-killed: 235 lines, one per node of process 1, each
+    -- naming another unreachable node ("node 18's process 0 is unreachable", "peer 187 is gone")
+    local ABORT = '; stopping (on_peer_failure = "abort")'
+    local failed = { { uid = -1, err = "process 0 exited with 137 (killed by signal 9, SIGKILL)" },
+                     { uid = 4, err = "round 1: node 1's process 0 is unreachable: its connection is closed" .. ABORT },
+                     { uid = 5, err = "round 1: node 2's process 0 is unreachable: its connection is closed (and 1 "
+                                      .. "more of 2 receivers)" .. ABORT },
+                     { uid = 6, err = "round 1: peer 3 is gone" .. ABORT },
+                     { uid = 7, err = "round 2: peer 4 failed: round 1: node 1's process 0 is unreachable: its "
+                                      .. "connection is closed" .. ABORT .. ABORT },
+                     { uid = 8, err = "boom" } }
+    assert.are.equal(table.concat({
+      "dpy-lua: process 0 exited with 137 (killed by signal 9, SIGKILL)",
+      "dpy-lua: node 8 failed: boom",
+      'dpy-lua: nodes 4-7 stopped when process 0 ended (on_peer_failure = "abort"; their logs say when)',
+      "" }, "\n"), require("dpy.cli").failure_text(failed))
+  end)
+
   it("names a node's own checkpoint directory as <uid>, not a round equal to its uid", function()
     -- a full disk met at a checkpoint: ckpt/<uid>/<round>.ckpt. It made a line per node, and node 1's
     -- read ckpt/1/<uid>.ckpt (its round 1 taken for its uid)
