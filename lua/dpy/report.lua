@@ -397,7 +397,7 @@ function M.plot(runs, out_dir, format)
       local function num(v) return v and string.format("%.6f", v) or "NaN" end
       lines[#lines + 1] = string.format("%d\t%.6f\t%.0f\t%.6f\t%s\t%s\t%s\t%s\t%s\t%s\n", p[1], p[2], p[3], p[4],
                                         num(p[5]), num(p[6]), num(p[7]), num(p[8]), num(p[9]),
-                                        p[10] and string.format("%.10g", p[10]) or "NaN")   -- a mean of steps: maybe x.5
+                                        p[10] and string.format("%.10g", p[10]) or "NaN")   -- a mean: maybe x.5
     end
     local ok, err = host.write_atomic(path, table.concat(lines))   -- a full disk is an error, not a short file
     if not ok then return nil, err end
