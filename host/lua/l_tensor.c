@@ -639,11 +639,20 @@ static int t_tostring(lua_State *L) {
 
 /* {==== operations ====} */
 
+/* Finishes an op on the box at arg whose result b may be that tensor itself or share its storage
+** (detach, contiguous, to the same dtype): a read-only tensor's stays read-only, as its views do. */
+static int done_sharing(lua_State *L, dpy_tensor_box *b, dpy_err e, int arg) {
+    dpy_tensor_box *a = checkbox(L, arg);
+    if (e == DPY_OK && dpy_tensor_shares(b->h, a->h))
+        b->flags = a->flags & DPY_TF_READONLY;
+    return done(L, b, e);
+}
+
 /* t:abs() ... one closure per unary op, the op as upvalue 1 */
 static int t_unary(lua_State *L) {
     dpy_tensor *a = dpy_checktensor(L, 1);
     dpy_tensor_box *b = dpy_newtensor(L);
-    return done(L, b, dpy_tensor_unary(&b->h, (dpy_unary_op)lua_tointeger(L, lua_upvalueindex(1)), a));
+    return done_sharing(L, b, dpy_tensor_unary(&b->h, (dpy_unary_op)lua_tointeger(L, lua_upvalueindex(1)), a), 1);
 }
 
 /*
@@ -856,7 +865,7 @@ static int t_to(lua_State *L) {
         dtype = d == DPY_NDTYPES ? -1 : (int)d;
     }
     dpy_tensor_box *b = dpy_newtensor(L);
-    return done(L, b, dpy_tensor_to(&b->h, a, dtype, device));
+    return done_sharing(L, b, dpy_tensor_to(&b->h, a, dtype, device), 1);
 }
 
 static void checklist(lua_State *L, int arg, const dpy_tensor **ts, size_t n) {

@@ -120,6 +120,8 @@ DPY_API int dpy_tensor_is_cuda(const dpy_tensor *t) DPY_NOEXCEPT;
 /* Writes "cpu" or "cuda:N" into buf. */
 DPY_API void dpy_tensor_device(const dpy_tensor *t, char *buf, size_t len) DPY_NOEXCEPT;
 DPY_API int dpy_tensor_requires_grad(const dpy_tensor *t) DPY_NOEXCEPT;
+/* Whether a and b share storage (a view, or the tensor itself: detach, to the same dtype). */
+DPY_API int dpy_tensor_shares(const dpy_tensor *a, const dpy_tensor *b) DPY_NOEXCEPT;
 /* Data pointer of a contiguous cpu tensor, else NULL; a loan valid while t lives unresized. */
 DPY_API const void *dpy_tensor_data(const dpy_tensor *t) DPY_NOEXCEPT;
 

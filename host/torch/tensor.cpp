@@ -313,6 +313,10 @@ size_t dpy_tensor_nbytes(const dpy_tensor *t) noexcept { return t->v.nbytes(); }
 int dpy_tensor_is_cuda(const dpy_tensor *t) noexcept { return t->v.is_cuda(); }
 int dpy_tensor_requires_grad(const dpy_tensor *t) noexcept { return t->v.requires_grad(); }
 
+int dpy_tensor_shares(const dpy_tensor *a, const dpy_tensor *b) noexcept {
+    return a->v.defined() && b->v.defined() && a->v.is_alias_of(b->v);
+}
+
 void dpy_tensor_device(const dpy_tensor *t, char *buf, size_t len) noexcept {
     try {
         std::snprintf(buf, len, "%s", t->v.device().str().c_str());

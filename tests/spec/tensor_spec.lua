@@ -279,6 +279,23 @@ describe("tensor conversion", function()
     assert.matches("missing.pt: No such file", err)
   end)
 
+  it("keeps read-only what shares a read-only tensor's storage (detach, contiguous, to its own dtype)", function()
+    local path = tmpdir() .. "/r.pt"
+    assert.is_true(T { 1.5, 2, 3 }:save(path))
+    local ro = assert(tensor.load_shared(path))
+    for _, how in ipairs { "detach", "contiguous", "float", "clone", "double" } do
+      local v = ro[how](ro)
+      local copy = how == "clone" or how == "double"
+      assert.are.equal(not copy, v:is_readonly(), how)
+      if not copy then assert.error_matches(function() v:add_(1) end, "read%-only", nil, how) end
+    end
+    assert.is_false(ro:to("float32"):clone():is_readonly())
+    same({ 1.5, 2, 3 }, tensor.load_shared(path))   -- every state of the process reads these values
+    local m = require("dpy.nn").linear(2, 1)
+    local flat = m:share_flat()
+    assert.has_error(function() flat:detach():fill_(7) end)
+  end)
+
   it("refuses a file of which a member fails its CRC (tensor.load, load_shared, m:load, set_state)", function()
     -- torch reads an archive's members without their CRCs: a bit flipped in a value was a number
     local function flip(path)
