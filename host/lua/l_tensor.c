@@ -207,10 +207,20 @@ int dpy_checkshape(lua_State *L, int arg, int64_t *shape, int *next) {
 
 /* {==== creation ====} */
 
+/* The integer at idx in *slot, or NULL for a float: an int64 past 2^53 stays exact (it went
+** through a double, and math.maxinteger became math.mininteger). */
+static const int64_t *integer_at(lua_State *L, int idx, int64_t *slot) {
+    if (!lua_isinteger(L, idx))
+        return NULL;
+    *slot = (int64_t)lua_tointeger(L, idx);
+    return slot;
+}
+
+
 /* tensor.full(shape..., value [, options]) and friends; value is upvalue-free. */
 static int creation(lua_State *L, double value, int has_value_arg, int empty) {
     int64_t shape[DPY_MAXDIM];
-    int next, ndim;
+    int next, ndim, vidx = 0;
     if (has_value_arg && !lua_istable(L, 1)) {
         /* full(2, 3, 7): the numbers are the shape's, then the value, integer or not */
         int k = 0;
@@ -223,18 +233,28 @@ static int creation(lua_State *L, double value, int has_value_arg, int empty) {
         for (ndim = 0; ndim < k - 1; ndim++)
             shape[ndim] = checkdim(L, ndim + 1, ndim + 1);
         value = lua_tonumber(L, k);
+        vidx = k;
         next = k + 1;
     } else {
         ndim = dpy_checkshape(L, 1, shape, &next);
-        if (has_value_arg)
+        if (has_value_arg) {
+            vidx = next;
             value = luaL_checknumber(L, next++);
+        }
     }
+    /* an integer a double does not hold exactly (past 2^53) is filled in as itself */
+    int64_t iv;
+    const int64_t *exact = vidx ? integer_at(L, vidx, &iv) : NULL;
+    if (exact && iv >= -((int64_t)1 << 53) && iv <= ((int64_t)1 << 53))
+        exact = NULL;
     dpy_dtype dtype = DPY_FLOAT32;
     const char *device = NULL;
     dpy_optoptions(L, next, &dtype, &device);
     dpy_tensor_box *b = dpy_newtensor(L);
     dpy_err e = empty ? dpy_tensor_empty(&b->h, shape, ndim, dtype, device)
-                      : dpy_tensor_full(&b->h, shape, ndim, value, dtype, device);
+                      : dpy_tensor_full(&b->h, shape, ndim, exact ? 0 : value, dtype, device);
+    if (e == DPY_OK && exact)
+        e = dpy_tensor_scalar(NULL, DPY_COPY, b->h, value, exact, 0);
     return done(L, b, e);
 }
 
@@ -358,12 +378,15 @@ typedef struct {
     int has_float, has_bool, has_int;
     size_t count;
     double *vals;
+    int64_t *ivals;   /* the same values as integers: an int64 past 2^53 stays exact */
 } table_walk;
 
 /* Pass 1 (fill = 0) follows the first element down to find the shape; pass 2 checks every row
 ** against it and collects the values. */
 static void walk_table(lua_State *L, int idx, int depth, table_walk *w, int fill) {
     lua_Integer n = luaL_len(L, idx);
+    if (n < 0)   /* a __len metamethod's */
+        luaL_error(L, "tensor.new: a table of length %I", n);
     if (!fill) {
         if (depth == DPY_MAXDIM)
             luaL_error(L, "tensor.new: nested deeper than %d levels", DPY_MAXDIM);
@@ -395,9 +418,11 @@ static void walk_table(lua_State *L, int idx, int depth, table_walk *w, int fill
             luaL_error(L, "tensor.new: ragged table (a %s where a table was expected)",
                        luaL_typename(L, -1));
         } else if (t == LUA_TBOOLEAN) {
+            w->ivals[w->count] = lua_toboolean(L, -1);
             w->vals[w->count++] = lua_toboolean(L, -1);
             w->has_bool = 1;
         } else if (t == LUA_TNUMBER) {
+            w->ivals[w->count] = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : 0;
             w->vals[w->count++] = lua_tonumber(L, -1);
             if (lua_isinteger(L, -1))
                 w->has_int = 1;
@@ -431,10 +456,12 @@ static int f_new(lua_State *L) {
     memset(&w, 0, sizeof w);
     walk_table(L, 1, 0, &w, 0);
     size_t total = 1;
-    for (int i = 0; i < w.ndim; i++)
-        total *= (size_t)w.shape[i];
+    for (int i = 0; i < w.ndim; i++)   /* lengths from __len metamethods may be anything */
+        if (__builtin_mul_overflow(total, (size_t)w.shape[i], &total) || total > SIZE_MAX / 16)
+            return luaL_error(L, "tensor.new: a table of more values than memory holds");
     /* the value buffer is a userdata, so an error below frees it with the GC */
     w.vals = lua_newuserdatauv(L, (total ? total : 1) * sizeof(double), 0);
+    w.ivals = lua_newuserdatauv(L, (total ? total : 1) * sizeof(int64_t), 0);
     walk_table(L, 1, 0, &w, 1);
     dpy_dtype dtype = w.has_float ? DPY_FLOAT32 : w.has_int ? DPY_INT64
                       : w.has_bool ? DPY_BOOL : DPY_FLOAT32;
@@ -443,8 +470,9 @@ static int f_new(lua_State *L) {
     if (scalar)
         w.ndim = 0;
     dpy_tensor_box *tmp = dpy_newtensor(L);
-    if (dpy_tensor_from_data(&tmp->h, w.vals, total * sizeof(double), DPY_FLOAT64, w.shape,
-                             w.ndim) != DPY_OK)
+    int exact = !w.has_float;   /* integers (and booleans) as int64, not through a double */
+    if (dpy_tensor_from_data(&tmp->h, exact ? (const void *)w.ivals : (const void *)w.vals,
+                             total * 8, exact ? DPY_INT64 : DPY_FLOAT64, w.shape, w.ndim) != DPY_OK)
         return dpy_torch_error(L);
     dpy_tensor_box *b = dpy_newtensor(L);
     dpy_err e = dpy_tensor_to(&b->h, tmp->h, dtype, device);
@@ -663,14 +691,16 @@ static int binary_op(lua_State *L, dpy_binary_op op) {
     if (lua_type(L, 1) == LUA_TNUMBER) {   /* s op t */
         dpy_tensor *t = dpy_checktensor(L, 2);
         dpy_tensor_box *b = dpy_newtensor(L);
+        int64_t i;
         return done(L, b, dpy_tensor_scalar(&b->h, op, t, lua_tonumber(L, 1),
-                                            lua_isinteger(L, 1), 1));
+                                            integer_at(L, 1, &i), 1));
     }
     dpy_tensor *a = dpy_checktensor(L, 1);
     if (lua_type(L, 2) == LUA_TNUMBER) {
         dpy_tensor_box *b = dpy_newtensor(L);
+        int64_t i;
         return done(L, b, dpy_tensor_scalar(&b->h, op, a, lua_tonumber(L, 2),
-                                            lua_isinteger(L, 2), 0));
+                                            integer_at(L, 2, &i), 0));
     }
     dpy_tensor *u = dpy_checktensor(L, 2);
     double alpha = lua_type(L, 3) == LUA_TNUMBER ? lua_tonumber(L, 3) : 1.0;
@@ -687,8 +717,9 @@ static int t_binary_inplace(lua_State *L) {
     dpy_binary_op op = (dpy_binary_op)lua_tointeger(L, lua_upvalueindex(1));
     dpy_tensor *a = checkwritable(L, 1);
     dpy_err e;
+    int64_t i;
     if (lua_type(L, 2) == LUA_TNUMBER) {
-        e = dpy_tensor_scalar(NULL, op, a, lua_tonumber(L, 2), lua_isinteger(L, 2), 0);
+        e = dpy_tensor_scalar(NULL, op, a, lua_tonumber(L, 2), integer_at(L, 2, &i), 0);
     } else {
         dpy_tensor *u = dpy_checktensor(L, 2);
         e = dpy_tensor_binary(NULL, op, a, u, luaL_optnumber(L, 3, 1.0));
@@ -702,7 +733,8 @@ static int t_binary_inplace(lua_State *L) {
 /* t:fill_(v), t:zero_() -> t */
 static int t_fill_(lua_State *L) {
     dpy_tensor *a = checkwritable(L, 1);
-    if (dpy_tensor_scalar(NULL, DPY_COPY, a, luaL_checknumber(L, 2), lua_isinteger(L, 2), 0) != DPY_OK)
+    int64_t i;
+    if (dpy_tensor_scalar(NULL, DPY_COPY, a, luaL_checknumber(L, 2), integer_at(L, 2, &i), 0) != DPY_OK)
         return dpy_torch_error(L);
     lua_settop(L, 1);
     return 1;
@@ -928,8 +960,9 @@ static int t_newindex(lua_State *L) {
     if (dpy_tensor_shape(&row->h, DPY_SELECT, a, args, 2) != DPY_OK)
         return dpy_torch_error(L);
     dpy_err e;
+    int64_t i;
     if (lua_type(L, 3) == LUA_TNUMBER)
-        e = dpy_tensor_scalar(NULL, DPY_COPY, row->h, lua_tonumber(L, 3), lua_isinteger(L, 3), 0);
+        e = dpy_tensor_scalar(NULL, DPY_COPY, row->h, lua_tonumber(L, 3), integer_at(L, 3, &i), 0);
     else
         e = dpy_tensor_binary(NULL, DPY_COPY, row->h, dpy_checktensor(L, 3), 1.0);
     if (e != DPY_OK)

@@ -181,10 +181,11 @@ DPY_API dpy_err dpy_tensor_unary(dpy_tensor **out, dpy_unary_op op,
 ** (ADD, SUB, MUL, DIV, COPY). */
 DPY_API dpy_err dpy_tensor_binary(dpy_tensor **out, dpy_binary_op op, dpy_tensor *a,
                                   const dpy_tensor *b, double alpha) DPY_NOEXCEPT;
-/* out = a op s, or s op a when reversed; s promotes as a Python number would (an integer when
-** is_integer). out == NULL: in place on a (ADD, SUB, MUL, DIV, COPY meaning fill). */
+/* out = a op s, or s op a when reversed; s promotes as a Python number would (the integer
+** *integer when not NULL: every int64 exactly, where s rounds past 2^53). out == NULL: in place on
+** a (ADD, SUB, MUL, DIV, COPY meaning fill). */
 DPY_API dpy_err dpy_tensor_scalar(dpy_tensor **out, dpy_binary_op op, dpy_tensor *a, double s,
-                                  int is_integer, int reversed) DPY_NOEXCEPT;
+                                  const int64_t *integer, int reversed) DPY_NOEXCEPT;
 /* Reductions; dim < -DPY_MAXDIM means over all elements. idx receives the indices for MIN, MAX
 ** and MEDIAN along a dim (may be NULL). p is the order of NORM, the correction of STD/VAR. */
 DPY_API dpy_err dpy_tensor_reduce(dpy_tensor **out, dpy_tensor **idx, dpy_reduce_op op,

@@ -566,11 +566,11 @@ dpy_err dpy_tensor_binary(dpy_tensor **out, dpy_binary_op op, dpy_tensor *a, con
 }
 
 dpy_err dpy_tensor_scalar(dpy_tensor **out, dpy_binary_op op, dpy_tensor *a, double s,
-                          int is_integer, int reversed) noexcept {
+                          const int64_t *integer, int reversed) noexcept {
     if (out)
         *out = nullptr;
     return dpy_guard([&] {
-        c10::Scalar sc = is_integer ? c10::Scalar((int64_t)s) : c10::Scalar(s);
+        c10::Scalar sc = integer ? c10::Scalar(*integer) : c10::Scalar(s);
         if (!out) {
             if (op == DPY_COPY)
                 a->v.fill_(sc);

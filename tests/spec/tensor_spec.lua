@@ -93,6 +93,30 @@ describe("tensor creation", function()
     assert.error_matches(function() tensor.zeros(2, "float128") end, "unknown dtype 'float128'")
     assert.error_matches(function() tensor.zeros(2, { device = "tpu" }) end, "unknown device 'tpu'")
   end)
+
+  it("refuses a table whose __len claims more values than memory holds (it wrote past the buffer)", function()
+    local rows = setmetatable({}, { __len = function() return 1 << 61 end,
+                                    __index = function() return { 1, 2, 3, 4, 5, 6, 7, 8 } end })
+    assert.error_matches(function() tensor.new(rows) end, "more values than memory holds")
+    assert.error_matches(function() tensor.new(setmetatable({}, { __len = function() return -5 end })) end,
+                         "a table of length %-5")
+  end)
+
+  it("keeps int64 values past 2^53 exact (new, full, fill_, t[i] =, scalar ops)", function()
+    local big, max = (1 << 53) + 1, math.maxinteger
+    assert.are.equal(big, T { big }[0]:item())
+    assert.are.same({ max, math.mininteger }, T { max, math.mininteger }:totable())
+    assert.are.same({ big, big }, tensor.full(2, big, "int64"):totable())
+    assert.are.same({ max }, tensor.full({ 1 }, max, "int64"):totable())
+    assert.are.equal(max, tensor.zeros(1, "int64"):fill_(max)[0]:item())
+    assert.are.equal(big, tensor.zeros(1, "int64"):add_(big)[0]:item())
+    assert.are.equal(max, (tensor.zeros(1, "int64") + max)[0]:item())
+    assert.are.equal(max - 1, (max - tensor.ones(1, "int64"))[0]:item())
+    local t = tensor.zeros(2, "int64")
+    t[1] = big
+    assert.are.same({ 0, big }, t:totable())
+    assert.are.equal("float32", T { big, 0.5 }:dtype())   -- a float among them: float32, as before
+  end)
 end)
 
 describe("tensor shape ops", function()
