@@ -96,7 +96,7 @@ typedef void (*dpy_release_fn)(void *data);
 DPY_API dpy_err dpy_tensor_wrap(dpy_tensor **out, void *data, size_t nbytes, dpy_dtype dtype,
                                 const int64_t *shape, int ndim,
                                 dpy_release_fn release) DPY_NOEXCEPT;
-/* The cap on a new tensor's bytes (default: the machine's physical memory): full, empty, eye,
+/* The cap on a new tensor's bytes (default: the machine's physical memory): full, empty, eye, arange,
 ** linspace and random refuse a larger shape (DPY_EINVAL, naming the shape and the cap). */
 DPY_API uint64_t dpy_tensor_max_bytes(void) DPY_NOEXCEPT;
 /* 0: back to the default */

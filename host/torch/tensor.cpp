@@ -218,6 +218,11 @@ dpy_err dpy_tensor_arange(dpy_tensor **out, double start, double end, double ste
                           dpy_dtype dtype, const char *device) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
+        double n = std::ceil((end - start) / step);   // libtorch's count; it refuses the others
+        if (std::isfinite(n) && n > 0 && n < 9e18) {
+            int64_t k = (int64_t)n;
+            capped(&k, 1, dtype);
+        }
         *out = dpy_wrap(torch::arange(start, end, step, dpy_options(dtype, device)));
     });
 }
