@@ -18,6 +18,15 @@
 #include "dpy_core.h"
 #include "dpy_lua.h"
 
+/* The integer at arg, within lo..hi: a pid, descriptor or port past an int's range was cut to
+** another one (kill(2^32) signalled process group 0, this one) */
+static lua_Integer checkrange(lua_State *L, int arg, lua_Integer lo, lua_Integer hi, const char *what) {
+    lua_Integer v = luaL_checkinteger(L, arg);
+    if (v < lo || v > hi)
+        luaL_argerror(L, arg, lua_pushfstring(L, "%s must be %I..%I, got %I", what, lo, hi, v));
+    return v;
+}
+
 /* host.write_atomic(path, data) -> true | nil, err */
 static int h_write_atomic(lua_State *L) {
     size_t len;
@@ -64,7 +73,7 @@ static int h_clock(lua_State *L) {
 
 /* host.isatty(fd) -> boolean */
 static int h_isatty(lua_State *L) {
-    lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+    lua_pushboolean(L, isatty((int)checkrange(L, 1, 0, INT_MAX, "a descriptor")));
     return 1;
 }
 
@@ -120,8 +129,7 @@ static int h_huge_pages(lua_State *L) {
 
 /* host.set_threads(n): libtorch's intra-op threads for this process */
 static int h_set_threads(lua_State *L) {
-    lua_Integer n = luaL_checkinteger(L, 1);
-    luaL_argcheck(L, n >= 1, 1, "threads must be >= 1");
+    lua_Integer n = checkrange(L, 1, 1, INT_MAX, "threads");
     if (dpy_torch_set_threads((int)n) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
@@ -178,7 +186,7 @@ static int h_spawn(lua_State *L) {
 
 /* host.wait(pid [, nohang]) -> exit code (128 + signal when killed) | nil when still running */
 static int h_wait(lua_State *L) {
-    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    pid_t pid = (pid_t)checkrange(L, 1, 1, INT_MAX, "a process id");   /* not a group, nor -1: any */
     int status;
     pid_t r;
     while ((r = waitpid(pid, &status, lua_toboolean(L, 2) ? WNOHANG : 0)) < 0 && errno == EINTR) {
@@ -193,9 +201,12 @@ static int h_wait(lua_State *L) {
     return 1;
 }
 
-/* host.kill(pid, signal) */
+/* host.kill(pid, signal): one process (0 and negative ids, process groups and every process, are
+** refused) */
 static int h_kill(lua_State *L) {
-    kill((pid_t)luaL_checkinteger(L, 1), (int)luaL_optinteger(L, 2, SIGTERM));
+    pid_t pid = (pid_t)checkrange(L, 1, 1, INT_MAX, "a process id");
+    int sig = lua_isnoneornil(L, 2) ? SIGTERM : (int)checkrange(L, 2, 0, SIGRTMAX, "a signal");
+    kill(pid, sig);
     return 0;
 }
 
@@ -275,7 +286,7 @@ static int h_interrupted(lua_State *L) {
 static int bound_socket(lua_State *L, int listening) {
     const char *address = luaL_checkstring(L, 1);
     char port[16];
-    snprintf(port, sizeof port, "%d", (int)luaL_checkinteger(L, 2));
+    snprintf(port, sizeof port, "%d", (int)checkrange(L, 2, 0, 65535, "a port"));
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
     int gai = getaddrinfo(address, port, &hints, &res);
     if (gai != 0) {
@@ -324,7 +335,7 @@ static int h_listen(lua_State *L) {
 }
 
 static int h_close(lua_State *L) {
-    close((int)luaL_checkinteger(L, 1));
+    close((int)checkrange(L, 1, 0, INT_MAX, "a descriptor"));
     return 0;
 }
 

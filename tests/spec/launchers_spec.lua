@@ -238,6 +238,25 @@ describe("host.sleep", function()
   end)
 end)
 
+describe("host's pids, descriptors and ports", function()
+  it("refuses one past its range instead of cutting it to another (kill(2^32) signalled this process group)", function()
+    local host = require "dpy.host.core"
+    for _, pid in ipairs { 1 << 32, 0, -1, math.mininteger } do   -- signal 0: nothing sent, were it accepted
+      assert.error_matches(function() host.kill(pid, 0) end,
+                           "a process id must be 1%.%.2147483647, got " .. (tostring(pid):gsub("%-", "%%-")))
+    end
+    assert.error_matches(function() host.kill(host.pid(), (1 << 32) + 15) end, "a signal must be 0%.%.")
+    assert.error_matches(function() host.wait(-1, true) end, "a process id must be")
+    assert.error_matches(function() host.wait((1 << 32) + host.pid(), true) end, "a process id must be")
+    assert.error_matches(function() host.close((1 << 32) + 1) end, "a descriptor must be 0%.%.")
+    assert.error_matches(function() host.isatty((1 << 32) + 2) end, "a descriptor must be 0%.%.")
+    assert.error_matches(function() host.port_free("127.0.0.1", 65536 + 22) end, "a port must be 0%.%.65535, got 65558")
+    assert.error_matches(function() host.listen("127.0.0.1", -1) end, "a port must be")
+    assert.error_matches(function() host.set_threads((1 << 32) + 1) end, "threads must be 1%.%.")
+    host.kill(host.pid(), 0)   -- a signal 0 to itself: accepted, nothing sent
+  end)
+end)
+
 describe("host.spawn", function()
   local host = require "dpy.host.core"
 
