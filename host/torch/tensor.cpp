@@ -271,10 +271,23 @@ dpy_err dpy_tensor_from_data(dpy_tensor **out, const void *data, size_t nbytes, 
                              const int64_t *shape, int ndim) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
-        auto t = torch::empty(dpy_shape_vec(shape, ndim), dpy_options(dtype, nullptr));
-        if (t.nbytes() != nbytes)
+        // the size is checked before anything is allocated: 8 bytes as 2^32 values took 16 GiB
+        uint64_t need = dpy_dtype_size(dtype);
+        bool over = false;
+        for (int i = 0; i < ndim; i++)
+            if (shape[i] < 0)
+                dpy_invalid("invalid shape dimension " + std::to_string(shape[i]));
+        for (int i = 0; i < ndim && need; i++) {   // a 0 anywhere: no values
+            over = over || (shape[i] && need > UINT64_MAX / (uint64_t)shape[i]);
+            need *= (uint64_t)shape[i];
+        }
+        if (over && std::find(shape, shape + ndim, 0) != shape + ndim)
+            over = false, need = 0;
+        if (over || need != nbytes)
             dpy_invalid("got " + std::to_string(nbytes) + " bytes, but " +
-                        std::to_string(t.nbytes()) + " are needed for that dtype and shape");
+                        (over ? std::string("over 2^64") : std::to_string(need)) +
+                        " are needed for that dtype and shape");
+        auto t = torch::empty(dpy_shape_vec(shape, ndim), dpy_options(dtype, nullptr));
         if (nbytes)
             std::memcpy(t.data_ptr(), data, nbytes);
         *out = dpy_wrap(std::move(t));

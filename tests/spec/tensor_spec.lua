@@ -93,6 +93,13 @@ describe("tensor creation", function()
     same(a:totable(), b)
     assert.are.equal(16, #a:bytes())
     assert.error_matches(function() tensor.from_bytes("abc", "float32", 1) end, "3 bytes")
+    -- checked before allocating: 8 bytes as 2^32 x 4 values allocated 64 GiB first
+    local t0 = os.clock()
+    assert.error_matches(function() tensor.from_bytes(("\0"):rep(8), "float32", 1 << 32, 4) end,
+                         "got 8 bytes, but 68719476736 are needed")
+    assert.error_matches(function() tensor.from_bytes("", "float32", 1 << 62, 1 << 62) end, "over 2%^64")
+    assert.are.same({ 0, 1 << 62 }, tensor.from_bytes("", "float32", 0, 1 << 62):size())
+    assert.is_true(os.clock() - t0 < 1)
   end)
 
   it("rejects ragged tables and bad elements", function()
