@@ -59,7 +59,7 @@ static int decode_fail(lua_State *L, const char *err) {
 
 /* quantize(t, bits [, chunk = 0]) -> uint8 tensor */
 static int c_quantize(lua_State *L) {
-    int bits = (int)luaL_checkinteger(L, 2);
+    lua_Integer bits = luaL_checkinteger(L, 2);   /* checked whole: 2^32 + 4 was cut to 4 */
     lua_Integer chunk = luaL_optinteger(L, 3, 0);
     luaL_argcheck(L, (bits >= 1 && bits <= 8) || bits == 16, 2, "bits must be 1..8 or 16");
     luaL_argcheck(L, chunk >= 0, 3, "chunk must be >= 0 (0: one chunk)");
@@ -91,7 +91,9 @@ static int c_dequantize(lua_State *L) {
 /* zstd(t [, level = 3]) -> uint8 tensor of t's bytes, compressed */
 static int c_zstd(lua_State *L) {
     int es = (int)dpy_dtype_size(dpy_tensor_dtype(dpy_checktensor(L, 1)));
-    int level = (int)luaL_optinteger(L, 2, 3);
+    lua_Integer lv = luaL_optinteger(L, 2, 3);   /* checked whole: 2^32 + 19 was cut to 19 */
+    luaL_argcheck(L, lv >= -(1 << 17) && lv <= 22, 2, "the level must be -131072..22 (zstd's)");
+    int level = (int)lv;
     size_t len;
     dpy_tensor_box *input;
     const void *in = contiguous(L, 1, 0, DPY_FLOAT32, &len, &input);
@@ -133,7 +135,9 @@ static int c_unzstd(lua_State *L) {
 
 /* fpzip(t [, precision = 0]) -> uint8 tensor (precision 0: lossless) */
 static int c_fpzip(lua_State *L) {
-    int precision = (int)luaL_optinteger(L, 2, 0);
+    lua_Integer pr = luaL_optinteger(L, 2, 0);   /* checked whole: 2^32 + 16 was cut to 16 */
+    luaL_argcheck(L, pr == 0 || (pr >= 2 && pr <= 32), 2, "precision must be 2..32 bits (0: lossless)");
+    int precision = (int)pr;
     size_t len;
     dpy_tensor_box *input;
     const float *x = contiguous(L, 1, 1, DPY_FLOAT32, &len, &input);

@@ -46,6 +46,17 @@ describe("transforms", function()
     assert.are.equal(0, transforms.chain({}).id)
   end)
 
+  it("refuse a bits, level or precision past its range whole (2^32 + 4 bits was cut to 4)", function()
+    local x = tensor.rand(10)
+    assert.error_matches(function() codec.quantize(x, (1 << 32) + 4) end, "bits must be 1%.%.8 or 16")
+    assert.error_matches(function() codec.zstd(x, (1 << 32) + 3) end, "the level must be %-131072%.%.22")
+    assert.error_matches(function() codec.zstd(x, 23) end, "the level must be")
+    assert.error_matches(function() codec.fpzip(x, (1 << 32) + 16) end, "precision must be 2%.%.32 bits")
+    assert.error_matches(function() codec.fpzip(x, -(1 << 32)) end, "precision must be 2%.%.32 bits")
+    assert.are.equal(10, codec.unzstd(codec.zstd(x, -5), "float32"):numel())
+    assert.are.equal(10, codec.unfpzip(codec.fpzip(x, 16)):numel())
+  end)
+
   it("refuse a malformed payload with a message", function()
     local chain = transforms.chain { { "uniform_asymmetric_quantization", bits = 8 } }
     local v, err = chain:decode(tensor.zeros(100, { dtype = "uint8" }))
