@@ -3,6 +3,7 @@
 #include "mix.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -18,14 +19,38 @@ struct layer_args {
     int n;
     const char *kind;
     double operator()(int i, double dflt) const { return i < n ? v[i] : dflt; }
-    int64_t i(int k, int64_t dflt) const { return (int64_t)(*this)(k, (double)dflt); }
+    int64_t i(int k, int64_t dflt) const { return integer((*this)(k, (double)dflt)); }
     int64_t req(int k) const {
         if (k >= n)
             dpy_invalid(std::string(kind) + " needs at least " + std::to_string(k + 1) +
                         " arguments");
-        return (int64_t)v[k];
+        return integer(v[k]);
+    }
+    // sizes, strides and dims are integers: 2.5 was cut to 2, NaN and 2^63 became INT64_MIN
+    static int64_t integer(double x) {
+        if (!(x == std::floor(x) && std::fabs(x) <= 9007199254740992.0))
+            dpy_invalid("sizes, strides and dims must be integers, got " + show(x));
+        return (int64_t)x;
+    }
+    // eps and momentum: a NaN made every output NaN
+    double positive(int k, double dflt, const char *what) const {
+        double x = (*this)(k, dflt);
+        if (!(std::isfinite(x) && x > 0))
+            dpy_invalid(std::string(what) + " must be a finite number > 0, got " + show(x));
+        return x;
+    }
+    static std::string show(double x) {
+        std::ostringstream os;
+        os << x;
+        return os.str();
     }
 };
+
+static double momentum(double m) {
+    if (!(m >= 0 && m <= 1))
+        dpy_invalid("momentum must be in [0, 1], got " + layer_args::show(m));
+    return m;
+}
 
 template <class Holder>
 static dpy_module *wrap_layer(Holder h) {
@@ -73,16 +98,17 @@ static dpy_module *make_layer(const std::string &kind, const layer_args &a,
     }
     if (kind == "batchnorm2d")
         return wrap_layer(nn::BatchNorm2d(
-            nn::BatchNorm2dOptions(a.req(0)).eps(a(1, 1e-5)).momentum(a(2, 0.1))));
+            nn::BatchNorm2dOptions(a.req(0)).eps(a.positive(1, 1e-5, "eps"))
+                .momentum(momentum(a(2, 0.1)))));
     if (kind == "groupnorm")
-        return wrap_layer(nn::GroupNorm(nn::GroupNormOptions(a.req(0), a.req(1)).eps(a(2, 1e-5))));
+        return wrap_layer(nn::GroupNorm(nn::GroupNormOptions(a.req(0), a.req(1)).eps(a.positive(2, 1e-5, "eps"))));
     if (kind == "layernorm") {
         std::vector<int64_t> shape;
         for (int i = 1; i < a.n; i++)
-            shape.push_back((int64_t)a.v[i]);
+            shape.push_back(layer_args::integer(a.v[i]));
         if (shape.empty())
             dpy_invalid("layernorm needs a normalized shape");
-        return wrap_layer(nn::LayerNorm(nn::LayerNormOptions(shape).eps(a(0, 1e-5))));
+        return wrap_layer(nn::LayerNorm(nn::LayerNormOptions(shape).eps(a.positive(0, 1e-5, "eps"))));
     }
     if (kind == "dropout") {
         double p = a(0, 0.5);

@@ -57,6 +57,26 @@ describe("nn layers", function()
   end)
 end)
 
+describe("nn layer arguments", function()
+  it("refuses a size, stride or dim that is not an integer, and an eps or momentum not finite", function()
+    -- 2.5 was cut to 2 (a layer of another shape, silently); a NaN eps made every output NaN
+    assert.error_matches(function() nn.linear(2.5, 3) end,
+                         "nn.linear: sizes, strides and dims must be integers, got 2.5")
+    assert.error_matches(function() nn.linear(3, 0 / 0) end, "must be integers, got %-?nan")
+    assert.error_matches(function() nn.conv2d(1, 1, 2, { stride = 1.5 }) end, "nn.conv2d: .* got 1.5")
+    assert.error_matches(function() nn.maxpool2d(2, { padding = 2 ^ 63 }) end, "must be integers")
+    assert.error_matches(function() nn.layernorm({ 4, 2.5 }) end, "got 2.5")
+    assert.error_matches(function() nn.softmax(0.5) end, "got 0.5")
+    assert.error_matches(function() nn.batchnorm2d(1, { eps = 0 / 0 }) end,
+                         "nn.batchnorm2d: eps must be a finite number > 0")
+    assert.error_matches(function() nn.batchnorm2d(1, { momentum = 1 / 0 }) end,
+                         "momentum must be in %[0, 1%], got inf")
+    assert.error_matches(function() nn.groupnorm(1, 2, { eps = -1 }) end, "eps must be a finite number > 0, got %-1")
+    assert.error_matches(function() nn.layernorm(4, { eps = 0 }) end, "eps must be")
+    assert.are.equal(9, nn.linear(2.0, 3):numel())   -- an integral float is a size (4 / 2)
+  end)
+end)
+
 describe("nn containers", function()
   it("runs a sequential in C++ and names children 0, 1, ...", function()
     local m = nn.sequential { nn.linear(4, 3), nn.relu(), nn.linear(3, 2) }
