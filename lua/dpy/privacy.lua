@@ -146,10 +146,18 @@ local function log_a_frac(q, sigma, alpha)
   error(string.format("privacy: %s: the series did not converge in 10^7 terms", what), 3)
 end
 
+-- The largest order: an integer order's binomial sum has alpha terms (2^31 took minutes, 2^53 never
+-- ended, 1e300 failed inside the loop); the default orders stop at 1024.
+local MAX_ORDER = 1e6
+
 local function check_order(a, fn, where)
   if math.type(a) == nil or not (a > 1 and a < huge) then
     error(string.format("privacy.%s: %sthe order must be a finite number > 1, got %s%s", fn, where or "",
                         tostring(a), type(a) == "number" and "" or " (a " .. type(a) .. ")"), 3)
+  end
+  if a > MAX_ORDER then
+    error(string.format("privacy.%s: %sthe order must be at most %g, got %s", fn, where or "", MAX_ORDER,
+                        tostring(a)), 3)
   end
 end
 

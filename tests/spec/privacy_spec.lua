@@ -117,6 +117,14 @@ describe("privacy.rdp_step", function()
                      "privacy.rdp_step: the order must be a finite number > 1, got 2 (a string)")
     assert.has_error(function() privacy.epsilon(0.01, 1, 10, 1e-5, { orders = { 2, 1 } }) end,
                      "privacy.epsilon: orders[2]: the order must be a finite number > 1, got 1")
+    -- past 10^6: an integer order's sum has alpha terms (2^53 never ended; 1e300 failed in the loop)
+    for _, a in ipairs { 1 << 53, 1e300, 2 ^ 63, 1000000.5 } do
+      assert.has_error(function() privacy.rdp_step(0.01, 1, a) end,
+                       string.format("privacy.rdp_step: the order must be at most 1e+06, got %s", tostring(a)))
+    end
+    assert.error_matches(function() privacy.epsilon(0.01, 1, 10, 1e-5, { orders = { 2, 1 << 40 } }) end,
+                         "orders%[2%]: the order must be at most 1e%+06")
+    assert.is_true(privacy.rdp_step(0.01, 1.1, 1000000) > 0)
   end)
 end)
 
