@@ -378,9 +378,19 @@ static torch::Tensor over(void *buf, size_t nbytes, const std::vector<torch::Ten
 static void mix(std::vector<torch::Tensor> &from, std::vector<torch::Tensor> *into, double self_weight,
                 const dpy_tensor *const *xs, const double *weights, size_t n) {
     bool fast = true;
+    // in place, an x that shares the parameters' storage (the model's own share_flat()) would be
+    // read after the passes before it wrote there (a fifth term, or any on the slow path): a copy
+    std::vector<torch::Tensor> xv(n);
     for (size_t j = 0; j < n; j++) {
         check_flat(from, xs[j]->v, "mix");
-        fast = fast && plain_floats(xs[j]->v);
+        xv[j] = xs[j]->v;
+        if (!into)
+            for (const auto &p : from)
+                if (xv[j].is_alias_of(p)) {
+                    xv[j] = xv[j].clone();
+                    break;
+                }
+        fast = fast && plain_floats(xv[j]);
     }
     for (const auto &p : from)
         fast = fast && plain_floats(p);
@@ -392,7 +402,7 @@ static void mix(std::vector<torch::Tensor> &from, std::vector<torch::Tensor> *in
         auto &d = into ? (*into)[i] : p;
         if (fast) {
             for (size_t j = 0; j < n; j++)
-                x[j] = xs[j]->v.data_ptr<float>() + off;
+                x[j] = xv[j].data_ptr<float>() + off;
             dpy_mix_floats_into(d.data_ptr<float>(), p.data_ptr<float>(), x.data(), w.data(), n,
                                 p.numel(), (float)self_weight);
             d.unsafeGetTensorImpl()->bump_version();   // as an in-place op would
@@ -401,7 +411,7 @@ static void mix(std::vector<torch::Tensor> &from, std::vector<torch::Tensor> *in
                 d.copy_(p);
             d.mul_(self_weight);
             for (size_t j = 0; j < n; j++)
-                d.add_(xs[j]->v.narrow(0, off, p.numel()).view(p.sizes()), weights[j]);
+                d.add_(xv[j].narrow(0, off, p.numel()).view(p.sizes()), weights[j]);
         }
         off += p.numel();
     }

@@ -154,6 +154,17 @@ describe("nn containers", function()
     end
   end)
 
+  it("mixes in the model's own flat vector as any term, as a copy of it would (aliasing)", function()
+    -- as the fifth term, the second pass read what the first had written: 0.75, 1.5
+    local m = nn.linear(2, 1, { bias = false })
+    m:set_flat(tensor.new { 1.0, 2.0 })
+    local z = tensor.zeros(2)
+    m:mix(0.5, { z, z, z, z, m:share_flat() }, { 0, 0, 0, 0, 0.5 })
+    assert.are.same({ 1, 2 }, m:get_flat():totable())
+    m:mix(0.5, { m:share_flat(), z }, { 0.25, 0.25 })
+    assert.are.same({ 0.75, 1.5 }, m:get_flat():totable())
+  end)
+
   it("shares one copy of models drawn alike until each is written (share_initial)", function()
     local function draw(seed)
       tensor.manual_seed(seed)
