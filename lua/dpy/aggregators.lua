@@ -77,14 +77,18 @@ M.RULES = {
 --- The dpy.options schema of rule name.
 function M.schema(name) return M.RULES[name].options end
 
-local function matrix(vectors)
+local function matrix(vectors, name)
   if tensor.is_tensor(vectors) then return vectors, false end
+  if type(vectors) ~= "table" then   -- '#' of it raised "attempt to get length of a nil value"
+    error(string.format("aggregators.%s: a list of 1-d tensors or an n x d tensor expected, got %s", name,
+                        type(vectors) == "userdata" and tostring(vectors) or type(vectors)), 3)
+  end
   if #vectors == 0 then error("aggregators: no vectors to aggregate", 3) end
   return tensor.stack(vectors, 0), true
 end
 
 local function call(rule, vectors, opts)
-  local x, own = matrix(vectors)
+  local x, own = matrix(vectors, rule)
   local ok, r = pcall(core.aggregate, rule, x, opts)
   if own then x:free() end
   if not ok then error(r, 3) end
@@ -115,7 +119,7 @@ end
 -- or the path of a user's aggregator file) after the pre-aggregations in pre ({ { "nnm", f = 2 },
 -- ... }), in order.
 function M.aggregate(rule, vectors, pre)
-  local x, own = matrix(vectors)
+  local x, own = matrix(vectors, "aggregate")
   for _, p in ipairs(pre or {}) do
     local spec = registry.spec("aggregator", p, 2)
     if not spec.pre then

@@ -54,6 +54,16 @@ local BAD = {
 -- far finite one: a non-finite row is never chosen (it is infinitely far, or sorts to an end)
 local ROBUST = { "median", "trimmed_mean", "krum", "multi_krum", "mda", "bulyan", "meamed" }
 
+describe("aggregators' inputs", function()
+  it("name the rule and what they take for inputs that are neither a list nor a tensor", function()
+    -- '#' of them raised "aggregators.lua:82: attempt to get length of a nil value (local 'vectors')"
+    assert.error_matches(function() agg.median(nil, { f = 1 }) end,
+                         "aggregators.median: a list of 1%-d tensors or an n x d tensor expected, got nil")
+    assert.error_matches(function() agg.krum(3) end, "aggregators.krum: .* expected, got number")
+    assert.error_matches(function() agg.aggregate("mean", true) end, "aggregators.aggregate: .* got boolean")
+  end)
+end)
+
 describe("aggregators on non-finite rows", function()
   it("the robust rules: finite, and what a far finite row in its place gives (f = 1, n = 7)", function()
     for _, bad in ipairs(BAD) do
