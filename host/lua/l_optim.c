@@ -1,4 +1,5 @@
 /* l_optim.c: dpy.Optimizer, libtorch's SGD, Adam and AdamW over a list of parameter tensors. */
+#include <math.h>
 #include <string.h>
 
 #include "dpy_arrays.h"
@@ -102,7 +103,8 @@ static int o_lr(lua_State *L) {
 static int o_set_lr(lua_State *L) {
     dpy_optim *o = checkoptim(L, 1);
     double lr = luaL_checknumber(L, 2);
-    luaL_argcheck(L, lr >= 0, 2, "learning rate must be >= 0");
+    /* an infinite one made every parameter -inf at the next step, silently */
+    luaL_argcheck(L, lr >= 0 && isfinite(lr), 2, "learning rate must be a finite number >= 0");
     dpy_optim_set_lr(o, lr);
     return 0;
 }

@@ -71,6 +71,11 @@ describe("optimizers", function()
     opt:set_lr(1)
     local c = optim.cosine_lr(opt, { t_max = 2 })
     near({ 0.5, 0 }, { c:step(), c:step() })
+    -- an infinite rate made every parameter -inf at the next step, silently
+    for _, bad in ipairs { math.huge, -1, 0 / 0 } do
+      assert.error_matches(function() opt:set_lr(bad) end, "learning rate must be a finite number >= 0")
+    end
+    assert.are.equal(0, opt:lr())
   end)
 
   it("saves its state and restores it", function()
