@@ -255,7 +255,7 @@ static void test_frames(void) {
     CHECK(access(sock, F_OK) != 0);   /* the socket is gone */
 }
 
-/* 33 clients: 32 are served, the one past MAX_CONNS is closed; a slot freed takes a new one */
+/* 33 clients: 32 are served, the one past MAX_CONNS is told so and closed; a slot freed takes a new one */
 static void test_many_connections(void) {
     const uint32_t uids[] = {0};
     dpy_attach *a = open_with(uids, 1);
@@ -273,6 +273,8 @@ static void test_many_connections(void) {
             CHECK(id == (uint32_t)k + 1);
         }
     }
+    CHECK(reply(fds[32], &id, text, sizeof text) == 'X');   /* told why, then closed */
+    CHECK(strstr(text, "all 32 sessions are taken") != NULL);
     CHECK(closed_by_peer(fds[32]));
     close(fds[32]);
     close(fds[0]);
