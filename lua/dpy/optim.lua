@@ -94,7 +94,8 @@ function M.exponential_lr(opt, cfg)
   return schedule(opt, function(t) return lr0 * cfg.gamma ^ t end)
 end
 
---- optim.cosine_lr(opt, {t_max, eta_min = 0}): cosine annealing from lr0 to eta_min
+--- optim.cosine_lr(opt, {t_max, eta_min = 0}): cosine annealing from lr0 to eta_min over t_max steps,
+-- then held at eta_min (PyTorch's CosineAnnealingLR rises again: a run seldom wants that)
 function M.cosine_lr(opt, cfg)
   options.check(cfg, { t_max = true, eta_min = true }, "optim.cosine_lr", 2)
   local lr0, eta = opt:lr(), cfg.eta_min or 0
