@@ -1,5 +1,6 @@
 --- Algorithm ps (a synchronous parameter server): node 0 holds the model. Each round the workers
--- pull it, compute the gradient of local_steps batches (their mean; local_epochs: an epoch's) and
+-- pull it, compute the gradient of local_steps batches (the mean of the batches' means; local_epochs:
+-- an epoch's batches, a shorter last one weighing as much as the others) and
 -- push it, with the targets and loss of a node's own training (a binary task's too); the server
 -- applies the mean of the workers' gradients with its optimizer.
 local registry = require "dpy.registry"
