@@ -20,6 +20,7 @@
 local tensor = require "dpy.tensor"
 local serialize = require "dpy.serialize"
 local host = require "dpy.host.core"
+local pretty = require "dpy.pretty"
 
 local M = {}
 
@@ -234,7 +235,7 @@ end
 -- draw other samples without a word. nodes: the run's node count (dropped holds uids).
 local function check_meta(meta, path, nodes)
   local function bad(field, v, want)
-    error(string.format("%s: the checkpoint's %s is %s, where %s belongs", path, field, tostring(v), want), 0)
+    error(string.format("%s: the checkpoint's %s is %s, where %s belongs", path, field, pretty.line(v), want), 0)
   end
   local function count(field, v, hi)
     if math.type(v) ~= "integer" or v < 0 or (hi and v > hi) then
@@ -269,7 +270,7 @@ local function check_meta(meta, path, nodes)
   for name, list in pairs(meta.metrics or {}) do
     kind("metrics." .. tostring(name), list, "table", "a list")
     for i, e in ipairs(list) do
-      if type(e) ~= "table" or type(e[1]) ~= "number" then
+      if type(e) ~= "table" or e[1] == nil then   -- a tracker keeps rounds of any kind (metrics.lua)
         bad(string.format("metrics.%s[%d]", name, i), e, "a {round, value} pair")
       end
     end

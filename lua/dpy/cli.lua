@@ -125,7 +125,10 @@ function M.failure_text(failed)
   end
   local dead, ndead, lost, lost_uid = {}, 0, {}, {}   -- processes that ended, and the nodes they stopped
   for _, f in ipairs(failed) do
-    local p = f.uid < 0 and math.tointeger(tonumber(f.err:match("^process (%d+) exited") or ""))
+    -- run's "process 1 exited …", dispatch's "process 1 on <remote> exited …" or "… lost its connection"
+    local p = f.uid < 0 and math.tointeger(tonumber(f.err:match("^process (%d+) exited")
+                                                    or f.err:match("^process (%d+) on %S+ exited")
+                                                    or f.err:match("^process (%d+) on %S+ lost its connection") or ""))
     if p then dead[p], ndead = true, ndead + 1 end
   end
   local function lost_to(msg)   -- the dead process whose end stopped a node, if that is what its words say
@@ -148,6 +151,7 @@ function M.failure_text(failed)
       failed_uids[f.uid] = true
       local mine, dirs = msg:gsub("/ckpt/" .. f.uid .. "/", "/ckpt/<uid>/")   -- its checkpoints: <round>.ckpt
       if dirs == 0 then mine = msg:gsub("/" .. f.uid .. "%.(%a)", "/<uid>.%1") end   -- its log, metrics, model
+      mine = mine:gsub("%.tmp%.%d+", ".tmp.<pid>")   -- write_atomic's file: nodes of other processes alike
       table.insert(group(own, "failed " .. mine, { msg = mine, alone = msg }).uids, f.uid)
     end
   end

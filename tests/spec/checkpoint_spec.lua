@@ -344,8 +344,8 @@ end }
       { function(m) m.loader.pos = -16 end, "loader.pos is -16, where an integer in 0..500 belongs" },
       { function(m) m.loader.pos = 501 end, "loader.pos is 501, where an integer in 0..500 belongs" },
       { function(m) m.loader.epochs = 0.5 end, "loader.epochs is 0.5, where a non-negative integer belongs" },
-      { function(m) m.loader.shuffled = "yes" end, "loader.shuffled is yes, where a boolean belongs" },
-      { function(m) m.trainer.steps = "many" end, "trainer.steps is many, where a non-negative integer belongs" },
+      { function(m) m.loader.shuffled = "yes" end, 'loader.shuffled is "yes", where a boolean belongs' },
+      { function(m) m.trainer.steps = "many" end, 'trainer.steps is "many", where a non-negative integer belongs' },
       { function(m) m.dropped = { 7 } end, "dropped[1] is 7, where an integer in 0..3 belongs" },
       { function(m) m.metrics = 5 end, "metrics is 5, where a table of series belongs" },
       { function(m) m.metrics.train_loss[1] = 3 end,
@@ -359,6 +359,11 @@ end }
       assert.are.equal(1, code, case[2] .. ": " .. err)
       assert.matches(path .. ": the checkpoint's " .. case[2], err, 1, true)
     end
+    -- a series whose rounds are not numbers (metrics:add takes any) is a checkpoint's as before
+    write_file(path, original)
+    edit_meta(path, function(m) m.metrics.phase = { { "warmup", 1 } } end)
+    code, _, err = sh("timeout 60 " .. shell_quote(DPY_BIN) .. " run --resume " .. out .. " -q")
+    assert.are.equal(0, code, err)
   end)
 
   it("a resume that fails before a node's checkpoint is restored leaves that node's metrics as they were", function()

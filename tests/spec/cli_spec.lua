@@ -242,17 +242,24 @@ describe("dpy-lua run", function()
       "dpy-lua: node 8 failed: boom",
       'dpy-lua: nodes 4-7 stopped when process 0 ended (on_peer_failure = "abort"; their logs say when)',
       "" }, "\n"), require("dpy.cli").failure_text(failed))
+    -- dispatch names the remote: "process 0 on <remote> exited …", or "… lost its connection"
+    for _, dead in ipairs { "process 0 on gpu1 exited with 137 (killed by signal 9, SIGKILL)",
+                            "process 0 on gpu1 lost its connection" } do
+      failed[1].err = dead
+      assert.matches("\ndpy%-lua: nodes 4%-7 stopped when process 0 ended", require("dpy.cli").failure_text(failed))
+    end
   end)
 
   it("names a node's own checkpoint directory as <uid>, not a round equal to its uid", function()
     -- a full disk met at a checkpoint: ckpt/<uid>/<round>.ckpt. It made a line per node, and node 1's
     -- read ckpt/1/<uid>.ckpt (its round 1 taken for its uid)
-    local full = "cannot write checkpoint: cannot write /r/ckpt/%d/1.ckpt.tmp.7: No space left on device"
+    -- (nodes 0-1 in process 7, 2-3 in process 8: the temporary file names the process)
+    local full = "cannot write checkpoint: cannot write /r/ckpt/%d/1.ckpt.tmp.%d: No space left on device"
     local failed = {}
-    for uid = 0, 3 do failed[#failed + 1] = { uid = uid, err = full:format(uid) } end
-    assert.are.equal("dpy-lua: nodes 0-3 failed: cannot write checkpoint: cannot write /r/ckpt/<uid>/1.ckpt.tmp.7: "
+    for uid = 0, 3 do failed[#failed + 1] = { uid = uid, err = full:format(uid, 7 + uid // 2) } end
+    assert.are.equal("dpy-lua: nodes 0-3 failed: cannot write checkpoint: cannot write /r/ckpt/<uid>/1.ckpt.tmp.<pid>: "
                      .. "No space left on device\n", require("dpy.cli").failure_text(failed))
-    assert.are.equal("dpy-lua: node 1 failed: " .. full:format(1) .. "\n",   -- a node alone: its own path
+    assert.are.equal("dpy-lua: node 1 failed: " .. full:format(1, 7) .. "\n",   -- a node alone: its own path
                      require("dpy.cli").failure_text { failed[2] })
   end)
 

@@ -78,7 +78,8 @@ function M.open(dir, opts)
   local manifest = metrics.read(dir .. "/manifest.json")
   if not manifest then return nil, dir .. " is not a run directory (no manifest.json)" end
   if not manifest.processes then return nil, dir .. " is a centralized run: it has no nodes to attach to" end
-  local self = setmetatable({ dir = dir, conns = {}, where = {}, ended = {}, next_id = 0, nodes = manifest.nodes,
+  local self = setmetatable({ dir = dir, conns = {}, where = {}, ended = {}, refused = {}, next_id = 0,
+                              nodes = manifest.nodes,
                               tty = false, forwards = {}, ssh = opts and opts.ssh or "ssh" }, Client)
   for p = 0, (manifest.processes or 1) - 1 do
     local c, err = self:reach(p)
@@ -92,8 +93,8 @@ function M.open(dir, opts)
   for p = 1, #self.conns do
     if not st[p] then
       self:close()
-      if self.refused then return nil, string.format("process %d of %s refused the session: %s", p - 1, dir,
-                                                     self.refused) end
+      if self.refused[p] then return nil, string.format("process %d of %s refused the session: %s", p - 1, dir,
+                                                        self.refused[p]) end
       return nil, string.format("process %d of %s does not answer%s", p - 1, dir,
                                 self.forwards[1] and " (through ssh: has the run ended?)" or ": the run has ended")
     end
@@ -117,7 +118,7 @@ function Client:unsolicited(p, kind, _, id, text)
   elseif kind == "C" then   -- names for a Tab given up on
     return
   elseif kind == "X" and id == 0 then   -- the process refused this session (it closes it)
-    self.refused = text
+    self.refused[p] = text
   elseif kind == "R" or kind == "X" then   -- the answer to an interrupted request, come late
     if text ~= "" then say(self, text) end
   end
@@ -156,6 +157,7 @@ function Client:request(p, kind, uid, payload, on_wait, on_interrupt)
   local id = self.next_id
   local ok, err = self.conns[p]:send(kind, uid, id, payload)
   if not ok then
+    self:drain(p)   -- what the process wrote before it closed (a refusal) is still to be read
     self:gone(p)
     return nil, "its process has gone: " .. err
   end
