@@ -417,14 +417,11 @@ end
 function M.spectral_gap(g)
   local n = g.n
   if n == 1 then return 1 end
-  local rows = {}
+  local w <close> = tensor.zeros(n, n, { dtype = "float64" })
   for u = 0, n - 1 do
-    local row = {}
-    for v = 0, n - 1 do row[v + 1] = 0.0 end
-    for v, wv in pairs(M.metropolis_hastings(g, u)) do row[v + 1] = wv end
-    rows[u + 1] = row
+    local row <close> = w[u]
+    for v, wv in pairs(M.metropolis_hastings(g, u)) do row[v] = wv end
   end
-  local w <close> = tensor.new(rows, "float64")
   local values <close> = w:eigvalsh()   -- ascending: the last is 1
   local lowest, second = values[0]:item(), values[n - 2]:item()
   return 1 - math.max(math.abs(lowest), math.abs(second))
