@@ -351,13 +351,13 @@ end
 -- in JSON: any reader still decodes it whole. Past 64 MiB padded (a dense graph) it is compact.
 local PADDED_MAX = 64 << 20
 
---- layout.write_graph(dir, g [, dynamic]): dir/graph.json, { n, adj = the lists by uid + 1, dynamic }.
 -- host.write_atomic, raising its message (the file and why) as it is.
 local function write_file(path, bytes)
   local ok, err = host.write_atomic(path, bytes)
   if not ok then error(err, 0) end
 end
 
+--- layout.write_graph(dir, g [, dynamic]): dir/graph.json, { n, adj = the lists by uid + 1, dynamic }.
 function M.write_graph(dir, g, dynamic)
   local lists, width = {}, 0
   for u = 0, g.n - 1 do

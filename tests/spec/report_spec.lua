@@ -121,7 +121,6 @@ describe("dpy-lua report", function()
     assert.matches("fl: honest nodes: [^\n]*; the server sent 0%.0100 MB/round", report.table { run })
   end)
 
-
   it("draws the local steps the nodes recorded, never rounds x local_steps where local_epochs set them", function()
     local dir = tmpdir()
     -- local_epochs = 1: each node ran an epoch of its own shard a round, whatever local_steps says
@@ -138,6 +137,7 @@ describe("dpy-lua report", function()
     assert.are.equal(50, run.curve[1][10])   -- their mean
     assert.are.equal(100, run.curve[2][10])
   end)
+
   it("marks an interrupted run and a diverged one in the table, the plots' legends and the page", function()
     local dir = tmpdir()
     local acc = { { 0.2, 0.4 }, { 0.5, 0.7 }, { 0.6, 0.8 } }   -- rounds 1-3 of 5
