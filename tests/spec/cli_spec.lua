@@ -211,8 +211,8 @@ describe("dpy-lua run", function()
                      { uid = 8, err = "round 2: peer 7 sent nothing for 60 s" .. ABORT },
                      { uid = -1, err = "process 1 exited with 137: killed" } }
     assert.are.equal(table.concat({
-      "dpy-lua: nodes 0-1, 10 failed: cannot write metrics: cannot write /r/<uid>.metrics.json.tmp.7: No space left "
-        .. "on device",
+      "dpy-lua: nodes 0-1, 10 failed: cannot write metrics: cannot write /r/<uid>.metrics.json.tmp.<pid>: No space "
+        .. "left on device",
       "dpy-lua: node 4 failed: boom",
       "dpy-lua: node 8 failed: round 2: peer 7 sent nothing for 60 s" .. ABORT,
       "dpy-lua: process 1 exited with 137: killed",
