@@ -11,6 +11,7 @@ local progress = require "dpy.progress"
 local log = require "dpy.log"
 local host = require "dpy.host.core"
 local rundir = require "dpy.rundir"
+local paths = require "dpy.paths"
 local dpy = require "dpy"
 
 local M = {}
@@ -35,8 +36,7 @@ local function hostname()
 end
 
 local function write_json(path, value)
-  local ok, err = host.write_atomic(path, metrics.json.encode(value))
-  if not ok then error(err, 0) end
+  paths.write(path, metrics.json.encode(value))
 end
 
 local function first_n(ds, n)
@@ -109,8 +109,7 @@ function M.write_run_files(cfg, opts)
   local ok, err = host.mkdir_p(dir)
   if not ok then error(err, 0) end
   if opts.source then
-    local wrote, why = host.write_atomic(dir .. "/config.lua", opts.source)
-    if not wrote then error(why, 0) end
+    paths.write(dir .. "/config.lua", opts.source)
   end
   rundir.write(dir, prepared)
   write_json(dir .. "/config.json", cfg)

@@ -351,12 +351,6 @@ end
 -- in JSON: any reader still decodes it whole. Past 64 MiB padded (a dense graph) it is compact.
 local PADDED_MAX = 64 << 20
 
--- host.write_atomic, raising its message (the file and why) as it is.
-local function write_file(path, bytes)
-  local ok, err = host.write_atomic(path, bytes)
-  if not ok then error(err, 0) end
-end
-
 --- layout.write_graph(dir, g [, dynamic]): dir/graph.json, { n, adj = the lists by uid + 1, dynamic }.
 function M.write_graph(dir, g, dynamic)
   local lists, width = {}, 0
@@ -368,7 +362,7 @@ function M.write_graph(dir, g, dynamic)
   if width * g.n > PADDED_MAX then
     local adj = {}
     for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
-    write_file(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic }))
+    require("dpy.paths").write(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic }))
     return
   end
   local out = { string.format('{"n":%d,%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "", width) }
@@ -376,7 +370,7 @@ function M.write_graph(dir, g, dynamic)
     out[u + 1] = lists[u] .. (u < g.n and "," or " ") .. string.rep(" ", width - #lists[u] - 2) .. "\n"
   end
   out[#out + 1] = "]}\n"
-  write_file(path, table.concat(out))
+  require("dpy.paths").write(path, table.concat(out))
 end
 
 local function decode_list(s)

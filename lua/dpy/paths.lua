@@ -1,6 +1,6 @@
 --- dpy.paths: file paths as strings — absolute, normalized (".", ".." and repeated slashes resolved
 -- by name; symbolic links are not followed), relative to a directory — and the few file-system
--- questions the framework asks: the current directory, list, exists, is_file, is_dir.
+-- questions the framework asks: the current directory, list, exists, is_file, is_dir; and write.
 local M = {}
 
 local cwd
@@ -66,6 +66,13 @@ end
 
 --- Whether path names a directory.
 function M.is_dir(path) return M.exists(path .. "/.") end
+
+--- paths.write(path, bytes): host.write_atomic (write, fsync, rename), raising its message (the
+-- file and why) as it is
+function M.write(path, bytes)
+  local ok, err = require("dpy.host.core").write_atomic(path, bytes)
+  if not ok then error(err, 0) end
+end
 
 --- s single-quoted for a POSIX shell.
 function M.shell_quote(s)

@@ -129,16 +129,14 @@ end
 
 --- Writes config.effective.lua and the copies of prepare's files into dir (which exists).
 function M.write(dir, prepared)
-  local ok, err = host.write_atomic(dir .. "/" .. M.EFFECTIVE, prepared.effective)
-  if not ok then error(err, 0) end
+  paths.write(dir .. "/" .. M.EFFECTIVE, prepared.effective)
   for _, f in ipairs(prepared.files) do
     local sub = f.file:match("^(.*)/[^/]+$")
     if sub then
-      ok, err = host.mkdir_p(dir .. "/" .. sub)
+      local ok, err = host.mkdir_p(dir .. "/" .. sub)
       if not ok then error(err, 0) end
     end
-    ok, err = host.write_atomic(dir .. "/" .. f.file, f.text)
-    if not ok then error(err, 0) end
+    paths.write(dir .. "/" .. f.file, f.text)
   end
 end
 
