@@ -309,7 +309,8 @@ static int d_read_images(lua_State *L) {
 }
 
 /* data.core.channel_stats(images) -> means, stds: per channel of a uint8 n x c x ... tensor,
-** on the 0..1 scale */
+** on the 0..1 scale; a channel that no image varies gets std 1 (normalizing only centres it), as
+** data.numpy's do: a std of 0 would make every batch 0/0 */
 static int d_channel_stats(lua_State *L) {
     dpy_tensor *t = dpy_checktensor(L, 1);
     const uint8_t *data = dpy_tensor_data(t);
@@ -322,7 +323,7 @@ static int d_channel_stats(lua_State *L) {
     for (int pass = 0; pass < 2; pass++) {
         lua_createtable(L, (int)c, 0);
         for (int k = 0; k < c; k++) {
-            lua_pushnumber(L, pass ? std[k] : mean[k]);
+            lua_pushnumber(L, pass ? (std[k] > 0 ? std[k] : 1.0) : mean[k]);
             lua_rawseti(L, -2, k + 1);
         }
     }

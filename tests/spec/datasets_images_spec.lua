@@ -28,6 +28,27 @@ local function err_of(fn)
   return tostring(err)
 end
 
+-- A PNG file of 8-bit RGB rows (strings of 3 * width bytes), its zlib stream in stored blocks.
+local function png_rgb(width, rows)
+  local function crc32(str)
+    local c = 0xffffffff
+    for i = 1, #str do
+      c = c ~ str:byte(i)
+      for _ = 1, 8 do c = (c >> 1) ~ ((c & 1) * 0xedb88320) end
+    end
+    return c ~ 0xffffffff
+  end
+  local function chunk(kind, body)
+    return string.pack(">I4", #body) .. kind .. body .. string.pack(">I4", crc32(kind .. body))
+  end
+  local raw = "\0" .. table.concat(rows, "\0")
+  local a, b = 1, 0
+  for i = 1, #raw do a = (a + raw:byte(i)) % 65521; b = (b + a) % 65521 end
+  local z = "\x78\x01\x01" .. string.pack("<I2I2", #raw, ~#raw & 0xffff) .. raw .. string.pack(">I4", (b << 16) | a)
+  return "\x89PNG\r\n\x1a\n" .. chunk("IHDR", string.pack(">I4I4BBBBB", width, #rows, 8, 2, 0, 0, 0))
+         .. chunk("IDAT", z) .. chunk("IEND", "")
+end
+
 describe("image_folder", function()
   local root, test_dir = F .. "/folder/train", F .. "/folder/test"
   -- torchvision's ImageFolder order: classes sorted, each class walked as sorted(os.walk())
@@ -108,6 +129,27 @@ describe("image_folder", function()
     local differs = false
     for _, b in ipairs(other) do differs = differs or b ~= bytes_of(test.images) end
     assert.is_true(differs)
+  end)
+
+  it("gives a channel that no training image varies std 1, so that batches stay finite", function()
+    local dir = tmpdir() .. "/rg"
+    for i, cls in ipairs { "a", "b" } do
+      assert(sh("mkdir -p " .. shell_quote(dir .. "/" .. cls)) == 0)
+      local rows = {}
+      for y = 0, 3 do
+        local row = {}
+        for x = 0, 3 do row[#row + 1] = string.char((x * 60 + i) % 256, (y * 50 + x) % 256, 0) end
+        rows[#rows + 1] = table.concat(row)
+      end
+      write_file(dir .. "/" .. cls .. "/x.png", png_rgb(4, rows))
+    end
+    local ds = build { "image_folder", root = dir, test_dir = dir }
+    assert.are.equal(0, ds.mean[3])
+    assert.are.equal(1, ds.std[3])
+    assert.is_true(ds.std[1] > 0 and ds.std[1] ~= 1)
+    local x = data.loader(ds, { batch_size = 2, shuffle = false }):next()
+    assert.is_false(x:isnan():any():item())
+    assert.are.equal(0, x:select(1, 2):abs():max():item())
   end)
 
   it("reads a folder once per process (the nodes share it)", function()
