@@ -86,6 +86,7 @@ typedef struct {
     size_t len, pos;
     uint8_t *pixels;          /* the decoded image, rows of rowbytes */
     png_bytep *rows;
+    uint8_t *rgb;             /* a palette image's row, looked up */
     char msg[200];
 } png_job;
 
@@ -117,7 +118,18 @@ static int png_run(png_job *j, dpy_image_info *info, int channels, int height, i
     png_set_user_limits(j->png, DPY_IMAGE_MAX_SIDE, DPY_IMAGE_MAX_SIDE);
     png_set_read_fn(j->png, j, png_read_mem);
     png_read_info(j->png, j->info);
-    png_set_expand(j->png);          /* palette to RGB, grey under 8 bits to 8, tRNS to alpha... */
+    /* A palette image is read as indices and looked up here: libpng's own expansion makes an
+    ** index past PLTE's colours black without a word (PIL makes it grey); neither is the image. */
+    png_colorp plte = NULL;
+    int ncolours = 0;
+    int palette = png_get_color_type(j->png, j->info) == PNG_COLOR_TYPE_PALETTE;
+    if (palette) {
+        if (!png_get_PLTE(j->png, j->info, &plte, &ncolours))
+            png_error(j->png, "a palette image without PLTE");
+        png_set_packing(j->png);     /* indices under 8 bits to a byte each */
+    } else {
+        png_set_expand(j->png);      /* grey under 8 bits to 8, tRNS to alpha... */
+    }
     png_set_strip_alpha(j->png);     /* ...which goes, as PIL's convert('RGB') drops it */
     png_set_strip_16(j->png);
     png_set_interlace_handling(j->png);
@@ -127,7 +139,7 @@ static int png_run(png_job *j, dpy_image_info *info, int channels, int height, i
     int fc = png_get_channels(j->png, j->info);
     if (fc != 1 && fc != 3)
         png_error(j->png, "unexpected channel count after expansion");
-    info->channels = fc;
+    info->channels = palette ? 3 : fc;
     if (!out)
         return 0;
     if (info->width != width || info->height != height)
@@ -143,8 +155,26 @@ static int png_run(png_job *j, dpy_image_info *info, int channels, int height, i
         j->rows[y] = j->pixels + (size_t)y * rowbytes;
     png_read_image(j->png, j->rows);
     png_read_end(j->png, NULL);      /* the chunks after the image data, to IEND: a cut is an error */
-    for (int y = 0; y < height; y++)
-        put_row(out, channels, height, width, y, j->rows[y], fc);
+    if (palette && !(j->rgb = malloc((size_t)width * 3)))
+        png_error(j->png, "out of memory");
+    for (int y = 0; y < height; y++) {
+        const uint8_t *row = j->rows[y];
+        if (palette) {
+            for (int x = 0; x < width; x++) {
+                if (row[x] >= ncolours) {
+                    char msg[100];
+                    snprintf(msg, sizeof msg, "a palette index past the %d colours of PLTE (%d, at x %d, y %d)",
+                             ncolours, row[x], x, y);
+                    png_error(j->png, msg);
+                }
+                j->rgb[3 * x] = plte[row[x]].red;
+                j->rgb[3 * x + 1] = plte[row[x]].green;
+                j->rgb[3 * x + 2] = plte[row[x]].blue;
+            }
+            row = j->rgb;
+        }
+        put_row(out, channels, height, width, y, row, palette ? 3 : fc);
+    }
     return 0;
 }
 
@@ -162,6 +192,7 @@ static int png_decode(const uint8_t *data, size_t len, const char *name, dpy_ima
     png_destroy_read_struct(&j.png, &j.info, NULL);
     free(j.pixels);
     free(j.rows);
+    free(j.rgb);
     if (rc == 1)
         return size_mismatch(name, info->width, info->height, width, height, err, errlen);
     if (rc != 0)

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "check.h"
 #include "data_image.h"
@@ -77,6 +78,39 @@ static int hostile(const char *rel) {
     return failed;
 }
 
+static size_t put_chunk(uint8_t *at, const char *kind, const uint8_t *body, uint32_t len) {
+    at[0] = (uint8_t)(len >> 24), at[1] = (uint8_t)(len >> 16), at[2] = (uint8_t)(len >> 8), at[3] = (uint8_t)len;
+    memcpy(at + 4, kind, 4);
+    if (len)
+        memcpy(at + 8, body, len);
+    uint32_t crc = (uint32_t)crc32(crc32(0, NULL, 0), at + 4, len + 4);
+    uint8_t *c = at + 8 + len;
+    c[0] = (uint8_t)(crc >> 24), c[1] = (uint8_t)(crc >> 16), c[2] = (uint8_t)(crc >> 8), c[3] = (uint8_t)crc;
+    return 12 + len;
+}
+
+/* A W x H 8-bit palette PNG of 4 colours whose pixel (x, y) has index idx(x, y) into buf. */
+static size_t palette_png(uint8_t *buf, int bad_index) {
+    uint8_t raw[H * (W + 1)], z[1024], ihdr[13] = {0, 0, 0, W, 0, 0, 0, H, 8, 3, 0, 0, 0};
+    const uint8_t plte[12] = {10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120};
+    for (int y = 0; y < H; y++) {
+        raw[y * (W + 1)] = 0;
+        for (int x = 0; x < W; x++)
+            raw[y * (W + 1) + 1 + x] = (uint8_t)((x + y) % 4);
+    }
+    if (bad_index)
+        raw[1 + 5] = 9;   /* past the 4 entries of PLTE */
+    uLongf zlen = sizeof z;
+    CHECK(compress2(z, &zlen, raw, sizeof raw, 9) == Z_OK);
+    size_t n = 8;
+    memcpy(buf, "\x89PNG\r\n\x1a\n", 8);
+    n += put_chunk(buf + n, "IHDR", ihdr, 13);
+    n += put_chunk(buf + n, "PLTE", plte, 12);
+    n += put_chunk(buf + n, "IDAT", z, (uint32_t)zlen);
+    n += put_chunk(buf + n, "IEND", NULL, 0);
+    return n;
+}
+
 int main(void) {
     char err[512];
     check_image("train", "cat", "a.png", "train_cat_a.png");   /* RGB */
@@ -127,6 +161,15 @@ int main(void) {
     n = slurp(fixture("folder/train/cat/c.jpg"), buf, sizeof buf);
     CHECK(dpy_image_decode_mem(buf, n - 10, "c.jpg", 3, H, W, out, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "c.jpg: not a valid JPEG file (");
+
+    /* a palette index past PLTE's entries: libpng makes it black and only warns (PIL makes it
+    ** grey); neither is the image, so it is an error */
+    n = palette_png(buf, 0);
+    CHECK(dpy_image_decode_mem(buf, n, "p.png", 3, H, W, out, err, sizeof err) == 0);
+    CHECK(out[0] == 10 && out[W * H] == 20 && out[2 * W * H] == 30 && out[1] == 40);
+    n = palette_png(buf, 1);
+    CHECK(dpy_image_decode_mem(buf, n, "p.png", 3, H, W, out, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "p.png: not a valid PNG file (a palette index past the 4 colours of PLTE (9, at x 5, y 0))");
 
     /* statistics: channel 0 holds {0, 255, 255, 255}, channel 1 {10, 20, 30, 40} */
     const uint8_t px[8] = {0, 255, 10, 20, 255, 255, 30, 40};
