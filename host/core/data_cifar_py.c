@@ -2,7 +2,9 @@
 ** data_cifar_py.c: CIFAR-10/100's "python version" batches (cifar-10-batches-py/data_batch_1 ...,
 ** cifar-100-python/train, test), what torchvision downloads: each a pickled dict whose b'data' is
 ** a uint8 n x 3072 numpy array (pickled as numpy.core.multiarray._reconstruct(ndarray, (0,), b'b')
-** then BUILD with (1, shape, dtype('u1'), fortran, raw bytes)) and whose labels are a list of ints.
+** then BUILD with (1, shape, dtype('u1'), fortran, raw bytes); at pickle protocol 5,
+** numpy.core.numeric._frombuffer(bytearray, dtype('u1'), shape, order)) and whose labels are a
+** list of ints.
 ** Read with the strict reader of pickle.h: nothing but these globals is accepted.
 */
 #include <stdio.h>
@@ -14,9 +16,10 @@
 
 static const char *const GLOBALS[] = {
     "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray",
-    "numpy.dtype", "_codecs.encode",
+    "numpy.dtype", "numpy.core.numeric._frombuffer", "numpy._core.numeric._frombuffer",
+    "_codecs.encode",
 };
-enum { G_RECONSTRUCT, G_RECONSTRUCT2, G_NDARRAY, G_DTYPE };
+enum { G_RECONSTRUCT, G_RECONSTRUCT2, G_NDARRAY, G_DTYPE, G_FROMBUFFER, G_FROMBUFFER2 };
 
 #define CIFAR_PIXELS 3072
 
@@ -27,21 +30,36 @@ static const pk_value *item(const pk_doc *d, const pk_value *v, int32_t k) {
 /* The raw bytes and row count of the uint8 n x 3072 array at value a, or a message. */
 static const char *array_u8(const pk_doc *d, const pk_value *a, const uint8_t **raw,
                             int64_t *rows) {
-    if (!a || a->kind != PK_CALL ||
-        !(pk_is_global(d, a->items[0], G_RECONSTRUCT) || pk_is_global(d, a->items[0], G_RECONSTRUCT2)))
+    if (!a || a->kind != PK_CALL)
         return "is not a numpy array";
-    const pk_value *args = pk_at(d, a->items[1]), *state = pk_at(d, a->items[2]);
-    if (!args || args->n < 1 || !pk_is_global(d, args->items[0], G_NDARRAY))
-        return "is not a plain numpy.ndarray";
-    if (!state || state->kind != PK_TUPLE || state->n != 5)
-        return "is a numpy array without the state (version, shape, dtype, fortran, data)";
-    const pk_value *shape = item(d, state, 1), *dtype = item(d, state, 2);
-    const pk_value *fortran = item(d, state, 3), *data = item(d, state, 4);
+    const pk_value *args = pk_at(d, a->items[1]), *shape, *dtype, *data;
+    int c_order;
+    if (pk_is_global(d, a->items[0], G_FROMBUFFER) || pk_is_global(d, a->items[0], G_FROMBUFFER2)) {
+        /* protocol 5: _frombuffer(buffer, dtype, shape, order), order 'C' or 'F' */
+        if (!args || args->kind != PK_TUPLE || args->n != 4)
+            return "is a numpy array without (buffer, dtype, shape, order)";
+        data = item(d, args, 0), dtype = item(d, args, 1), shape = item(d, args, 2);
+        const pk_value *order = item(d, args, 3);
+        if (!pk_text_is(order, "C") && !pk_text_is(order, "F"))
+            return "is a numpy array in an order other than 'C' or 'F'";
+        c_order = pk_text_is(order, "C");
+    } else {
+        if (!(pk_is_global(d, a->items[0], G_RECONSTRUCT) || pk_is_global(d, a->items[0], G_RECONSTRUCT2)))
+            return "is not a numpy array";
+        const pk_value *state = pk_at(d, a->items[2]);
+        if (!args || args->n < 1 || !pk_is_global(d, args->items[0], G_NDARRAY))
+            return "is not a plain numpy.ndarray";
+        if (!state || state->kind != PK_TUPLE || state->n != 5)
+            return "is a numpy array without the state (version, shape, dtype, fortran, data)";
+        const pk_value *fortran = item(d, state, 3);
+        shape = item(d, state, 1), dtype = item(d, state, 2), data = item(d, state, 4);
+        c_order = fortran && (fortran->kind == PK_BOOL || fortran->kind == PK_INT) && fortran->i == 0;
+    }
     const pk_value *code = dtype && dtype->kind == PK_CALL && pk_is_global(d, dtype->items[0], G_DTYPE)
                                ? item(d, pk_at(d, dtype->items[1]), 0) : NULL;
     if (!pk_text_is(code, "u1"))
         return "is not a uint8 numpy array";
-    if (!fortran || (fortran->kind != PK_BOOL && fortran->kind != PK_INT) || fortran->i != 0)
+    if (!c_order)
         return "is a numpy array in Fortran order";
     const pk_value *n = item(d, shape, 0), *w = item(d, shape, 1);
     if (!shape || shape->kind != PK_TUPLE || shape->n != 2 || !n || n->kind != PK_INT || n->i < 0 ||

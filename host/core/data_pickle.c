@@ -397,6 +397,7 @@ static int step(pk_state *st, int *done) {
     case 'C': return push_text(st, PK_BYTES, 1);   /* SHORT_BINBYTES */
     case 'B': return push_text(st, PK_BYTES, 4);   /* BINBYTES */
     case 0x8e: return push_text(st, PK_BYTES, 8);  /* BINBYTES8 */
+    case 0x96: return push_text(st, PK_BYTES, 8);  /* BYTEARRAY8 (protocol 5) */
     case 0x8c: return push_text(st, PK_STR, 1);    /* SHORT_BINUNICODE */
     case 'X': return push_text(st, PK_STR, 4);     /* BINUNICODE */
     case 0x8d: return push_text(st, PK_STR, 8);    /* BINUNICODE8 */

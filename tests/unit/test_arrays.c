@@ -248,6 +248,14 @@ static void test_cifar(void) {
         CHECK(good);
         dpy_cifar_free(&c);
     }
+    /* re-saved with pickle protocol 5: numpy's _frombuffer over a BYTEARRAY8 */
+    CHECK(dpy_cifar_py_read(fixture("cifar-py-protocol5/data_batch_1"), "labels", &c, err, sizeof err) == 0);
+    CHECK(c.n == 2 && c.labels[0] == 7 && c.labels[1] == 3);
+    int same = 1;
+    for (int i = 0; i < 2 * 3072; i++)
+        same &= c.images[i] == (uint8_t)((9 * 31 + i * 7) % 256);
+    CHECK(same);
+    dpy_cifar_free(&c);
     CHECK(dpy_cifar_py_read(fixture("cifar-100-python/train"), "coarse_labels", &c, err, sizeof err) == 0);
     CHECK(c.n == 4 && c.labels[1] == 14);
     dpy_cifar_free(&c);
@@ -345,6 +353,7 @@ int main(void) {
     test_damage("torch/views.pt", read_pt_images, 1);
     test_damage("cifar-10-batches-py/data_batch_1", read_cifar_py, 7);
     test_damage("cifar-10-batches-py/test_batch", read_cifar_py, 7);
+    test_damage("cifar-py-protocol5/data_batch_1", read_cifar_py, 7);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
