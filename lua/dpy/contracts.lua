@@ -147,8 +147,10 @@ end
 local MAX_CHANNELS = 16
 
 -- What is wrong with a dataset's mean or std (nil: nothing): data.loader normalizes each of the
--- images' channels with one number of each, and divides by std.
-local function stats_problem(d, key, channels)
+-- images' channels with one number of each, and divides by std; uint8 pixels are scaled to [0, 1]
+-- first, so a mean or std above 1 is one on the 0..255 scale (it would make every input nearly
+-- the same number).
+local function stats_problem(d, key, channels, u8)
   local v = d[key]
   if type(v) ~= "table" then
     return string.format("returned no %s, a list of %d number%s (one per channel) that the loader normalizes with",
@@ -162,6 +164,10 @@ local function stats_problem(d, key, channels)
     local x = v[i]
     if type(x) ~= "number" or x ~= x or (key == "std" and x <= 0) then
       return string.format("returned %s[%d] = %s, not a number%s", key, i, tostring(x), key == "std" and " > 0" or "")
+    end
+    if u8 and x > 1 then
+      return string.format("returned %s[%d] = %g for uint8 images, which the loader scales to [0, 1] before "
+                           .. "normalizing: give it on that scale (%g / 255 = %.4f)", key, i, x, x, x / 255)
     end
   end
 end
@@ -186,7 +192,8 @@ local function layout_problem(d)
   if dims[2] > MAX_CHANNELS then
     return string.format("returned images of %d channels; the loader normalizes %d at most", dims[2], MAX_CHANNELS)
   end
-  return stats_problem(d, "mean", dims[2]) or stats_problem(d, "std", dims[2])
+  local u8 = d.images:dtype() == "uint8"
+  return stats_problem(d, "mean", dims[2], u8) or stats_problem(d, "std", dims[2], u8)
 end
 
 local M = {

@@ -218,6 +218,18 @@ function M.cifar100(opts)
            mean = { 0.5071, 0.4865, 0.4409 }, std = { 0.2673, 0.2564, 0.2762 }, shape = { 3, 32, 32 } }
 end
 
+--- data.unit_scale(list) -> nil, or what is wrong: a mean or std option for uint8 images, which the
+-- loader scales to [0, 1] before normalizing; an entry above 1 is on the 0..255 scale (every input
+-- would be nearly the same number). The schema check of the uint8 datasets' mean and std.
+function M.unit_scale(v)
+  for i, x in ipairs(type(v) == "table" and v or {}) do
+    if type(x) == "number" and x > 1 then
+      return string.format("must be on the [0, 1] scale that uint8 pixels are normalized on, got %g at [%d] "
+                           .. "(%g / 255 = %.4f)", x, i, x, x / 255)
+    end
+  end
+end
+
 -- {==== datasets from arrays: NumPy and PyTorch files ====}
 
 local ARRAY_FORMATS = {
@@ -304,8 +316,9 @@ local function read_split(kind, opts, split)
   return x, y, stats, lsrc[1]
 end
 
--- mean and std, when given, have one entry per channel (and std's are > 0)
-local function check_channels(kind, opts, key, channels)
+-- mean and std, when given, have one entry per channel (and std's are > 0; for uint8 images,
+-- both are on the [0, 1] scale the loader normalizes them on)
+local function check_channels(kind, opts, key, channels, u8)
   local v = opts[key]
   if v == nil then return end
   if #v ~= channels then
@@ -316,6 +329,10 @@ local function check_channels(kind, opts, key, channels)
     if v[i] ~= v[i] or (key == "std" and v[i] <= 0) then
       error(string.format("data.%s: %s[%d] must be a number%s", kind, key, i,
                           key == "std" and " > 0" or ""), 0)
+    end
+    if u8 and v[i] > 1 then
+      error(string.format("data.%s: %s[%d] = %g for uint8 images: give it on the [0, 1] scale that uint8 "
+                          .. "pixels are normalized on (%g / 255 = %.4f)", kind, key, i, v[i], v[i], v[i] / 255), 0)
     end
   end
 end
@@ -328,8 +345,9 @@ local function arrays_dataset(kind, opts)
   local split = opts.train == false and "test" or "train"
   local images, labels, stats, labels_file = read_split(kind, opts, split)
   local channels = images:size(1)
-  check_channels(kind, opts, "mean", channels)
-  check_channels(kind, opts, "std", channels)
+  local u8 = images:dtype() == "uint8"
+  check_channels(kind, opts, "mean", channels, u8)
+  check_channels(kind, opts, "std", channels, u8)
   -- classes, mean and std come from the training split, whichever split this is
   local train = stats
   if split == "test" and not (opts.classes and opts.mean and opts.std) then

@@ -169,6 +169,13 @@ describe("image_folder", function()
     end))
     assert.matches("dataset 'image_folder': option 'channels' must be one of 1, 3, got 2",
                    err_of(function() build { "image_folder", root = root, channels = 2 } end))
+    assert.matches("dataset 'image_folder': option 'mean' must be on the %[0, 1%] scale that uint8 pixels are "
+                   .. "normalized on, got 125%.3 at %[1%] %(125%.3 / 255 = 0%.4914%)",
+                   err_of(function() build { "image_folder", root = root, mean = { 125.3, 123, 113.9 } } end))
+    assert.matches("dataset 'femnist': option 'std' must be on the %[0, 1%] scale",
+                   err_of(function() build { "femnist", dir = F .. "/femnist", std = { 63 } } end))
+    assert.matches("dataset 'camelyon17': option 'mean' must be on the %[0, 1%] scale",
+                   err_of(function() build { "camelyon17", dir = F .. "/camelyon17", mean = { 0.5, 0.5, 200 } } end))
     assert.matches("size must be {height, width}", err_of(function()
       build { "image_folder", root = root, size = { 8 } }
     end))

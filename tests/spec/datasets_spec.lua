@@ -132,6 +132,12 @@ describe("numpy dataset", function()
                          "mean must be a list of 3 numbers")
     assert.error_matches(function() data.numpy { dir = dir, std = { 1, 0, 1 } } end,
                          "std%[2%] must be a number > 0")
+    -- uint8 pixels are normalized on [0, 1]: statistics on the 0..255 scale are refused
+    assert.error_matches(function() data.numpy { dir = dir, mean = { 0.5, 125.3, 0.5 } } end,
+                         "data%.numpy: mean%[2%] = 125%.3 for uint8 images: give it on the %[0, 1%] scale that "
+                         .. "uint8 pixels are normalized on %(125%.3 / 255 = 0%.4914%)")
+    assert.error_matches(function() data.torch { dir = F .. "/torch", std = { 63 } } end,
+                         "data%.torch: std%[1%] = 63 for uint8 images")
   end)
 
   it("refuses truncated, corrupt and hostile files with a message", function()

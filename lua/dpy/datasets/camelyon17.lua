@@ -18,8 +18,9 @@ M.options = {
   test_split = { type = "string", one_of = { "test", "val", "id_val" }, default = "test",
                  doc = "the WILDS split used as test data: test (hospital 2), val (hospital 1) or "
                        .. "id_val (held-out patches of the training hospitals)" },
-  mean = { type = "list", of = "number", doc = "per-channel mean (default: the training split's)" },
-  std = { type = "list", of = "number", above = 0,
+  mean = { type = "list", of = "number", check = data.unit_scale,
+           doc = "per-channel mean (default: the training split's)" },
+  std = { type = "list", of = "number", above = 0, check = data.unit_scale,
           doc = "per-channel standard deviation (default: the training split's)" },
 }
 

@@ -18,8 +18,9 @@ local PIXELS = 784
 
 M.options = {
   dir = { type = "path", doc = "LEAF's data/femnist/data: the folder of train/ and test/" },
-  mean = { type = "list", of = "number", doc = "{mean} (default: the training split's)" },
-  std = { type = "list", of = "number", above = 0, doc = "{std} (default: the training split's)" },
+  mean = { type = "list", of = "number", check = data.unit_scale, doc = "{mean} (default: the training split's)" },
+  std = { type = "list", of = "number", above = 0, check = data.unit_scale,
+          doc = "{std} (default: the training split's)" },
 }
 
 local HOW = "LEAF's data/femnist/data, made by its preprocess.sh (e.g. ./preprocess.sh -s niid --sf 1.0 "

@@ -29,8 +29,9 @@ M.options = {
                doc = "1: grey (PIL's convert('L') luma), 3: RGB (grey images replicated)" },
   size = { type = "list", of = "integer", min = 1,
            doc = "{height, width} every image must have (default: the first image's)" },
-  mean = { type = "list", of = "number", doc = "per-channel mean (default: the training split's)" },
-  std = { type = "list", of = "number", above = 0,
+  mean = { type = "list", of = "number", check = data.unit_scale,
+           doc = "per-channel mean (default: the training split's)" },
+  std = { type = "list", of = "number", above = 0, check = data.unit_scale,
           doc = "per-channel standard deviation (default: the training split's)" },
 }
 
