@@ -47,8 +47,8 @@ typedef struct {
 } dpy_names;
 
 /* The entries of path (not . and ..), each sorted by strcmp (byte order, as Python sorts
-** UTF-8 names): directories into dirs, regular files into files (symbolic links followed;
-** anything else is left out). */
+** UTF-8 names): directories into dirs, regular files into files (symbolic links followed; a
+** dangling link goes with the files, whose reader then names it; anything else is left out). */
 int dpy_dir_list(const char *path, dpy_names *dirs, dpy_names *files, char *err, size_t errlen);
 void dpy_names_free(dpy_names *x);
 

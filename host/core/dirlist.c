@@ -1,4 +1,5 @@
-/* dirlist.c: a directory's entries, sorted, split into directories and regular files. */
+/* dirlist.c: a directory's entries, sorted, split into directories and regular files (and
+** dangling links, with the files). */
 #define _POSIX_C_SOURCE 200809L
 #include "data_image.h"
 #include "dpy_core.h"
@@ -56,9 +57,13 @@ int dpy_dir_list(const char *path, dpy_names *dirs, dpy_names *files, char *err,
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0)
-            continue;   /* a dangling link, or an entry gone since readdir: neither kind */
-        dpy_names *into = S_ISDIR(st.st_mode) ? dirs : S_ISREG(st.st_mode) ? files : NULL;
+        dpy_names *into = NULL;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) == 0)
+            into = S_ISDIR(st.st_mode) ? dirs : S_ISREG(st.st_mode) ? files : NULL;
+        else if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+            into = files;   /* a dangling link: a file its reader fails to open, naming it, as
+                            ** Python's os.walk lists it (not one to leave out without a word) */
+        /* else an entry gone since readdir */
         if (into && push(into, into == dirs ? &dcap : &fcap, e->d_name) != 0) {
             rc = dpy_fail(err, errlen, "out of memory listing %s", path);
             break;

@@ -203,6 +203,12 @@ describe("image_folder", function()
     write_file(dir .. "/cat/c.jpg", jpg:sub(1, #jpg // 2))
     assert.matches("/cat/c%.jpg: not a valid JPEG file %(", err_of(function() build { "image_folder", root = dir } end))
     dir = copy("folder/train")
+    -- a dangling link is a file that cannot be read (torchvision's ImageFolder fails on it too),
+    -- not one to leave out without a word
+    assert(sh("ln -s /nowhere/gone.png " .. shell_quote(dir .. "/cat/zz.png")) == 0)
+    assert.matches("image_folder: cannot open .*/cat/zz%.png: No such file or directory",
+                   err_of(function() build { "image_folder", root = dir } end))
+    dir = copy("folder/train")
     write_file(dir .. "/cat/a.png", "")
     assert.matches("/cat/a%.png: empty file, not an image", err_of(function() build { "image_folder", root = dir } end))
     local tdir = copy("folder/test")
