@@ -184,6 +184,10 @@ int dpy_dataset_arrays(dpy_array *images, dpy_array *labels, dpy_layout layout, 
                             dpy_array_shape(images, s1, sizeof s1));
     int c1 = images->dims[1] == 1 || images->dims[1] == 3;
     int c3 = images->dims[3] == 1 || images->dims[3] == 3;
+    if (!grey && layout == DPY_LAYOUT_AUTO && !c1 && !c3)   /* RGBA N x H x W x 4, or 4-channel NCHW? */
+        return dpy_fail(err, errlen, "%s: images are %s: layout 'auto' cannot tell their channels "
+                        "(neither dim 1 nor the last is 1 or 3): give layout = 'nhwc' or 'nchw'", what,
+                        dpy_array_shape(images, s1, sizeof s1));
     if (!grey && (layout == DPY_LAYOUT_NHWC || (layout == DPY_LAYOUT_AUTO && c3 && !c1)))
         if (to_nchw(images, err, errlen) != 0)
             return -1;

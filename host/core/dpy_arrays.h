@@ -73,7 +73,8 @@ int dpy_cifar_py_read(const char *path, const char *label_key, dpy_cifar *out, c
 typedef enum { DPY_LAYOUT_AUTO, DPY_LAYOUT_NCHW, DPY_LAYOUT_NHWC } dpy_layout;
 
 /* Makes images uint8 or float32 N x C x H x W (N x H x W gets C = 1; N x H x W x C with
-** DPY_LAYOUT_NHWC, or with AUTO when the last dim is 1 or 3 and dim 1 is not; float64 becomes
+** DPY_LAYOUT_NHWC, or with AUTO when the last dim is 1 or 3 and dim 1 is not; AUTO refuses 4-d
+** images where neither is 1 or 3, which it cannot tell apart; float64 becomes
 ** float32) and labels int64 N (N x 1 is flattened; any integer type); checks that the counts
 ** match and the labels are >= 0. what names the source in messages. */
 int dpy_dataset_arrays(dpy_array *images, dpy_array *labels, dpy_layout layout, const char *what,

@@ -110,6 +110,27 @@ describe("numpy dataset", function()
     assert.is_true(close(x[0][1][1][0]:item(), (((0 * 2 + 1) * 2 + 0) * 3 + 1 + 1) / 8))
   end)
 
+  it("asks for the layout when neither dim 1 nor the last holds 1 or 3 channels", function()
+    local work = tmpdir()
+    local function npy(descr, shape, raw)
+      local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': (%s,), }",
+                                   descr, table.concat(shape, ", "))
+      header = header .. string.rep(" ", (64 - (10 + #header + 1) % 64) % 64) .. "\n"
+      return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. raw
+    end
+    -- RGBA images N x H x W x 4 (or 4-channel N x C x H x W: the shape alone cannot say)
+    write_file(work .. "/x.npy", npy("|u1", { 2, 8, 8, 4 }, string.rep("\7", 2 * 8 * 8 * 4)))
+    write_file(work .. "/y.npy", npy("<i8", { 2 }, string.pack("<i8<i8", 1, 0)))
+    local o = { dir = work, train_images = "x.npy", train_labels = "y.npy" }
+    assert.error_matches(function() data.numpy(o) end,
+                         "x%.npy and .*/y%.npy: images are 2 x 8 x 8 x 4: layout 'auto' cannot tell their channels "
+                         .. "%(neither dim 1 nor the last is 1 or 3%): give layout = 'nhwc' or 'nchw'")
+    o.layout = "nhwc"
+    assert.are.same({ 4, 8, 8 }, data.numpy(o).shape)
+    o.layout = "nchw"
+    assert.are.same({ 8, 8, 4 }, data.numpy(o).shape)
+  end)
+
   it("says which file is missing, which option names it, and how to make it", function()
     local work = tmpdir()
     assert.error_matches(function() data.numpy { dir = work } end,
