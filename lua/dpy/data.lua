@@ -254,10 +254,10 @@ function M.array_options(kind)
     test_labels = { type = "string", doc = one:format("test", "labels", "test_images", "test") },
     images = { type = "string", doc = "the images' name in a split's file (" .. (kind == "numpy"
                and "the .npz member, without .npy" or "the dict key") .. "); default: the first "
-               .. "there of images, x, data, x_<split>, <split>_images"
+               .. "there of images, x, data, x_<split>, <split>_images, arr_0"
                .. (kind == "torch" and "; from a tuple or list, its element 0" or "") },
     labels = { type = "string", doc = "the labels' name in a split's file; default: the first "
-               .. "there of labels, y, targets, y_<split>, <split>_labels"
+               .. "there of labels, y, targets, y_<split>, <split>_labels, arr_1"
                .. (kind == "torch" and "; from a tuple or list, its element 1" or "") },
     layout = { type = "string", one_of = { "auto", "nchw", "nhwc" }, default = "auto",
                doc = "4-d images are N x C x H x W (nchw) or N x H x W x C (nhwc); auto: nhwc when "
@@ -283,9 +283,9 @@ end
 local function array_sources(kind, opts, split)
   local f = ARRAY_FORMATS[kind]
   local inames = opts.images and { opts.images }
-                 or { "images", "x", "data", "x_" .. split, split .. "_images" }
+                 or { "images", "x", "data", "x_" .. split, split .. "_images", "arr_0" }
   local lnames = opts.labels and { opts.labels }
-                 or { "labels", "y", "targets", "y_" .. split, split .. "_labels" }
+                 or { "labels", "y", "targets", "y_" .. split, split .. "_labels", "arr_1" }
   local ifile, lfile = opts[split .. "_images"], opts[split .. "_labels"]
   if (ifile == nil) ~= (lfile == nil) then
     error(string.format("data.%s: %s_images and %s_labels go together", kind, split, split), 0)

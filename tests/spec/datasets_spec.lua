@@ -110,6 +110,13 @@ describe("numpy dataset", function()
     assert.is_true(close(x[0][1][1][0]:item(), (((0 * 2 + 1) * 2 + 0) * 3 + 1 + 1) / 8))
   end)
 
+  it("takes numpy.savez(file, x, y)'s unnamed arrays, arr_0 and arr_1, as images and labels", function()
+    local src = data.numpy { dir = dir }
+    local ds = data.numpy { dir = dir, train_file = "positional.npz" }
+    assert.is_true(equal(ds.images, src.images))
+    assert.is_true(equal(ds.labels, src.labels))
+  end)
+
   it("asks for the layout when neither dim 1 nor the last holds 1 or 3 channels", function()
     local work = tmpdir()
     local function npy(descr, shape, raw)
