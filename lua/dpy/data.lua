@@ -451,7 +451,39 @@ end
 local Loader = {}
 Loader.__index = Loader
 
---- data.loader(dataset, {batch_size = 32, indices = int64 tensor (default all), shuffle = true,
+-- A loader's sample indices: a Lua list of integers or a 1-D int64/int32 tensor (default all),
+-- each a sample of the dataset, checked once here rather than by torch at some later batch.
+local function loader_indices(ds, indices)
+  local n = ds.images:size(0)
+  if indices == nil then return tensor.arange(n) end
+  local function fail(fmt, ...) error("data.loader: " .. string.format(fmt, ...), 4) end
+  if type(indices) == "table" and not tensor.is_tensor(indices) then
+    for i = 1, #indices do
+      if math.type(indices[i]) ~= "integer" then fail("indices[%d] must be an integer, got %s", i, tostring(indices[i])) end
+    end
+    indices = tensor.new(indices, "int64")
+  elseif not tensor.is_tensor(indices) then
+    fail("indices must be a 1-D integer tensor or a Lua list, got a %s", type(indices))
+  elseif indices:dim() ~= 1 then
+    fail("indices must be a 1-D integer tensor or a Lua list, got a %d-D tensor", indices:dim())
+  elseif indices:dtype() ~= "int64" and indices:dtype() ~= "int32" then
+    fail("indices must be a 1-D integer tensor or a Lua list, got a %s tensor", indices:dtype())
+  end
+  if indices:numel() > 0 then
+    local lo <close> = indices:min()
+    local hi <close> = indices:max()
+    if lo:item() < 0 or hi:item() >= n then
+      for i, v in ipairs(indices:totable()) do
+        if v < 0 or v >= n then
+          fail("indices[%d] is %d, where a sample of the dataset's 0..%d belongs", i, v, n - 1)
+        end
+      end
+    end
+  end
+  return indices
+end
+
+--- data.loader(dataset, {batch_size = 32, indices = int64 tensor or list (default all), shuffle = true,
 -- drop_last = false, normalize = true, generator = dpy.Generator}) -> loader
 -- loader:next() -> x, y (float32 normalized images, int64 labels), starting a new epoch (and a
 -- new shuffle) when one ends; loader:epoch() iterates one epoch; #loader is batches per epoch.
@@ -462,7 +494,7 @@ function M.loader(ds, opts)
   local self = setmetatable({
     ds = ds,
     batch_size = opts.batch_size or 32,
-    indices = opts.indices or tensor.arange(ds.images:size(0)),
+    indices = loader_indices(ds, opts.indices),
     shuffle = opts.shuffle ~= false,
     drop_last = opts.drop_last == true,
     gen = opts.generator or tensor.default_generator(),

@@ -366,4 +366,20 @@ describe("loaders", function()
     assert.error_matches(function() data.loader(ds, { batch_size = 0 }) end, "batch_size must be >= 1")
     assert.error_matches(function() data.loader(ds, { batchsize = 2 }) end, "did you mean 'batch_size'")
   end)
+
+  it("take indices as a Lua list too, and name a bad one when built, not at a batch", function()
+    local _, y = data.loader(ds, { batch_size = 2, shuffle = false, indices = { 7, 3 } }):next()
+    assert.are.same({ 7, 3 }, y:totable())
+    local bad = {
+      { { 1, 10 }, "indices%[2%] is 10, where a sample of the dataset's 0%.%.9 belongs" },
+      { tensor.new({ 4, -1 }, "int64"), "indices%[2%] is %-1, where a sample of the dataset's 0%.%.9 belongs" },
+      { { 1, 2.5 }, "indices%[2%] must be an integer, got 2%.5" },
+      { tensor.new { 1.0, 2.0 }, "indices must be a 1%-D integer tensor or a Lua list, got a float32 tensor" },
+      { tensor.new({ { 1, 2 } }, "int64"), "indices must be a 1%-D integer tensor or a Lua list, got a 2%-D tensor" },
+      { "1", "indices must be a 1%-D integer tensor or a Lua list, got a string" },
+    }
+    for _, case in ipairs(bad) do
+      assert.error_matches(function() data.loader(ds, { indices = case[1] }) end, "data.loader: " .. case[2])
+    end
+  end)
 end)
