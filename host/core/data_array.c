@@ -113,15 +113,24 @@ static int64_t numel(const dpy_array *a) {
     return m;
 }
 
-/* float64 -> float32 in place (the buffer shrinks to half). */
-static void narrow_f64(dpy_array *a) {
-    int64_t m = numel(a);
+/* Float images -> float32 (float64 in place: the buffer shrinks to half), every value a finite
+** float32: a NaN, an infinity or a float64 past float32's range would be trained on as NaN and inf. */
+static int finite_f32(dpy_array *a, const char *what, char *err, size_t errlen) {
+    int64_t m = numel(a), per = m / a->dims[0];
     const double *s = a->data;
     float *d = a->data;
-    for (int64_t i = 0; i < m; i++)
-        d[i] = (float)s[i];
+    for (int64_t i = 0; i < m; i++) {
+        double v = a->type == DPY_ARRAY_F64 ? s[i] : d[i];
+        float f = (float)v;
+        if (!isfinite(f))
+            return dpy_fail(err, errlen, "%s: image %lld holds %g (its value %lld in C x H x W order), %s",
+                            what, (long long)(i / per), v, (long long)(i % per),
+                            isfinite(v) ? "past float32's range" : "not a finite number");
+        d[i] = f;
+    }
     a->nbytes = (size_t)m * 4;
     a->type = DPY_ARRAY_F32;
+    return 0;
 }
 
 /* any integer type -> int64, with the labels checked to be >= 0 */
@@ -195,8 +204,8 @@ int dpy_dataset_arrays(dpy_array *images, dpy_array *labels, dpy_layout layout, 
         return dpy_fail(err, errlen, "%s: images are %s: %lld channels (more than 16)%s", what,
                         dpy_array_shape(images, s1, sizeof s1), (long long)images->dims[1],
                         layout == DPY_LAYOUT_NCHW ? "; are they N x H x W x C (layout = 'nhwc')?" : "");
-    if (images->type == DPY_ARRAY_F64)
-        narrow_f64(images);
+    if (images->type != DPY_ARRAY_U8 && finite_f32(images, what, err, errlen) != 0)
+        return -1;
     return widen_labels(labels, what, err, errlen);
 }
 

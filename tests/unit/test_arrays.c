@@ -124,6 +124,31 @@ static void test_numpy(void) {
     CHECK_CONTAINS(err, "t: images are 4 x 1 x 0 x 3: empty");
     dpy_array_free(&a);
     dpy_array_free(&b);
+    /* float images that are not finite numbers, or a float64 past float32's range, are refused,
+    ** naming the sample: they were trained on as inf and NaN */
+    {
+        double big[8] = {0, 0.5, 0, 0, 0, 0, 1e39, 0};
+        float nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        nan[5] = NAN;
+        struct { const char *descr; const void *data; size_t len; const char *msg; } bad[] = {
+            {"<f8", big, sizeof big, "t: image 1 holds 1e+39 (its value 2 in C x H x W order), past float32's range"},
+            {"<f4", nan, sizeof nan, "t: image 1 holds nan (its value 1 in C x H x W order), not a finite number"},
+        };
+        for (int k = 0; k < 2; k++) {
+            char header[128];
+            snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (2, 2, 2), }",
+                     bad[k].descr);
+            CHECK(dpy_npy_read(npy_with("f.npy", header, bad[k].data, bad[k].len), NULL, 0, &a, err,
+                               sizeof err) == 0);
+            uint8_t two[2] = {0, 1};
+            CHECK(dpy_npy_read(npy_with("l.npy", "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }",
+                                        two, 2), NULL, 0, &b, err, sizeof err) == 0);
+            CHECK(dpy_dataset_arrays(&a, &b, DPY_LAYOUT_AUTO, "t", err, sizeof err) == -1);
+            CHECK_CONTAINS(err, bad[k].msg);
+            dpy_array_free(&a);
+            dpy_array_free(&b);
+        }
+    }
     /* N x H x W images have no channel dim to move, whatever the layout says */
     CHECK(dpy_npy_read(fixture("numpy/x_train.npy"), NULL, 0, &a, err, sizeof err) == 0);
     CHECK(dpy_npy_read(fixture("numpy/y_train.npy"), NULL, 0, &b, err, sizeof err) == 0);
