@@ -22,11 +22,34 @@ end
 --- The state's default dpy.Generator.
 M.default_generator = generator.default
 
+-- Autograd's mode is libtorch's, one per OS thread, and a coroutine that yields inside no_grad
+-- would leave it off for its resumer: outside[co] is the mode co's outermost no_grad gives back,
+-- which coroutine.yield gives the resumer while co is suspended (and takes anew at each resume).
+local outside = setmetatable({}, { __mode = "k" })
+local yield = coroutine.yield
+
+local function resumed(co, mine, ...)
+  outside[co] = core.set_grad_enabled(mine)
+  return ...
+end
+
+function coroutine.yield(...)   -- luacheck: ignore 122 (the one yield every coroutine calls)
+  local co = coroutine.running()
+  local out = outside[co]
+  if out == nil or not coroutine.isyieldable() then return yield(...) end
+  local mine = core.set_grad_enabled(out)
+  return resumed(co, mine, yield(...))
+end
+
 --- Runs fn(...) with autograd off and returns its results; the previous mode comes back even
--- when fn raises (the error is re-raised).
+-- when fn raises (the error is re-raised), and while a coroutine that yields inside it is suspended.
 function M.no_grad(fn, ...)
+  local co = coroutine.running()
+  local outermost = outside[co] == nil
   local prev = core.set_grad_enabled(false)
+  if outermost then outside[co] = prev end
   local res = table.pack(pcall(fn, ...))
+  if outermost then prev, outside[co] = outside[co], nil end
   core.set_grad_enabled(prev)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
