@@ -148,11 +148,69 @@ static dpy_module *make_layer(const std::string &kind, const layer_args &a,
     dpy_invalid("unknown layer '" + kind + "'");
 }
 
+// The float32 values a layer of these arguments allocates (its parameters; batchnorm's running
+// statistics too), held to the tensor size cap as a tensor constructor is: nn.linear(1e6, 1e6)
+// took its 4 TB, or the OOM killer ended the run. A size <= 0 is left to libtorch, which names it.
+static void check_size(const std::string &kind, const layer_args &a) {
+    uint64_t n = 0;
+    bool over = false;
+    auto add = [&](std::initializer_list<int64_t> dims) {
+        uint64_t p = 1;
+        for (int64_t d : dims) {
+            if (d <= 0)
+                return;
+            if (__builtin_mul_overflow(p, (uint64_t)d, &p)) {
+                over = true;
+                return;
+            }
+        }
+        over = over || __builtin_add_overflow(n, p, &n);
+    };
+    const char *what = "parameters";
+    if (kind == "linear") {
+        add({a.req(0), a.req(1)});
+        if (a(2, 1) != 0)
+            add({a.req(1)});
+    } else if (kind == "conv2d") {
+        int64_t groups = a.i(6, 1);
+        if (groups <= 0)
+            return;
+        add({a.req(1), a.req(0) / groups, a.req(2), a.req(2)});
+        if (a(7, 1) != 0)
+            add({a.req(1)});
+    } else if (kind == "embedding") {
+        add({a.req(0), a.req(1)});
+    } else if (kind == "batchnorm2d") {
+        add({4, a.req(0)});
+        what = "parameters and running statistics";
+    } else if (kind == "groupnorm") {
+        add({2, a.req(1)});
+    } else if (kind == "layernorm") {
+        uint64_t p = 2;
+        for (int i = 1; i < a.n && !over; i++) {
+            int64_t d = layer_args::integer(a.v[i]);
+            if (d <= 0)
+                return;
+            over = __builtin_mul_overflow(p, (uint64_t)d, &p);
+        }
+        n = p;
+    } else {
+        return;
+    }
+    uint64_t bytes = 0, cap = dpy_tensor_max_bytes();
+    over = over || __builtin_mul_overflow(n, (uint64_t)4, &bytes);
+    if (over || bytes > cap)
+        dpy_invalid((over ? std::string("its float32 ") + what + " take over 2^64 bytes"
+                          : std::to_string(n) + " float32 " + what + " take " + std::to_string(bytes) + " bytes") +
+                    ", over the cap of " + std::to_string(cap) + " bytes (tensor.set_max_bytes)");
+}
+
 dpy_err dpy_module_new(dpy_module **out, const char *kind, const double *args, int nargs,
                        dpy_generator *gen) noexcept {
     *out = nullptr;
     return dpy_guard([&] {
         layer_args a{args, nargs, kind};
+        check_size(kind, a);
         c10::optional<at::Generator> g;
         if (gen)
             g = gen->g;

@@ -77,6 +77,37 @@ describe("nn layer arguments", function()
   end)
 end)
 
+describe("nn layer sizes", function()
+  it("refuses a layer whose parameters are over tensor.max_bytes(), naming the layer, its size and the cap", function()
+    local cap = tensor.max_bytes()
+    tensor.set_max_bytes(1000)
+    local got = {}
+    for name, make in pairs {
+      linear = function() return nn.linear(16, 16) end,   -- 272 floats
+      conv2d = function() return nn.conv2d(4, 8, 3) end,   -- 296
+      embedding = function() return nn.embedding(100, 4) end,   -- 400
+      batchnorm2d = function() return nn.batchnorm2d(100) end,   -- 400 and a counter
+      groupnorm = function() return nn.groupnorm(2, 200) end,   -- 400
+      layernorm = function() return nn.layernorm({ 10, 20 }) end,   -- 400
+    } do
+      local ok, err = pcall(make)
+      got[name] = not ok and err:match("nn%.%w+: %d+ float32 parameters.- take %d+ bytes, over the cap of 1000 bytes")
+                  and true or err
+    end
+    local small_ok, small = pcall(nn.linear, 4, 4)
+    tensor.set_max_bytes(cap)
+    assert.are.same({ linear = true, conv2d = true, embedding = true, batchnorm2d = true, groupnorm = true,
+                      layernorm = true }, got)
+    assert.is_true(small_ok)
+    assert.are.equal(20, small:numel())
+    -- nn.linear(1e6, 1e6) allocated its 4 TB (or the OOM killer ended the run)
+    assert.error_matches(function() nn.linear(1e6, 1e6) end,
+                         "nn.linear: 1000001000000 float32 parameters take 4000004000000 bytes, over the cap of %d+ "
+                         .. "bytes %(tensor.set_max_bytes%)")
+    assert.error_matches(function() nn.linear(1 << 40, 1 << 40) end, "nn.linear: .* take over 2%^64 bytes")
+  end)
+end)
+
 describe("nn containers", function()
   it("runs a sequential in C++ and names children 0, 1, ...", function()
     local m = nn.sequential { nn.linear(4, 3), nn.relu(), nn.linear(3, 2) }
