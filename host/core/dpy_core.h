@@ -46,6 +46,10 @@ int dpy_write_all(int fd, const void *data, size_t len);
 /* Writes path atomically: a temporary file beside it, fsync, rename, fsync of the directory.
 ** A crash leaves either the old file or the new one, never a torn one. */
 int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+/* A second signal's end of the process, from its handler (async-signal-safe): no write starts
+** from now on (one asked for waits for the end), and those in progress end, their file renamed
+** into place or removed (5 s at most). */
+void dpy_write_atomic_drain(void);
 /* mkdir -p */
 int dpy_mkdir_p(const char *path, char *err, size_t errlen);
 

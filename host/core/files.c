@@ -7,11 +7,13 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int dpy_fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -27,16 +29,17 @@ static int fail_errno(char *err, size_t errlen, const char *what, const char *pa
     return -1;
 }
 
+/* Without malloc: a write may end while a second signal's handler waits for it (the thread it
+** interrupted may hold the allocator's lock). */
 static void fsync_dir_of(const char *path) {
-    char *copy = strdup(path);
-    if (!copy)
+    char copy[4096];
+    if (snprintf(copy, sizeof copy, "%s", path) >= (int)sizeof copy)
         return;
     int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         fsync(fd);
         close(fd);
     }
-    free(copy);
 }
 
 int dpy_write_all(int fd, const void *data, size_t len) {
@@ -55,8 +58,13 @@ int dpy_write_all(int fd, const void *data, size_t len) {
 
 static int write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 
+/* The writes in progress in this process, and whether it is ending (dpy_write_atomic_drain). */
+static atomic_int g_writing, g_ending;
+
 /* The signals that end a run are held while the temporary file exists: one that would end the
-** process (a second Ctrl-C) takes effect after the rename or the unlink, never between. */
+** process (a second Ctrl-C) takes effect after the rename or the unlink, never between. Holding
+** them covers this thread only: a signal sent to the process goes to another one, whose handler
+** (host.catch_interrupt's) ends the process by dpy_write_atomic_drain. */
 int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     sigset_t stop, old;
     sigemptyset(&stop);
@@ -64,9 +72,26 @@ int dpy_write_atomic(const char *path, const void *data, size_t len, char *err, 
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
+    atomic_fetch_add(&g_writing, 1);   /* before the check: the drain sees this write, or this write its end */
+    if (atomic_load(&g_ending)) {   /* the process ends in a moment: no new file, and no error to report */
+        atomic_fetch_sub(&g_writing, 1);
+        for (;;) {
+            struct timespec s = {1, 0};
+            nanosleep(&s, NULL);
+        }
+    }
     int rc = write_atomic(path, data, len, err, errlen);
+    atomic_fetch_sub(&g_writing, 1);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
+}
+
+void dpy_write_atomic_drain(void) {
+    atomic_store(&g_ending, 1);
+    for (int i = 0; i < 5000 && atomic_load(&g_writing) > 0; i++) {   /* 5 s at most: a disk that hangs */
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
 }
 
 static int write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {

@@ -235,8 +235,17 @@ static int h_exe(lua_State *L) {
 }
 
 static volatile sig_atomic_t g_interrupted;
+static volatile sig_atomic_t g_caught;   /* a bit per kind of ending signal caught once */
 
 static void on_interrupt(int sig) {
+    int bit = sig == SIGINT ? 1 : sig == SIGTERM ? 2 : sig == SIGHUP ? 4 : 0;
+    if (bit && (g_caught & bit)) {   /* the second of its kind ends the process, once the files */
+        dpy_write_atomic_drain();    /* other threads are writing are whole (renamed or removed) */
+        signal(sig, SIG_DFL);
+        raise(sig);   /* delivered as this handler returns */
+        return;
+    }
+    g_caught |= bit;
     if (!g_interrupted)
         g_interrupted = sig;
 }
@@ -249,7 +258,8 @@ static void catch_unless_ignored(int sig, const struct sigaction *sa) {
 }
 
 /* host.catch_interrupt(): from now on the first SIGINT, SIGTERM and SIGHUP (a closed terminal)
-** each set a flag instead of ending the process (a second of the same kind ends it, as in lua.c),
+** each set a flag instead of ending the process (a second of the same kind ends it, as in lua.c,
+** once the files being written (dpy_write_atomic) are in place: no temporary file stays),
 ** and so does SIGPIPE (the pipe the output went to has closed: every later write fails instead,
 ** and is no reason to end before the run has stopped cleanly); a SIGHUP or SIGPIPE the process was
 ** started ignoring stays ignored. host.interrupted() -> the first signal's number, or false (a
@@ -258,12 +268,10 @@ static int h_catch_interrupt(lua_State *L) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
-    sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     catch_unless_ignored(SIGHUP, &sa);
-    sa.sa_flags = 0;
     catch_unless_ignored(SIGPIPE, &sa);
     (void)L;
     return 0;
@@ -271,7 +279,7 @@ static int h_catch_interrupt(lua_State *L) {
 
 const volatile sig_atomic_t *dpy_host_interrupt_flag(void) { return &g_interrupted; }
 
-void dpy_host_forget_interrupt(void) { g_interrupted = 0; }
+void dpy_host_forget_interrupt(void) { g_interrupted = g_caught = 0; }
 
 static int h_interrupted(lua_State *L) {
     if (g_interrupted)

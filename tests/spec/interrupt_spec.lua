@@ -147,6 +147,35 @@ describe("stopping a run", function()
     end)
   end
 
+  it("leaves no temporary file when a second SIGTERM comes while another thread writes a file #e2e", function()
+    -- the writing thread holds the signals, but one sent to the process goes to another thread
+    -- (libtorch's), whose second-signal default ended the process between the write and the rename
+    local dir = tmpdir()
+    write_file(dir .. "/w.lua", [[
+      local host = require "dpy.host.core"
+      local tensor = require "dpy.tensor"
+      local a = tensor.randn(300, 300)
+      local _ = a:matmul(a)   -- libtorch's threads
+      host.catch_interrupt()
+      local data = string.rep("x", 50 * 1000 * 1000)
+      io.stdout:write("ready\n")
+      io.stdout:flush()
+      while true do assert(host.write_atomic(arg[1] .. "/f.json", data)) end]])
+    local left, codes = {}, {}
+    for i = 1, 3 do
+      local d = string.format("%s/d%d", dir, i)
+      host.mkdir_p(d)
+      local code = sh(string.format("%s %s/w.lua %s >%s/out 2>&1 & p=$!; "
+                                    .. "until grep -q ready %s/out; do sleep 0.05; done; sleep 0.%d; "
+                                    .. "kill -TERM $p; sleep 0.02; kill -TERM $p; wait $p",
+                                    BIN, dir, d, d, d, 1 + 3 * (i - 1)))
+      codes[i] = code
+      for _, f in ipairs(tmp_files(d)) do left[#left + 1] = f end
+    end
+    assert.are.same({ 143, 143, 143 }, codes)
+    assert.are.same({}, left)
+  end)
+
   it("runs on under nohup: a SIGHUP it was started ignoring stays ignored, in its processes too #e2e", function()
     local dir = tmpdir()
     local pid, out = start_run(dir, TINY_RUN:gsub("rounds = 3", "rounds = 6") .. "processes = 2\n",
