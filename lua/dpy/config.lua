@@ -82,9 +82,11 @@ M.SCHEMA = {
                        .. "(a seeded fraction of the nodes), { lognormal = sigma }, or { trace = file } (a row per "
                        .. "round, a column per node; see dpy.trace)",
                  fields = {
-                   factors = { type = "list", of = "number", above = 0, doc = "each node's slowdown, in uid order" },
+                   -- at most LONGEST: a node waits (slowdown - 1) times its training, and 1e300 failed it there
+                   factors = { type = "list", of = "number", above = 0, max = LONGEST,
+                               doc = "each node's slowdown, in uid order" },
                    fraction = { type = "number", min = 0, max = 1, doc = "the share of nodes slowed down" },
-                   slowdown = { type = "number", above = 0, doc = "how many times slower they compute" },
+                   slowdown = { type = "number", above = 0, max = LONGEST, doc = "how many times slower they compute" },
                    lognormal = { type = "number", min = 0, doc = "sigma of exp(sigma N(0, 1)) factors" },
                    trace = { type = "path", exists = "file",
                              doc = "a CSV (or *.json) file: a row of slowdowns per round, a column per node" },

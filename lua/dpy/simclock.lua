@@ -58,11 +58,13 @@ function M.factors(cfg, r)
     random.new(cfg.seed * 7919 + 13):shuffle(all)
     for i = 1, math.floor(s.fraction * n + 0.5) do f[all[i]] = s.slowdown end
   end
-  for u = 0, n - 1 do   -- exp(sigma N) overflows: an infinite slowdown ran the simulated clock to inf
-    if not (f[u] > 0 and f[u] < math.huge) then
+  -- exp(sigma N) overflows: an infinite slowdown ran the simulated clock to inf; past 1e9 (the
+  -- config's bound on slowdown and factors) a node failed at its wait of (slowdown - 1) x its training
+  for u = 0, n - 1 do
+    if not (f[u] > 0 and f[u] <= 1e9) then
       local form = s.lognormal and "lognormal = " .. tostring(s.lognormal) or s.trace and "trace " .. s.trace
                    or "the table"
-      error(string.format("stragglers: %s gives node %d a slowdown of %s (a number > 0 and finite)", form, u,
+      error(string.format("stragglers: %s gives node %d a slowdown of %s (a number > 0 and <= 1e9)", form, u,
                           tostring(f[u])), 0)
     end
   end

@@ -1,7 +1,7 @@
 --- dpy.trace: a straggler trace file, the nodes' compute slowdowns round by round
 -- (stragglers = { trace = "path" }). Two forms:
---   CSV (any name but *.json): a row per round, a column per node (uid order), numbers > 0
---     separated by commas; blank lines and lines starting with # are skipped.
+--   CSV (any name but *.json): a row per round, a column per node (uid order), numbers > 0 and
+--     <= 1e9 separated by commas; blank lines and lines starting with # are skipped.
 --       # round 1, 2, 3 ...
 --       1, 1, 4, 1
 --       1, 1, 1, 4
@@ -14,7 +14,7 @@ local M = {}
 
 local function number(s)
   local v = tonumber(s)
-  if v and v > 0 and v < math.huge then return v end
+  if v and v > 0 and v <= 1e9 then return v end   -- as the config's slowdown: a node waits (v - 1) x its training
 end
 
 local function row_error(path, line, n, got)
@@ -32,8 +32,8 @@ local function parse_csv(path, text, n)
         col = col + 1
         local v = number(cell:match("^%s*(.-)%s*$"))
         if not v then
-          error(string.format("%s:%d: stragglers trace: column %d: '%s' is not a number > 0", path, line, col,
-                              cell:match("^%s*(.-)%s*$")), 0)
+          error(string.format("%s:%d: stragglers trace: column %d: '%s' is not a number > 0 and <= 1e9", path,
+                              line, col, cell:match("^%s*(.-)%s*$")), 0)
         end
         row[col] = v
       end
@@ -77,8 +77,8 @@ local function parse_json(path, text, n)
     if #row ~= n then error(row_error(path, line, n, #row), 0) end
     for col, x in ipairs(row) do
       if type(x) ~= "number" or not number(x) then
-        error(string.format("%s:%d: stragglers trace: row %d, column %d: %s is not a number > 0", path, line, k,
-                            col, cjson.encode(x)), 0)
+        error(string.format("%s:%d: stragglers trace: row %d, column %d: %s is not a number > 0 and <= 1e9",
+                            path, line, k, col, cjson.encode(x)), 0)
       end
     end
     rows[k] = row

@@ -98,10 +98,16 @@ describe("config loading", function()
                    nodes_error("faults = { bandwidth = 1e-300 }"))
     assert.matches("config key 'faults': options are named %(key = value%), got 0.5 at position %[1%]",
                    nodes_error("faults = { 0.5 }"))
-    assert.matches("config key 'stragglers': option 'factors' must be a list of numbers > 0, got 0 at %[2%]",
+    assert.matches("config key 'stragglers': option 'factors' must be a list of numbers > 0 and <= 1000000000, got 0 "
+                   .. "at %[2%]",
                    nodes_error("stragglers = { factors = { 1, 0 } }"))
-    assert.matches("config key 'stragglers': option 'slowdown' must be a finite number > 0",
+    assert.matches("config key 'stragglers': option 'slowdown' must be a number > 0 and <= 1000000000, got inf",
                    nodes_error("stragglers = { fraction = 0.5, slowdown = 1 / 0 }"))
+    -- 1e300 passed and failed its nodes at their wait of (slowdown - 1) x their training (host.sleep's limit)
+    assert.matches(":1: config key 'stragglers': option 'slowdown' must be a number > 0 and <= 1000000000, "
+                   .. "got 1e%+300", nodes_error("stragglers = { fraction = 0.5, slowdown = 1e300 }"))
+    assert.matches("option 'factors' must be a list of numbers > 0 and <= 1000000000, got 1e%+300 at %[2%]",
+                   nodes_error("stragglers = { factors = { 1, 1e300 } }"))
     assert.matches("config key 'threads' must be an integer >= 1 and <= 65536, got 1099511627776",
                    load_error("threads = 1 << 40"))
     assert.matches("config key 'slots' must be an integer >= 1 and <= 65536, got 1099511627776",

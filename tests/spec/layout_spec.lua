@@ -112,6 +112,9 @@ describe("layout.check", function()
     assert.matches("^graph: star: center 4 is not a node %(0%.%.3%)$", refusal("graph = { 'star', center = 4 }\n"))
     assert.matches("^stragglers: lognormal = 1000 gives node %d a slowdown of inf",
                    refusal("stragglers = { lognormal = 1000 }\n"))
+    -- past 1e9 a node failed at its wait of (slowdown - 1) x its training (host.sleep's limit)
+    assert.matches("^stragglers: lognormal = 100 gives node %d a slowdown of [%d.e+]+ %(a number > 0 and <= 1e9%)",
+                   refusal("stragglers = { lognormal = 100 }\n"))
     -- a label_flipping map outside the data's classes failed the poisoned nodes as they started (exit 1)
     assert.matches("^actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9$",
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { [0] = 10 } } }\n"))
