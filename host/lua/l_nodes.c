@@ -684,15 +684,17 @@ static int g_results(lua_State *L) {
     return 1;
 }
 
-/* g:progress() -> { round = slowest node's round, accuracy = mean of the last reported,
-** running = nodes still running, sent = payload + header bytes sent so far, rejected, rejected_by,
+/* g:progress([apart]) -> { round = slowest node's round, accuracy = mean of the last reported,
+** running = nodes still running, sent, received = payload + header bytes so far (those of node
+** apart left out: a server's), rejected, rejected_by,
 ** links = {["q"] = "unix" | "tcp"} (several processes: how this one connected to process q), paused } */
 static int g_progress(lua_State *L) {
     group *g = checkgroup(L, 1);
+    lua_Integer apart = luaL_optinteger(L, 2, -1);
     int slowest = -1;
     double sum = 0;
     int n_acc = 0;
-    uint64_t sent = 0;
+    uint64_t sent = 0, received = 0;
     pthread_mutex_lock(&g->mu);
     size_t running = g->running;
     for (size_t i = 0; i < g->count; i++) {
@@ -706,9 +708,12 @@ static int g_progress(lua_State *L) {
     }
     pthread_mutex_unlock(&g->mu);
     for (size_t i = 0; i < g->count; i++) {
+        if ((lua_Integer)g->nodes[i].uid == apart)
+            continue;
         dpy_traffic t;
         dpy_fabric_traffic(g->fabric, g->nodes[i].uid, DPY_MAX_CHANNELS, &t);
         sent += t.sent_payload + t.sent_header;
+        received += t.recv_payload + t.recv_header;
     }
     lua_createtable(L, 0, 4);
     lua_pushinteger(L, slowest);
@@ -719,6 +724,8 @@ static int g_progress(lua_State *L) {
     lua_setfield(L, -2, "running");
     lua_pushinteger(L, (lua_Integer)sent);
     lua_setfield(L, -2, "sent");
+    lua_pushinteger(L, (lua_Integer)received);
+    lua_setfield(L, -2, "received");
     char last[320];
     lua_pushinteger(L, (lua_Integer)dpy_fabric_rejected(g->fabric, last, sizeof last));
     lua_setfield(L, -2, "rejected");

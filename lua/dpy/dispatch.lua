@@ -446,6 +446,7 @@ function Job:read_progress(now)
     self.last[p + 1] = t
     if t then
       total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
+      total.received = (total.received or 0) + (t.received or t.sent)
       if t.accuracy then total.accuracy = t.accuracy end
     else
       all = false

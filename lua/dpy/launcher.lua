@@ -244,10 +244,16 @@ function M.progress_line(cfg, p, start)
   end
   local elapsed = host.clock() - start
   local eta = done > 0 and (cfg.rounds - done) * elapsed / done or 0 / 0
-  return string.format("round %d/%d  mean test accuracy %s  %.2f MB sent per node  ETA %s", done,
+  -- as the summary's: (sent + received) / 2 per node, a server's left out (g:progress(0) leaves it out)
+  local server = layout.has_server(cfg)
+  return string.format("round %d/%d  mean test accuracy %s  %.2f MB exchanged per %s  ETA %s", done,
                        cfg.rounds, p.accuracy == p.accuracy and string.format("%.4f", p.accuracy) or "-",
-                       p.sent / cfg.nodes / 1e6, progress.duration(eta))
+                       (p.sent + (p.received or p.sent)) / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
+                       server and "client" or "node", progress.duration(eta))
 end
+
+-- g:progress() of a process's nodes, a server's traffic left out (the summary counts it apart)
+local function group_progress(cfg, group) return group:progress(layout.has_server(cfg) and 0 or nil) end
 
 local function spawn_children(cfg, opts)
   local children = {}
@@ -279,7 +285,7 @@ end
 -- The processes' progress files together: the round all reached, their accuracy and bytes, each
 -- one's last beat, and how many have finished.
 local function read_progress(cfg, dir)
-  local total = { round = math.huge, accuracy = 0 / 0, sent = 0, beats = {}, finished = 0 }
+  local total = { round = math.huge, accuracy = 0 / 0, sent = 0, received = 0, beats = {}, finished = 0 }
   local acc_sum, acc_n = 0, 0
   local files = {}
   for p = 0, cfg.processes - 1 do
@@ -291,7 +297,7 @@ local function read_progress(cfg, dir)
     local t = files[p]
     if not t then return { round = 0, accuracy = 0 / 0, sent = 0, beats = total.beats, finished = total.finished } end
     total.round = math.min(total.round, t.round)
-    total.sent = total.sent + t.sent
+    total.sent, total.received = total.sent + t.sent, total.received + (t.received or t.sent)
     total.paused = total.paused or t.paused
     if t.accuracy then
       acc_sum, acc_n = acc_sum + t.accuracy * t.count, acc_n + t.count
@@ -425,7 +431,7 @@ function M.run(cfg, opts)
   release_threads()
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
-      local pr = group:progress()
+      local pr = group_progress(cfg, group)
       round = math.max(pr.round, 0)
       bar:update(M.progress_line(cfg, pr, start))
     end)
@@ -516,11 +522,12 @@ function M.node_main(cfg, opts)
     end
     host.write_atomic(path, metrics.json.encode { round = math.max(pr.round, opts.resume or 0), accuracy = acc,
                                                   done = done,
-                                                  count = acc and 1 or 0, sent = pr.sent, beat = host.clock(),
+                                                  count = acc and 1 or 0, sent = pr.sent, received = pr.received,
+                                                  beat = host.clock(),
                                                   paused = pr.paused or nil, links = pr.links, refused = refused })
   end
   local results = M.host_process(cfg, p, opts, function(group)
-    last = group:progress()
+    last = group_progress(cfg, group)
     write(false)
   end)
   if last then write(true) end   -- for rank 0's summary under mpirun / srun

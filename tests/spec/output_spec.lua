@@ -15,9 +15,21 @@ describe("a run's output #e2e", function()
   it("has plain progress lines when stderr is not a terminal, with the live line's fields", function()
     local code, out, err = run(TINY_RUN, "", "DPY_PROGRESS_SECONDS=0")
     assert.are.equal(0, code, err)
-    assert.matches("round 3/3  mean test accuracy %d%.%d+  [%d.]+ MB sent per node  ETA", err)
+    assert.matches("round 3/3  mean test accuracy %d%.%d+  [%d.]+ MB exchanged per node  ETA", err)
     assert.is_nil(err:find("\r", 1, true))
     assert.matches("results in", out)
+  end)
+
+  it("counts the progress line's MB as the summary does: per client, a server's apart", function()
+    for _, processes in ipairs { 1, 2 } do   -- a server's bytes made the line's figure half again the summary's
+      local code, out, err = run(TINY_RUN .. "algorithm = 'fedavg'\nprocesses = " .. processes .. "\n", "",
+                                 "DPY_PROGRESS_SECONDS=0")
+      assert.are.equal(0, code, err)
+      local line
+      for mb in err:gmatch("round 3/3  [^\n]-  ([%d.]+) MB exchanged per client  ETA") do line = mb end
+      assert.truthy(line, err)
+      assert.are.equal(out:match("([%d.]+) MB exchanged per client"), line, out .. err)
+    end
   end)
 
   it("prints only the summary with -q", function()
