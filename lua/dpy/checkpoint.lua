@@ -30,8 +30,8 @@ local TENSOR = "$tensor"   -- an encoded table's stand-in for a tensor: { ["$ten
 --- The checkpoint file of node uid at round r in run directory dir.
 function M.path(dir, uid, r) return string.format("%s/ckpt/%d/%d.ckpt", dir, uid, r) end
 
---- The rounds of uid's checkpoints in dir, ascending (empty when none).
-function M.rounds(dir, uid)
+-- The rounds of uid's files named as checkpoints in dir, ascending, whole or not.
+local function named(dir, uid)
   local names = require("dpy.paths").list(string.format("%s/ckpt/%d", dir, uid)) or {}
   local list = {}
   for _, name in ipairs(names) do
@@ -42,18 +42,57 @@ function M.rounds(dir, uid)
   return list
 end
 
+-- Whether the file at path is a whole zip archive, as tensor.pickle writes one (a zip's local
+-- header first, its end record, without a comment, last): 8 bytes read, not the file.
+local function whole(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local ok = f:read(4) == "PK\3\4" and f:seek("end", -22) ~= nil and f:read(4) == "PK\5\6"
+  f:close()
+  return ok
+end
+
+--- The rounds of uid's checkpoints in dir, ascending (empty when none): those whose file is whole,
+-- so that a file under a checkpoint's name that is none (an empty 999.ckpt, one cut short) counts
+-- for neither a resume nor the pruning of real ones.
+function M.rounds(dir, uid)
+  local list = {}
+  for _, r in ipairs(named(dir, uid)) do
+    if whole(M.path(dir, uid, r)) then list[#list + 1] = r end
+  end
+  return list
+end
+
+-- uid's last whole checkpoint's round in dir, or nil (the files from the last down, to the first whole one).
+local function last(dir, uid)
+  local list = named(dir, uid)
+  for i = #list, 1, -1 do
+    if whole(M.path(dir, uid, list[i])) then return list[i] end
+  end
+end
+
 --- checkpoint.resume_round(dir, nodes, [every]) -> the round every node has a checkpoint of and to
 -- resume from: the minimum over nodes of their last checkpoint | nil, message naming a node with
 -- none (every: the run's checkpoint_every, for the message).
 function M.resume_round(dir, nodes, every)
   local r
+  local skipped = {}   -- files under a checkpoint's name past a node's last whole one: named in a refusal
+  local function why(msg)
+    if #skipped == 0 then return msg end
+    return string.format("%s (%s: not a checkpoint, not counted)", msg, table.concat(skipped, ", "))
+  end
   for u = 0, nodes - 1 do
     local list = M.rounds(dir, u)
+    for _, x in ipairs(named(dir, u)) do
+      if x > (list[#list] or -1) and #skipped < 3 then
+        skipped[#skipped + 1] = string.format("ckpt/%d/%d.ckpt", u, x)
+      end
+    end
     if #list == 0 then
-      return nil, string.format("%s: node %d has no checkpoint (ckpt/%d/<round>.ckpt): nothing to resume (%s)", dir,
-                                u, u, every and string.format("it stopped before its first, of round %d: run the "
-                                                              .. "config again", every)
-                                  or "the run needs checkpoint_every")
+      return nil, why(string.format("%s: node %d has no checkpoint (ckpt/%d/<round>.ckpt): nothing to resume (%s)", dir,
+                                    u, u, every and string.format("it stopped before its first, of round %d: run the "
+                                                                  .. "config again", every)
+                                      or "the run needs checkpoint_every"))
     end
     r = math.min(r or math.huge, list[#list])
   end
@@ -61,8 +100,8 @@ function M.resume_round(dir, nodes, every)
     local has = false
     for _, x in ipairs(M.rounds(dir, u)) do has = has or x == r end
     if not has then
-      return nil, string.format("%s: node %d has no checkpoint of round %d, the last round every node "
-                                .. "completed", dir, u, r)
+      return nil, why(string.format("%s: node %d has no checkpoint of round %d, the last round every node "
+                                    .. "completed", dir, u, r))
     end
   end
   return r
@@ -166,17 +205,15 @@ function M.save(node, r)
 end
 
 --- checkpoint.prune(dir, uid, nodes): removes uid's checkpoints older than every node's last one
--- (no resume can need them: it resumes from the minimum of the last ones, which only grows).
+-- (no resume can need them: it resumes from the minimum of the last ones, which only grows). Only
+-- whole files count as a node's last one (M.rounds).
 function M.prune(dir, uid, nodes)
-  local mine = M.rounds(dir, uid)
+  local mine = named(dir, uid)
   if #mine < 2 then return end
-  local floor = mine[#mine]
+  local floor = last(dir, uid) or 0
   for u = 0, nodes - 1 do
-    if u ~= uid then
-      local list = M.rounds(dir, u)
-      floor = math.min(floor, list[#list] or 0)
-      if floor <= mine[1] then return end   -- nothing to remove
-    end
+    if floor <= mine[1] then return end   -- nothing to remove
+    if u ~= uid then floor = math.min(floor, last(dir, u) or 0) end
   end
   for _, r in ipairs(mine) do
     if r < floor then os.remove(M.path(dir, uid, r)) end
@@ -184,9 +221,9 @@ function M.prune(dir, uid, nodes)
 end
 
 --- checkpoint.drop_after(dir, uid, r): removes uid's checkpoints of rounds after r (a resumed
--- node rolled back to r writes them anew).
+-- node rolled back to r writes them anew), whole or not.
 function M.drop_after(dir, uid, r)
-  for _, x in ipairs(M.rounds(dir, uid)) do
+  for _, x in ipairs(named(dir, uid)) do
     if x > r then os.remove(M.path(dir, uid, x)) end
   end
 end

@@ -104,7 +104,9 @@ describe("checkpoint.read", function()
     local dir = tmpdir()
     for u, rounds in pairs { [0] = { 1, 2, 3 }, [1] = { 2 }, [2] = { 2, 3 } } do
       assert(require("dpy.host.core").mkdir_p(dir .. "/ckpt/" .. u))
-      for _, r in ipairs(rounds) do write_file(checkpoint.path(dir, u, r), "") end
+      for _, r in ipairs(rounds) do
+        write_file(checkpoint.path(dir, u, r), tensor.pickle({ "meta" }, { tensor.ones(1) }))
+      end
     end
     assert.are.equal(2, checkpoint.resume_round(dir, 3))
     local r, err = checkpoint.resume_round(dir, 4)
@@ -118,6 +120,27 @@ describe("checkpoint.read", function()
                    .. "first, of round 2: run the config again%)", err)
     checkpoint.prune(dir, 0, 3)   -- every node has round 2: round 1 of node 0 can go
     assert.are.same({ 2, 3 }, checkpoint.rounds(dir, 0))
+  end)
+
+  -- an empty 999.ckpt planted beside node 1's and 2's made their last round 999: prune removed node
+  -- 0's round 2 (the round to resume from), and a resume chose round 3, which node 1 never wrote
+  it("counts only the checkpoints that read as whole for prune and resume: an empty or cut file is none", function()
+    local dir = tmpdir()
+    local whole = tensor.pickle({ "meta" }, { tensor.ones(1) })
+    for u, rounds in pairs { [0] = { 1, 2, 3 }, [1] = { 2 }, [2] = { 2, 3 } } do
+      assert(require("dpy.host.core").mkdir_p(dir .. "/ckpt/" .. u))
+      for _, r in ipairs(rounds) do write_file(checkpoint.path(dir, u, r), whole) end
+    end
+    write_file(checkpoint.path(dir, 1, 999), "")
+    write_file(checkpoint.path(dir, 2, 999), whole:sub(1, -10))   -- cut short
+    write_file(checkpoint.path(dir, 2, 998), "x" .. whole:sub(2))   -- no zip archive
+    assert.are.same({ 2 }, checkpoint.rounds(dir, 1))
+    assert.are.same({ 2, 3 }, checkpoint.rounds(dir, 2))
+    assert.are.equal(2, checkpoint.resume_round(dir, 3))
+    checkpoint.prune(dir, 0, 3)
+    assert.are.same({ 2, 3 }, checkpoint.rounds(dir, 0))
+    checkpoint.drop_after(dir, 1, 2)   -- a resumed node's later files go, whole or not
+    assert.is_nil(io.open(checkpoint.path(dir, 1, 999)))
   end)
 
   it("a resume takes the interruption it continues into its own record: the run is no longer interrupted", function()
