@@ -194,6 +194,12 @@ local function load_config(path, overrides, opts)
   return cfg, source, included
 end
 
+--- Prints a line for each setting of cfg that another key overrides or makes moot (config.warnings),
+-- even with -q: the run goes on.
+function M.warn_config(cfg)
+  for _, w in ipairs(require("dpy.config").warnings(cfg)) do io.stderr:write("dpy-lua: warning: ", w, "\n") end
+end
+
 -- What `run` loads: path itself, or for a run directory its config.effective.lua and the rerun
 -- record (dpy.rundir.rerun). Returns the config path [, rerun], or nil and a message.
 local function rerun_of(path)
@@ -267,6 +273,7 @@ function M.run(args)
   end
   local cfg, source, included = load_config(config_path, a.overrides)
   if not cfg then return 2 end
+  M.warn_config(cfg)
   if a.seed then cfg.seed = a.seed end
   local dir = a.out or experiment.run_dir("out")
   local overrides = { table.unpack(a.overrides) }
@@ -395,6 +402,7 @@ function M.node(args)
                     "process of a run that its launcher (dpy-lua run, dispatch) prepared there\n")
     return 2
   end
+  if joins and rank == 0 then M.warn_config(cfg) end   -- mpirun / srun: no launcher said it
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
                  overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir),
@@ -732,6 +740,7 @@ function M.dispatch(args)
     io.stderr:write("dpy-lua dispatch: the config sets no 'nodes'\n")
     return 2
   end
+  M.warn_config(cfg)
   local dispatch = require "dpy.dispatch"
   local experiment = require "dpy.experiment"
   local out = a.out or experiment.run_dir("out")

@@ -260,6 +260,7 @@ end
 local load_into
 local WHERE = setmetatable({}, { __mode = "k" })   -- values -> key -> "file:line" of its last setting
 local EFFECTIVE = setmetatable({}, { __mode = "k" })   -- values loaded from a run directory's record
+local SET = setmetatable({}, { __mode = "k" })   -- values -> the keys its files and command line set
 
 -- The sandbox: reads see config values set so far, then SAFE (and include); writes are checked.
 local function sandbox(values, dir, depth, included)
@@ -398,11 +399,47 @@ function M.load(path, overrides, opts)
                                           .. "local_epochs a round, for rounds rounds"
                                       or "centralized (no nodes): it trains epochs or max_steps"), 0)
   end
+  local set = {}
+  for k in pairs(values) do set[k] = true end
+  SET[values] = set
   for k, s in pairs(M.SCHEMA) do
     if values[k] == nil and not other(k) then values[k] = s.default end
   end
   values.name = values.name or path:match("([^/]+)%.lua$") or path
   return values, source, included
+end
+
+--- config.warnings(cfg) -> the lines (a list) of settings another key overrides or makes moot, each
+-- naming both keys, where each was set, and the one that wins: positive_classes with a multiclass
+-- task, local_steps beside local_epochs, churn's leave_rounds at or past rounds. Not refused: a
+-- config that includes another may well set both. None for a run directory's record (it holds
+-- every key; its run said so).
+function M.warnings(cfg)
+  local set, where = SET[cfg], WHERE[cfg] or {}
+  if not set or M.is_effective(cfg) then return {} end
+  -- "k = value (file:line)"; value nil: "k (file:line)"
+  local function key(k, value, name)
+    local at = where[k] and " (" .. where[k] .. ")" or (set[k] and "" or " (the default)")
+    return (name or k) .. (value ~= nil and " = " .. tostring(value) or "") .. at
+  end
+  local lines = {}
+  if set.positive_classes and cfg.task ~= "binary" then
+    lines[#lines + 1] = string.format("%s is ignored: %s wins (it trains on every class; positive_classes applies "
+                                      .. "to task = 'binary')", key("positive_classes"),
+                                      key("task", "'" .. tostring(cfg.task) .. "'"))
+  end
+  if set.local_steps and cfg.local_epochs then
+    lines[#lines + 1] = string.format("%s is ignored: %s wins (each round trains that many passes over the node's "
+                                      .. "shard)", key("local_steps", cfg.local_steps),
+                                      key("local_epochs", cfg.local_epochs))
+  end
+  local leave = type(cfg.churn) == "table" and cfg.churn.leave_rounds
+  if leave and cfg.rounds and leave >= cfg.rounds then
+    lines[#lines + 1] = string.format("churn's %s is at or past %s: rounds wins (the nodes that leave are absent "
+                                      .. "from round 1 to the end)", key("churn", leave, "leave_rounds"),
+                                      key("rounds", cfg.rounds))
+  end
+  return lines
 end
 
 --- Whether cfg was loaded from a run directory's config.effective.lua (a rerun or --resume): it

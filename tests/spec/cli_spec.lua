@@ -304,6 +304,16 @@ describe("dpy-lua run", function()
                      .. "hosts a process of a run that its launcher (dpy-lua run, dispatch) prepared there\n", err)
   end)
 
+  it("warns of a setting another key overrides, naming both and the one that wins, -q or not #checks", function()
+    local dir = tmpdir()
+    write_file(dir .. "/c.lua", "nodes = 8\nrounds = 1\nlocal_steps = 5\n")
+    -- then refused (processes past nodes): the warning comes first, the run's check still decides
+    local code, _, err = sh(BIN .. " run " .. dir .. "/c.lua -q local_epochs=1 processes=100 --out " .. dir .. "/o")
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua: warning: local_steps = 5 %([^)]*c%.lua:3%) is ignored: local_epochs = 1 %(command "
+                   .. "line: local_epochs=1%) wins [^\n]*\ndpy%-lua: processes: 100 processes for 8 nodes", err)
+  end)
+
   it("refuses what the config alone makes wrong before writing anything: exit 2, no directory #checks", function()
     local dir = tmpdir()
     write_file(dir .. "/eight.lua", "nodes = 8\nrounds = 1\nlocal_steps = 1\ntrain_samples = 600\n"

@@ -195,3 +195,29 @@ describe("config loading", function()
     assert.matches("cannot read config: /nonexistent/x.lua", err)
   end)
 end)
+
+-- Settings that another quietly overrode or made moot ran without a word: positive_classes with a
+-- multiclass task, local_steps beside local_epochs, churn's leave_rounds at or past rounds. A config
+-- that includes another may set both, so each is a warning naming both keys and the one that wins.
+describe("config warnings", function()
+  it("names both keys, where each was set, and which one wins, one line each", function()
+    local path = write_config("nodes = 4\nrounds = 5\nlocal_steps = 3\nlocal_epochs = 2\npositive_classes = { 1 }\n"
+                              .. "churn = { fraction = 0.5, leave_rounds = 5 }\n")
+    local w = config.warnings(config.load(path))
+    assert.are.equal(3, #w, table.concat(w, "\n"))
+    local text = table.concat(w, "\n")
+    assert.matches("positive_classes %([^)]*c%.lua:5%) is ignored: task = 'multiclass' %(the default%) wins", text)
+    assert.matches("local_steps = 3 %([^)]*c%.lua:3%) is ignored: local_epochs = 2 %([^)]*c%.lua:4%) wins", text)
+    assert.matches("churn's leave_rounds = 5 %([^)]*c%.lua:6%) is at or past rounds = 5 %([^)]*c%.lua:2%): rounds "
+                   .. "wins", text)
+    for _, line in ipairs(w) do assert.is_nil(line:find("\n"), line) end
+    -- a default is no setting: none of these warns
+    assert.are.same({}, config.warnings(config.load(write_config("nodes = 4\nlocal_epochs = 2\n"))))
+    assert.are.same({}, config.warnings(config.load(write_config("task = 'binary'\npositive_classes = { 1 }\n"))))
+    assert.are.same({}, config.warnings(config.load(write_config("nodes = 4\nrounds = 6\n"
+                                                                 .. "churn = { fraction = 0.5, leave_rounds = 5 }\n"))))
+    -- the command line's setting is named as such
+    w = config.warnings(config.load(write_config("nodes = 4\nlocal_epochs = 2\n"), { "local_steps=7" }))
+    assert.matches("local_steps = 7 %(command line: local_steps=7%) is ignored", w[1])
+  end)
+end)
