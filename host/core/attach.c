@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_CONNS 32
@@ -73,6 +74,7 @@ struct dpy_attach {
     pthread_t thread;
     char path[4096];          /* the socket as named in the run directory */
     char real[sizeof(((struct sockaddr_un *)0)->sun_path)];   /* where it is bound */
+    double frame_seconds;     /* the most a frame takes to go out (frame_seconds()) */
 };
 
 static void put32(unsigned char *p, uint32_t v) {
@@ -125,6 +127,47 @@ static int write_all(int fd, const unsigned char *p, size_t len) {
     return 0;
 }
 
+static double mono(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A frame's whole time to go out: a client that reads a large reply a few KB at a time, each within
+** the 5 s a send waits for progress, held its node's thread for as long as it liked.
+** DPY_ATTACH_FRAME_SECONDS overrides (the tests' slow reader). */
+static double frame_seconds(void) {
+    const char *env = getenv("DPY_ATTACH_FRAME_SECONDS");
+    double s = env ? strtod(env, NULL) : 0;
+    return s > 0 && s <= 1e9 ? s : 30;
+}
+
+/* write_all by the deadline (mono()): -1 on an error or 5 s without progress, -2 once past it. */
+static int write_by(int fd, const unsigned char *p, size_t len, double deadline) {
+    while (len > 0) {
+        ssize_t k = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            p += k, len -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            return -1;
+        double left = deadline - mono();
+        if (left <= 0)
+            return -2;
+        int ms = left < 5 ? (int)(left * 1000) + 1 : 5000;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        int r = poll(&pf, 1, ms);
+        if (r == 0 && ms == 5000)
+            return -1;   /* as the socket's SO_SNDTIMEO: 5 s without progress */
+        if (r < 0 && errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
 int dpy_attach_send(dpy_attach *a, uint32_t id, char type, uint32_t uid, uint32_t req, const void *payload,
                     size_t len) {
     if (!a)
@@ -144,9 +187,10 @@ int dpy_attach_send(dpy_attach *a, uint32_t id, char type, uint32_t uid, uint32_
     unsigned char h[DPY_ATTACH_HEADER];
     dpy_attach_header(h, (uint32_t)len, type, uid, req);
     pthread_mutex_lock(&c->wmu);
-    int rc = write_all(c->fd, h, sizeof h);
+    double deadline = mono() + a->frame_seconds;   /* from when its turn comes */
+    int rc = write_by(c->fd, h, sizeof h, deadline);
     if (rc == 0 && len)
-        rc = write_all(c->fd, payload, len);
+        rc = write_by(c->fd, payload, len, deadline);
     pthread_mutex_unlock(&c->wmu);
     pthread_mutex_lock(&a->mu);
     c->busy--;
@@ -158,6 +202,8 @@ int dpy_attach_send(dpy_attach *a, uint32_t id, char type, uint32_t uid, uint32_
     }
     return rc;
 }
+
+double dpy_attach_frame_seconds(const dpy_attach *a) { return a->frame_seconds; }
 
 /* {==== the server thread ====} */
 
@@ -512,6 +558,7 @@ int dpy_attach_open(dpy_attach **out, const char *path, const uint32_t *uids, si
     pthread_cond_init(&a->cv, NULL);
     a->n = n;
     a->limit = -1;
+    a->frame_seconds = frame_seconds();
     a->listen_fd = a->wake[0] = a->wake[1] = -1;
     for (int k = 0; k < MAX_CONNS; k++) {
         a->conns[k].fd = -1;

@@ -63,9 +63,12 @@ void dpy_attach_request_free(dpy_attach_request *req);
 void dpy_attach_evaluating(dpy_attach *a, size_t i, uint32_t conn, uint32_t id);
 /* Whether the client interrupted node i's evaluation in hand, or the process is stopping. */
 int dpy_attach_cancelled(dpy_attach *a, size_t i);
-/* Sends a frame to connection conn: 0, or -1 when it is gone. */
+/* Sends a frame to connection conn: 0, or -1 when it is gone, or -2 when the frame did not go out
+** within dpy_attach_frame_seconds (its client reads too slowly): the connection is closed. */
 int dpy_attach_send(dpy_attach *a, uint32_t conn, char type, uint32_t uid, uint32_t id, const void *payload,
                     size_t len);
+/* The most seconds a frame takes to go out: 30, or DPY_ATTACH_FRAME_SECONDS. */
+double dpy_attach_frame_seconds(const dpy_attach *a);
 /* Whether connection conn is still open. */
 int dpy_attach_alive(dpy_attach *a, uint32_t conn);
 /* A breakpoint: every node of this process stops at its next boundary past the highest round begun

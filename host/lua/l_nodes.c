@@ -1046,7 +1046,8 @@ static int e_attach_poll(lua_State *L) {
     return dpy_attach_poll(e->g->attach, node_index(e), &r) ? push_request(L, &r) : 0;
 }
 
-/* ep:attach_send(conn, type, id, text) -> whether the client is still there */
+/* ep:attach_send(conn, type, id, text) -> whether the client is still there [, why it is not: one
+** that read the frame too slowly, whose session was closed] */
 static int e_attach_send(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
     lua_Integer conn = luaL_checkinteger(L, 2);
@@ -1054,9 +1055,15 @@ static int e_attach_send(lua_State *L) {
     lua_Integer id = luaL_checkinteger(L, 4);
     size_t len;
     const char *text = luaL_optlstring(L, 5, "", &len);
-    lua_pushboolean(L, dpy_attach_send(e->g->attach, (uint32_t)conn, type[0], e->node->uid, (uint32_t)id, text,
-                                       len) == 0);
-    return 1;
+    int rc = dpy_attach_send(e->g->attach, (uint32_t)conn, type[0], e->node->uid, (uint32_t)id, text, len);
+    lua_pushboolean(L, rc == 0);
+    if (rc != -2)
+        return 1;
+    char why[160];
+    snprintf(why, sizeof why, "its client did not read a reply of %zu bytes within %g s (DPY_ATTACH_FRAME_SECONDS)",
+             len, dpy_attach_frame_seconds(e->g->attach));
+    lua_pushstring(L, why);
+    return 2;
 }
 
 /* ep:attach_alive(conn) -> whether that client is still connected */

@@ -383,6 +383,34 @@ describe("dpy-lua attach #e2e", function()
     assert.are.equal(0, wait_exit(pid))
   end)
 
+  -- each send gave up after 5 s without progress, but a frame had no deadline of its own: a client
+  -- reading a 1 MB reply 4 KB at a time held its node (and so the run) for minutes
+  it("closes the session of a client that reads a reply too slowly, saying so in the node's log", function()
+    local live, pid = start_paused(TINY_RUN, nil, nil, { env = { "DPY_ATTACH_FRAME_SECONDS=2" } })
+    local c = assert(require("socket.unix").stream())
+    assert(c:connect(live .. "/attach/p0.sock"))
+    local code = "return string.rep('x', 1000000)"
+    assert(c:send(string.pack(">I4", #code) .. "E" .. string.pack(">I4>I4", 0, 1) .. code))
+    c:settimeout(1)
+    local got, t0, said = 0, host.clock(), nil
+    while not said and host.clock() - t0 < 20 do
+      local data, err, partial = c:receive(4096)
+      got = got + #(data or partial or "")
+      if err == "closed" then break end
+      host.sleep(0.5)
+      said = (read_file(live .. "/0.log") or ""):match("attach: session %d+ closed: [^\n]*")
+    end
+    local seconds = host.clock() - t0
+    c:close()
+    assert.matches("its client did not read a reply of %d+ bytes within 2 s", said or "(nothing said)")
+    assert.is_true(seconds < 10, string.format("%.1f s", seconds))
+    assert.is_true(got < 1000000, got .. " bytes")
+    local status, o, e = attach(live, 0, { "round", "resume()" })   -- the node serves the next client
+    assert.are.equal(0, status, e)
+    assert.matches("0", o)
+    assert.are.equal(0, wait_exit(pid))
+  end)
+
   it("reaches a run whose directory is too long for a socket address, through a link", function()
     local deep = tmpdir() .. "/" .. string.rep("d", 60) .. "/" .. string.rep("e", 60)
     assert(host.mkdir_p(deep))

@@ -36,7 +36,10 @@ local function drop_session(node, conn)
 end
 
 local function send(node, conn, kind, id, text)
-  if not node.endpoint:attach_send(conn, kind, id, text) then drop_session(node, conn) end
+  local sent, why = node.endpoint:attach_send(conn, kind, id, text)
+  if sent then return end
+  if why then node.log:write("attach: session %d closed: %s", conn, why) end   -- a client too slow
+  drop_session(node, conn)
 end
 
 -- tostring(v) that cannot fail: a client's value whose __tostring raises, or gives no string, must
