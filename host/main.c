@@ -73,6 +73,8 @@ static const char USAGE[] =
     "                 (default: its hostname)\n"
     "  DPY_FORK       0: start a run's processes by executing dpy-lua again instead of\n"
     "                 forking them from the launcher (default: forked, 0.6-0.9 s sooner)\n"
+    "  DPY_ATTACH_FRAME_SECONDS  the most seconds a reply to an attach client takes to go\n"
+    "                 out before its session is closed (default 30)\n"
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
 

@@ -459,7 +459,8 @@ local function loader_indices(ds, indices)
   local function fail(fmt, ...) error("data.loader: " .. string.format(fmt, ...), 4) end
   if type(indices) == "table" and not tensor.is_tensor(indices) then
     for i = 1, #indices do
-      if math.type(indices[i]) ~= "integer" then fail("indices[%d] must be an integer, got %s", i, tostring(indices[i])) end
+      local v = indices[i]
+      if math.type(v) ~= "integer" then fail("indices[%d] must be an integer, got %s", i, tostring(v)) end
     end
     indices = tensor.new(indices, "int64")
   elseif not tensor.is_tensor(indices) then
