@@ -12,7 +12,7 @@
 #define DPY_FABRIC_H
 
 #include <stddef.h>
-#include <signal.h>   /* sig_atomic_t */
+#include <stdatomic.h>   /* atomic_int */
 #include <stdint.h>
 
 #define DPY_MAX_CHANNELS 8
@@ -29,7 +29,7 @@ typedef struct {
     int listener;                    /* > 0: a socket already listening at addresses[process],
                                      ** inherited from the launcher that chose the port */
     double connect_timeout;          /* seconds for the start barrier */
-    const volatile sig_atomic_t *stop; /* or NULL: nonzero (a signal came) ends the wait for peers */
+    const atomic_int *stop;          /* or NULL: nonzero (a signal came) ends the wait for peers */
     /* tcp security (auth.h): the run key (DPY_KEY_BYTES; required for processes > 1), payload
     ** encryption, the most connections waiting for their handshake (0: 64; past it the oldest
     ** goes), and the seconds one may take (0: 10) */

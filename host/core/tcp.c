@@ -223,7 +223,7 @@ static int parse_address(const char *addr, char *host, size_t hostlen, char *por
 }
 
 /* A signal came (the host's flag): the process stops waiting for its peers. */
-static int stopped(const dpy_fabric *f) { return f->o.stop && *f->o.stop; }
+static int stopped(const dpy_fabric *f) { return f->o.stop && atomic_load(f->o.stop); }
 
 /* The wait for peers goes in slices this long, so that a signal ends it within one. */
 #define STOP_SLICE_MS 100

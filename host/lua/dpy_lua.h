@@ -8,6 +8,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sys/types.h>   /* pid_t */
 
@@ -93,7 +94,7 @@ int luaopen_dpy_optim_core(lua_State *L);
 int luaopen_dpy_data_core(lua_State *L);
 int luaopen_dpy_host_core(lua_State *L);
 /* The flag host.catch_interrupt's handler sets to the first signal's number (0: none yet). */
-const volatile sig_atomic_t *dpy_host_interrupt_flag(void);
+const atomic_int *dpy_host_interrupt_flag(void);
 /* Clears that flag (a forked child starts without its parent's signal). */
 void dpy_host_forget_interrupt(void);
 int luaopen_dpy_nodes_core(lua_State *L);

@@ -234,20 +234,21 @@ static int h_exe(lua_State *L) {
     return 1;
 }
 
-static volatile sig_atomic_t g_interrupted;
-static volatile sig_atomic_t g_caught;   /* a bit per kind of ending signal caught once */
+/* atomic, not volatile sig_atomic_t: node threads read them while the handler writes them (a
+** lock-free atomic is as safe in a handler) */
+static atomic_int g_interrupted;
+static atomic_int g_caught;   /* a bit per kind of ending signal caught once */
 
 static void on_interrupt(int sig) {
     int bit = sig == SIGINT ? 1 : sig == SIGTERM ? 2 : sig == SIGHUP ? 4 : 0;
-    if (bit && (g_caught & bit)) {   /* the second of its kind ends the process, once the files */
-        dpy_write_atomic_drain();    /* other threads are writing are whole (renamed or removed) */
+    if (bit && (atomic_fetch_or(&g_caught, bit) & bit)) {   /* the second of its kind ends the */
+        dpy_write_atomic_drain();   /* process, once the files other threads are writing are whole */
         signal(sig, SIG_DFL);
         raise(sig);   /* delivered as this handler returns */
         return;
     }
-    g_caught |= bit;
-    if (!g_interrupted)
-        g_interrupted = sig;
+    int none = 0;
+    atomic_compare_exchange_strong(&g_interrupted, &none, sig);
 }
 
 /* sig's handler becomes sa's, unless the process was started ignoring sig (nohup: SIGHUP). */
@@ -277,13 +278,17 @@ static int h_catch_interrupt(lua_State *L) {
     return 0;
 }
 
-const volatile sig_atomic_t *dpy_host_interrupt_flag(void) { return &g_interrupted; }
+const atomic_int *dpy_host_interrupt_flag(void) { return &g_interrupted; }
 
-void dpy_host_forget_interrupt(void) { g_interrupted = g_caught = 0; }
+void dpy_host_forget_interrupt(void) {
+    atomic_store(&g_interrupted, 0);
+    atomic_store(&g_caught, 0);
+}
 
 static int h_interrupted(lua_State *L) {
-    if (g_interrupted)
-        lua_pushinteger(L, g_interrupted);
+    int sig = atomic_load(&g_interrupted);
+    if (sig)
+        lua_pushinteger(L, sig);
     else
         lua_pushboolean(L, 0);
     return 1;

@@ -336,7 +336,7 @@ static void test_bandwidth(void) {
     dpy_fabric_close(f);
 }
 
-static volatile sig_atomic_t stop_flag;
+static atomic_int stop_flag;   /* as the host's interrupt flag */
 
 typedef struct { dpy_fabric *f; int value; } late_send;
 
@@ -373,7 +373,7 @@ static void test_endless_timeout(void) {
 static void *raise_stop(void *arg) {
     (void)arg;
     usleep(300000);
-    stop_flag = SIGTERM;
+    atomic_store(&stop_flag, SIGTERM);
     return NULL;
 }
 
@@ -389,7 +389,7 @@ static void test_stop_connecting(void) {
         const char *addrs[2] = {a0, a1};
         int32_t map[2] = {0, 1};
         uint8_t key[32] = {3};
-        stop_flag = 0;
+        atomic_store(&stop_flag, 0);
         dpy_fabric_opts o = {.run_id = 7, .nodes = 2, .max_payload = 1 << 20, .process = me,
                              .processes = 2, .node_process = map, .addresses = addrs,
                              .connect_timeout = 30, .key = key, .stop = &stop_flag};
