@@ -199,7 +199,7 @@ struct dpy_fabric {
     int listen_fd, unix_fd, epfd, wake[2];   /* unix_fd: -1 when tcp_only or taken */
     pthread_t io;
     int io_started;
-    volatile int stopping;
+    atomic_int stopping;            /* dpy_tcp_stop: the I/O thread ends (read without mu) */
     conn *conns;
 };
 
