@@ -338,13 +338,14 @@ static void test_bandwidth(void) {
 
 static atomic_int stop_flag;   /* as the host's interrupt flag */
 
-typedef struct { dpy_fabric *f; int value; } late_send;
+typedef struct { dpy_fabric *f; int value, rc; } late_send;
 
+/* checked by the main thread once joined: CHECK's counters are not shared between threads */
 static void *send_later(void *arg) {
     late_send *l = arg;
     char err[256];
     usleep(200000);
-    CHECK(dpy_fabric_send(l->f, 0, 1, 0, 1, &l->value, sizeof l->value, err, sizeof err) == 0);
+    l->rc = dpy_fabric_send(l->f, 0, 1, 0, 1, &l->value, sizeof l->value, err, sizeof err);
     return NULL;
 }
 
@@ -355,7 +356,7 @@ static void test_endless_timeout(void) {
     double timeouts[] = {1e300, 1.0 / 0.0};
     for (int i = 0; i < 2; i++) {
         dpy_fabric *f = open_mem(map, 2, 0, 0, 0, 0);
-        late_send l = {f, 42};
+        late_send l = {f, 42, -1};
         pthread_t t;
         pthread_create(&t, NULL, send_later, &l);
         struct timespec c0, c1;
@@ -366,6 +367,7 @@ static void test_endless_timeout(void) {
         double cpu = (double)(c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
         CHECK(cpu < 0.05);   /* asleep for the 0.2 s, not spinning */
         pthread_join(t, NULL);
+        CHECK(l.rc == 0);
         dpy_fabric_close(f);
     }
 }
