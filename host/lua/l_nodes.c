@@ -10,6 +10,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -276,6 +277,28 @@ static int node_boot(lua_State *L) {
     return 0;
 }
 
+/* The interrupt reaches a node on its own thread, as lua.c's does from a signal handler: Lua's
+** lua_sethook marks every call frame of the state, a walk that races with the node's own calls
+** and returns (its collector frees spare frames) when another thread makes it. g:interrupt sends
+** NODE_INTERRUPT to each node thread, whose handler hooks the state this thread runs. */
+#define NODE_INTERRUPT (SIGRTMIN + 1)
+static _Thread_local lua_State *t_node_state;
+
+static void on_node_interrupt(int sig) {
+    (void)sig;
+    if (t_node_state)
+        dpy_state_interrupt(t_node_state);
+}
+
+static void catch_node_interrupt(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_node_interrupt;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(NODE_INTERRUPT, &sa, NULL);
+}
+
 static void *node_main(void *arg) {
     node_ctx *n = arg;
     dpy_heap_drop_zero_tls();   /* before any library's code runs in this thread */
@@ -307,6 +330,7 @@ static void *node_main(void *arg) {
     ** With release_memory the collector runs sooner (rounds about 4 % slower at 64 nodes, 1 step) */
     if (!n->g->keep_freed)
         lua_gc(L, LUA_GCINC, NODE_GC_PAUSE, 0, 0);
+    t_node_state = L;
     pthread_mutex_lock(&n->g->mu);
     n->L = L;
     if (n->g->interrupted)   /* it came before this node had a state to stop */
@@ -320,8 +344,9 @@ static void *node_main(void *arg) {
         snprintf(err, sizeof err, "%s", msg ? msg : "(error object is not a string)");
     }
     pthread_mutex_lock(&n->g->mu);
-    n->L = NULL;
+    n->L = NULL;   /* no interrupt is sent to this thread from now on */
     pthread_mutex_unlock(&n->g->mu);
+    t_node_state = NULL;   /* nor does one sent before hook the state as it closes */
     lua_close(L);
     finish(n, status == LUA_OK ? NULL : err);
     return NULL;
@@ -596,6 +621,7 @@ static int n_start(lua_State *L) {
         lua_pop(L, 1);
     }
     futex_buckets_for(count);
+    catch_node_interrupt();
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, NODE_STACK);
@@ -767,8 +793,8 @@ static int g_interrupt(lua_State *L) {
     pthread_mutex_lock(&g->mu);
     g->interrupted = 1;
     for (size_t i = 0; i < g->count; i++)
-        if (g->nodes[i].L)   /* as lua.c does from a signal handler: a hook is all that is set */
-            dpy_state_interrupt(g->nodes[i].L);
+        if (g->nodes[i].L)   /* its thread runs until it has cleared L, under mu */
+            pthread_kill(g->nodes[i].thread, NODE_INTERRUPT);
     pthread_mutex_unlock(&g->mu);
     dpy_fabric_interrupt(g->fabric);
     dpy_attach_stop(g->attach);   /* a node paused at a boundary stops too */
