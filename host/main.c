@@ -121,18 +121,19 @@ static const char *nearest_command(const char *s) {
     return best;
 }
 
-static lua_State *g_L;   /* for the SIGINT handler */
+static lua_State *g_L;   /* for the SIGINT handler, and the thread that runs it */
+static pthread_t g_runner;
 static const char *g_lua_dir;
 
 static void on_sigint(int sig) {
-    signal(sig, SIG_DFL);   /* a second Ctrl-C kills, as in lua.c */
-    dpy_state_interrupt(g_L);
+    if (dpy_state_interrupt_signal(g_L, g_runner, sig))
+        signal(sig, SIG_DFL);   /* a second Ctrl-C kills, as in lua.c */
 }
 
 /* Runs the function on the stack (with nargs) under a traceback, Ctrl-C interrupting it; an error
 ** stays on the stack. */
 static int interruptible_call(lua_State *L, int nargs, int nres) {
-    g_L = L;
+    g_L = L, g_runner = pthread_self();
     signal(SIGINT, on_sigint);
     int status = dpy_state_pcall(L, nargs, nres);
     signal(SIGINT, SIG_DFL);

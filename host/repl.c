@@ -25,12 +25,12 @@
 #define LINE_BYTES 65536
 
 static lua_State *g_L;
+static pthread_t g_runner;   /* the thread that runs g_L */
 static volatile sig_atomic_t g_running;
 
 static void on_sigint(int sig) {
-    (void)sig;
     if (g_running)
-        dpy_state_interrupt(g_L);
+        dpy_state_interrupt_signal(g_L, g_runner, sig);
 }
 
 /* One line without its newline, or NULL at end of input. The caller frees it. */
@@ -134,7 +134,7 @@ static void print_results(lua_State *L, int base) {
 
 int dpy_repl(lua_State *L) {
     int tty = isatty(0);
-    g_L = L;
+    g_L = L, g_runner = pthread_self();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;

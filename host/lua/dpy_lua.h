@@ -7,6 +7,7 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -30,8 +31,13 @@ lua_State *dpy_state_open(dpy_state *st, const char *lua_dir, char *err, size_t 
 dpy_state *dpy_state_of(lua_State *L);
 /* lua_pcall with a traceback message handler. */
 int dpy_state_pcall(lua_State *L, int nargs, int nres);
-/* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler). */
+/* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler on the thread
+** that runs L; from another thread, lua_sethook's walk of L's call frames races with L's own calls). */
 void dpy_state_interrupt(lua_State *L);
+/* For a signal's handler: interrupts L when the signal came to runner, the thread that runs L, and
+** returns 1; else passes the signal on to runner (a process's signal goes to any of its threads,
+** libtorch's too) and returns 0. */
+int dpy_state_interrupt_signal(lua_State *L, pthread_t runner, int sig);
 void dpy_preload_bindings(lua_State *L);
 /* Tab in GNU readline completes with the function at index: fn(text) -> { words } (index 0 or
 ** nil: no completion). L must outlive the editor (complete.c). */

@@ -65,6 +65,15 @@ void dpy_state_interrupt(lua_State *L) {
     lua_sethook(L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
+int dpy_state_interrupt_signal(lua_State *L, pthread_t runner, int sig) {
+    if (!pthread_equal(pthread_self(), runner)) {
+        pthread_kill(runner, sig);   /* async-signal-safe, as pthread_self */
+        return 0;
+    }
+    dpy_state_interrupt(L);
+    return 1;
+}
+
 static int panic(lua_State *L) {
     dpy_state *st = dpy_state_of(L);
     const char *msg = lua_tostring(L, -1);
