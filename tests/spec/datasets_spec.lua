@@ -90,14 +90,16 @@ describe("numpy dataset", function()
     assert.are.equal(10, test.classes)
   end)
 
+  -- A .npy file's bytes, as the NumPy format document describes them.
+  local function npy(descr, shape, raw)
+    local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': (%s,), }",
+                                 descr, table.concat(shape, ", "))
+    header = header .. string.rep(" ", (64 - (10 + #header + 1) % 64) % 64) .. "\n"
+    return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. raw
+  end
+
   it("reads what the NumPy format document describes, written here byte by byte", function()
     local work = tmpdir()
-    local function npy(descr, shape, raw)
-      local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': (%s,), }",
-                                   descr, table.concat(shape, ", "))
-      header = header .. string.rep(" ", (64 - (10 + #header + 1) % 64) % 64) .. "\n"
-      return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. raw
-    end
     local px = {}
     for i = 1, 2 * 2 * 2 * 3 do px[i] = string.pack("<f", i / 8) end
     write_file(work .. "/x.npy", npy("<f4", { 2, 2, 2, 3 }, table.concat(px)))
@@ -119,12 +121,6 @@ describe("numpy dataset", function()
 
   it("asks for the layout when neither dim 1 nor the last holds 1 or 3 channels", function()
     local work = tmpdir()
-    local function npy(descr, shape, raw)
-      local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': (%s,), }",
-                                   descr, table.concat(shape, ", "))
-      header = header .. string.rep(" ", (64 - (10 + #header + 1) % 64) % 64) .. "\n"
-      return "\x93NUMPY\1\0" .. string.pack("<I2", #header) .. header .. raw
-    end
     -- RGBA images N x H x W x 4 (or 4-channel N x C x H x W: the shape alone cannot say)
     write_file(work .. "/x.npy", npy("|u1", { 2, 8, 8, 4 }, string.rep("\7", 2 * 8 * 8 * 4)))
     write_file(work .. "/y.npy", npy("<i8", { 2 }, string.pack("<i8<i8", 1, 0)))
