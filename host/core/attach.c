@@ -187,8 +187,11 @@ int dpy_attach_send(dpy_attach *a, uint32_t id, char type, uint32_t uid, uint32_
     unsigned char h[DPY_ATTACH_HEADER];
     dpy_attach_header(h, (uint32_t)len, type, uid, req);
     pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&a->mu);
+    int gone = !c->alive;   /* a frame before this one failed or timed out: the session is closed */
+    pthread_mutex_unlock(&a->mu);
     double deadline = mono() + a->frame_seconds;   /* from when its turn comes */
-    int rc = write_by(c->fd, h, sizeof h, deadline);
+    int rc = gone ? -1 : write_by(c->fd, h, sizeof h, deadline);
     if (rc == 0 && len)
         rc = write_by(c->fd, payload, len, deadline);
     pthread_mutex_unlock(&c->wmu);

@@ -411,6 +411,39 @@ describe("dpy-lua attach #e2e", function()
     assert.are.equal(0, wait_exit(pid))
   end)
 
+  -- the nodes' replies to one client go out one at a time: each node whose turn came after the
+  -- first's frame timed out waited its own full deadline on a session already closed
+  it("frees every node waiting to reply to a client too slow, once the first reply times out", function()
+    local live, pid = start_paused(TINY_RUN, nil, nil, { env = { "DPY_ATTACH_FRAME_SECONDS=2" } })
+    local c = assert(require("socket.unix").stream())
+    assert(c:connect(live .. "/attach/p0.sock"))
+    local code = "return string.rep('x', 1000000)"
+    local t0 = host.clock()
+    for uid = 0, 3 do
+      assert(c:send(string.pack(">I4", #code) .. "E" .. string.pack(">I4>I4", uid, uid + 1) .. code))
+    end
+    -- read nothing: each node serves another client (all four at once) once its reply is given up
+    local input = os.tmpname()
+    write_file(input, "round\n")
+    local cmds = {}
+    for uid = 0, 3 do
+      cmds[#cmds + 1] = string.format("timeout 60 %s attach %s --uid %d < %s > %s.%d 2>&1 &", shell_quote(DPY_BIN),
+                                      live, uid, input, input, uid)
+    end
+    sh(table.concat(cmds, " ") .. " wait")
+    for uid = 0, 3 do
+      assert.matches("0", read_file(input .. "." .. uid) or "")
+      os.remove(input .. "." .. uid)
+    end
+    os.remove(input)
+    local seconds = host.clock() - t0
+    c:close()
+    assert.is_true(seconds < 6.5, string.format("%.1f s", seconds))
+    local status, _, e = attach(live, 0, { "resume()" })
+    assert.are.equal(0, status, e)
+    assert.are.equal(0, wait_exit(pid))
+  end)
+
   it("reaches a run whose directory is too long for a socket address, through a link", function()
     local deep = tmpdir() .. "/" .. string.rep("d", 60) .. "/" .. string.rep("e", 60)
     assert(host.mkdir_p(deep))
