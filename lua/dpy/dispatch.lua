@@ -275,8 +275,13 @@ end
 -- round, or nil and why not.
 function M.fetch_checkpoints(sessions, rdirs, nodes, dir)
   local where, has, last, finds = {}, {}, {}, {}
+  -- only whole files, as checkpoint.rounds counts them: a zip's local header first and its end
+  -- record 22 bytes from the end (an empty or cut-short file under a checkpoint's name is none)
+  local whole = [[h=$(printf 'PK\003\004') e=$(printf 'PK\005\006'); for f; do ]]
+                .. [[[ "$(head -c 4 "$f")" = "$h" ] && [ "$(tail -c 22 "$f" | head -c 4)" = "$e" ] && echo "$f"; done]]
   for i = 1, #sessions do
-    finds[i] = "cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt'"
+    finds[i] = "cd " .. M.quote(rdirs[i] .. "/ckpt") .. " 2>/dev/null && find . -name '*.ckpt' -size +21c -exec sh -c "
+               .. M.quote(whole) .. " sh {} +"
   end
   for i, result in ipairs(on_each(sessions, finds)) do
     local code, listing = table.unpack(result, 1, 2)

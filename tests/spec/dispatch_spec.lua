@@ -236,8 +236,10 @@ return {
     code, _, err = sh("cd " .. dir .. " && " .. BIN .. " dispatch --resume bare --remotes remotes.lua")
     assert.are.equal(1, code)
     assert.matches("bare: node 0 has no checkpoint", err)
-    -- as when dispatch itself died before collecting: the checkpoints are still on the remotes
+    -- as when dispatch itself died before collecting: the checkpoints are still on the remotes,
+    -- beside files under a checkpoint's name that are none (empty), which count for nothing
     sh("rm -r " .. sub .. "/out/ckpt")
+    sh("find " .. dir .. "/remote-a " .. dir .. "/remote-b -type d -path '*/ckpt/*' -exec sh -c ': > \"$1/999.ckpt\"' sh {} \\;")
     local out
     code, out, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua")
     assert.are.equal(0, code, err)
