@@ -239,7 +239,8 @@ return {
     -- as when dispatch itself died before collecting: the checkpoints are still on the remotes,
     -- beside files under a checkpoint's name that are none (empty), which count for nothing
     sh("rm -r " .. sub .. "/out/ckpt")
-    sh("find " .. dir .. "/remote-a " .. dir .. "/remote-b -type d -path '*/ckpt/*' -exec sh -c ': > \"$1/999.ckpt\"' sh {} \\;")
+    sh("find " .. dir .. "/remote-a " .. dir .. "/remote-b -type d -path '*/ckpt/*' "
+       .. "-exec sh -c ': > \"$1/999.ckpt\"' sh {} \\;")
     local out
     code, out, err = sh("cd " .. sub .. " && " .. BIN .. " dispatch --resume out --remotes ../remotes.lua")
     assert.are.equal(0, code, err)
