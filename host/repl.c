@@ -26,10 +26,10 @@
 
 static lua_State *g_L;
 static pthread_t g_runner;   /* the thread that runs g_L */
-static volatile sig_atomic_t g_running;
+static atomic_int g_running;   /* read by the handler, which may run on another thread */
 
 static void on_sigint(int sig) {
-    if (g_running)
+    if (atomic_load(&g_running))
         dpy_state_interrupt_signal(g_L, g_runner, sig);
 }
 
@@ -174,9 +174,9 @@ int dpy_repl(lua_State *L) {
         if (status == -1)
             break;
         if (status == LUA_OK) {
-            g_running = 1;
+            atomic_store(&g_running, 1);
             status = dpy_state_pcall(L, 0, LUA_MULTRET);
-            g_running = 0;
+            atomic_store(&g_running, 0);
             lua_sethook(L, NULL, 0, 0);   /* clear an interrupt that came too late */
         }
         if (status == LUA_OK) {

@@ -280,8 +280,11 @@ static int node_boot(lua_State *L) {
 /* The interrupt reaches a node on its own thread, as lua.c's does from a signal handler: Lua's
 ** lua_sethook marks every call frame of the state, a walk that races with the node's own calls
 ** and returns (its collector frees spare frames) when another thread makes it. g:interrupt sends
-** NODE_INTERRUPT to each node thread, whose handler hooks the state this thread runs. */
-#define NODE_INTERRUPT (SIGRTMIN + 1)
+** NODE_INTERRUPT to each node thread, whose handler hooks the state this thread runs. A standard
+** signal, not a real-time one: those queue, and past the user's limit on queued signals (ulimit -i)
+** a send fails; this one is pending once at most, and nothing here asks for it otherwise (no socket
+** has an owner for out-of-band data). */
+#define NODE_INTERRUPT SIGURG
 static _Thread_local lua_State *t_node_state;
 
 static void on_node_interrupt(int sig) {
