@@ -165,11 +165,9 @@ local function stats_problem(d, key, channels, u8)
     if type(x) ~= "number" or x ~= x or (key == "std" and x <= 0) then
       return string.format("returned %s[%d] = %s, not a number%s", key, i, tostring(x), key == "std" and " > 0" or "")
     end
-    if u8 and x > 1 then
-      return string.format("returned %s[%d] = %g for uint8 images, which the loader scales to [0, 1] before "
-                           .. "normalizing: give it on that scale (%g / 255 = %.4f)", key, i, x, x, x / 255)
-    end
   end
+  local why = u8 and require("dpy.data").unit_scale(v)
+  if why then return string.format("returned %s for uint8 images, which %s", key, why) end
 end
 
 -- What is wrong with what a dataset's images, shape, mean and std tell the loader and the models

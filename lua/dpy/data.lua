@@ -330,11 +330,9 @@ local function check_channels(kind, opts, key, channels, u8)
       error(string.format("data.%s: %s[%d] must be a number%s", kind, key, i,
                           key == "std" and " > 0" or ""), 0)
     end
-    if u8 and v[i] > 1 then
-      error(string.format("data.%s: %s[%d] = %g for uint8 images: give it on the [0, 1] scale that uint8 "
-                          .. "pixels are normalized on (%g / 255 = %.4f)", kind, key, i, v[i], v[i], v[i] / 255), 0)
-    end
   end
+  local why = u8 and M.unit_scale(v)
+  if why then error(string.format("data.%s: %s for uint8 images %s", kind, key, why), 0) end
 end
 
 local function arrays_dataset(kind, opts)

@@ -350,10 +350,10 @@ describe("a user's components", function()
       { { mean = { 0.5, 0.5 } }, "returned mean of 2 numbers for images of 1 channel" },
       { { std = { 0 } }, "returned std[1] = 0, not a number > 0" },
       -- uint8 pixels are scaled to [0, 1] before normalizing: statistics on the 0..255 scale
-      { { mean = { 125.3 } }, "returned mean[1] = 125.3 for uint8 images, which the loader scales to [0, 1] "
-                              .. "before normalizing: give it on that scale (125.3 / 255 = 0.4914)" },
-      { { std = { 63 } }, "returned std[1] = 63 for uint8 images, which the loader scales to [0, 1] "
-                          .. "before normalizing: give it on that scale (63 / 255 = 0.2471)" },
+      { { mean = { 125.3 } }, "returned mean for uint8 images, which must be on the [0, 1] scale that uint8 "
+                              .. "pixels are normalized on, got 125.3 at [1] (125.3 / 255 = 0.4914)" },
+      { { std = { 63 } }, "returned std for uint8 images, which must be on the [0, 1] scale that uint8 pixels "
+                          .. "are normalized on, got 63 at [1] (63 / 255 = 0.2471)" },
       { { drop = "std" }, "returned no std, a list of 1 number (one per channel) that the loader normalizes with" },
     } do
       case[1][1] = dir .. "/d.lua"

@@ -158,10 +158,10 @@ describe("numpy dataset", function()
                          "std%[2%] must be a number > 0")
     -- uint8 pixels are normalized on [0, 1]: statistics on the 0..255 scale are refused
     assert.error_matches(function() data.numpy { dir = dir, mean = { 0.5, 125.3, 0.5 } } end,
-                         "data%.numpy: mean%[2%] = 125%.3 for uint8 images: give it on the %[0, 1%] scale that "
-                         .. "uint8 pixels are normalized on %(125%.3 / 255 = 0%.4914%)")
+                         "data%.numpy: mean for uint8 images must be on the %[0, 1%] scale that uint8 pixels "
+                         .. "are normalized on, got 125%.3 at %[2%] %(125%.3 / 255 = 0%.4914%)")
     assert.error_matches(function() data.torch { dir = F .. "/torch", std = { 63 } } end,
-                         "data%.torch: std%[1%] = 63 for uint8 images")
+                         "data%.torch: std for uint8 images must be on the %[0, 1%] scale")
   end)
 
   it("refuses truncated, corrupt and hostile files with a message", function()
