@@ -418,7 +418,6 @@ describe("dpy-lua attach #e2e", function()
     local c = assert(require("socket.unix").stream())
     assert(c:connect(live .. "/attach/p0.sock"))
     local code = "return string.rep('x', 1000000)"
-    local t0 = host.clock()
     for uid = 0, 3 do
       assert(c:send(string.pack(">I4", #code) .. "E" .. string.pack(">I4>I4", uid, uid + 1) .. code))
     end
@@ -436,12 +435,18 @@ describe("dpy-lua attach #e2e", function()
       os.remove(input .. "." .. uid)
     end
     os.remove(input)
-    local seconds = host.clock() - t0
     c:close()
-    assert.is_true(seconds < 6.5, string.format("%.1f s", seconds))
     local status, _, e = attach(live, 0, { "resume()" })
     assert.are.equal(0, status, e)
     assert.are.equal(0, wait_exit(pid))
+    -- one reply timed out; the others, behind it, were given up without a wait of their own
+    local timed_out = 0
+    for uid = 0, 3 do
+      if (read_file(string.format("%s/%d.log", live, uid)) or ""):find("did not read a reply", 1, true) then
+        timed_out = timed_out + 1
+      end
+    end
+    assert.are.equal(1, timed_out)
   end)
 
   it("reaches a run whose directory is too long for a socket address, through a link", function()
