@@ -194,12 +194,12 @@ int dpy_attach_send(dpy_attach *a, uint32_t id, char type, uint32_t uid, uint32_
     int rc = gone ? -1 : write_by(c->fd, h, sizeof h, deadline);
     if (rc == 0 && len)
         rc = write_by(c->fd, payload, len, deadline);
-    pthread_mutex_unlock(&c->wmu);
-    pthread_mutex_lock(&a->mu);
+    pthread_mutex_lock(&a->mu);   /* wmu still held: the next frame's turn sees this one's failure */
     c->busy--;
     if (rc != 0)
         c->alive = 0;   /* the server thread closes it */
     pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&c->wmu);
     if (rc != 0 && write(a->wake[1], "", 1) < 0) {
         /* the server notices at its next poll anyway */
     }
