@@ -115,18 +115,6 @@ static node_state *find(dpy_attach *a, uint32_t uid) {
 
 /* {==== sending ====} */
 
-static int write_all(int fd, const unsigned char *p, size_t len) {
-    while (len > 0) {
-        ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k, len -= (size_t)k;
-    }
-    return 0;
-}
-
 static double mono(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -142,7 +130,7 @@ static double frame_seconds(void) {
     return s > 0 && s <= 1e9 ? s : 30;
 }
 
-/* write_all by the deadline (mono()): -1 on an error or 5 s without progress, -2 once past it. */
+/* Writes p whole by the deadline (mono()): -1 on an error or 5 s without progress, -2 once past it. */
 static int write_by(int fd, const unsigned char *p, size_t len, double deadline) {
     while (len > 0) {
         ssize_t k = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -432,8 +420,9 @@ static void accept_one(dpy_attach *a) {
         int n = snprintf(why, sizeof why, "all %d sessions are taken", MAX_CONNS);
         unsigned char h[DPY_ATTACH_HEADER];
         dpy_attach_header(h, (uint32_t)n, 'X', 0, 0);
-        if (write_all(fd, h, sizeof h) == 0)
-            write_all(fd, (const unsigned char *)why, (size_t)n);
+        double by = mono() + a->frame_seconds;
+        if (write_by(fd, h, sizeof h, by) == 0)
+            write_by(fd, (const unsigned char *)why, (size_t)n, by);
         close(fd);
     }
 }

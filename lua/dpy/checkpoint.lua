@@ -52,12 +52,13 @@ local function whole(path)
   return ok
 end
 
---- The rounds of uid's checkpoints in dir, ascending (empty when none): those whose file is whole,
+--- The rounds of uid's checkpoints in dir, ascending (empty when none): those whose file is whole
+-- (of names, uid's files named as checkpoints, when the caller listed them already),
 -- so that a file under a checkpoint's name that is none (an empty 999.ckpt, one cut short) counts
 -- for neither a resume nor the pruning of real ones.
-function M.rounds(dir, uid)
+function M.rounds(dir, uid, names)
   local list = {}
-  for _, r in ipairs(named(dir, uid)) do
+  for _, r in ipairs(names or named(dir, uid)) do
     if whole(M.path(dir, uid, r)) then list[#list + 1] = r end
   end
   return list
@@ -81,9 +82,12 @@ function M.resume_round(dir, nodes, every)
     if #skipped == 0 then return msg end
     return string.format("%s (%s: not a checkpoint, not counted)", msg, table.concat(skipped, ", "))
   end
+  local lists = {}   -- by uid, listed and read once
   for u = 0, nodes - 1 do
-    local list = M.rounds(dir, u)
-    for _, x in ipairs(named(dir, u)) do
+    local names = named(dir, u)
+    local list = M.rounds(dir, u, names)
+    lists[u] = list
+    for _, x in ipairs(names) do
       if x > (list[#list] or -1) and #skipped < 3 then
         skipped[#skipped + 1] = string.format("ckpt/%d/%d.ckpt", u, x)
       end
@@ -98,7 +102,7 @@ function M.resume_round(dir, nodes, every)
   end
   for u = 0, nodes - 1 do   -- a node ahead rolls back: it must still hold round r
     local has = false
-    for _, x in ipairs(M.rounds(dir, u)) do has = has or x == r end
+    for _, x in ipairs(lists[u]) do has = has or x == r end
     if not has then
       return nil, why(string.format("%s: node %d has no checkpoint of round %d, the last round every node "
                                     .. "completed", dir, u, r))

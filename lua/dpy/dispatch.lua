@@ -442,7 +442,7 @@ end
 -- SIGTERM, then SIGKILL stop_grace seconds later.
 function Job:read_progress(now)
   local cfg, grace = self.cfg, self.cfg.stop_grace
-  local total, all = { round = math.huge, sent = 0, accuracy = 0 / 0 }, true
+  local total, all = { round = math.huge, sent = 0, received = 0, accuracy = 0 / 0 }, true
   for p = 0, cfg.processes - 1 do
     local i = self.owner[p + 1]
     local here = string.format("%s/progress-%d.json", self.opts.dir, p)
@@ -451,7 +451,7 @@ function Job:read_progress(now)
     self.last[p + 1] = t
     if t then
       total.round, total.sent = math.min(total.round, t.round), total.sent + t.sent
-      total.received = (total.received or 0) + (t.received or t.sent)
+      total.received = total.received + (t.received or t.sent)
       if t.accuracy then total.accuracy = t.accuracy end
     else
       all = false
