@@ -8,3 +8,5 @@ if os.getenv("DPY_TEST_GPU") == "1" then
   end
 end
 require("busted.runner")({ standalone = false })
+-- reached only when every test passed (a failure exits inside the runner)
+if remove_tmpdirs then remove_tmpdirs() end

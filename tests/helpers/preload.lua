@@ -18,13 +18,22 @@ DPY_BIN = os.getenv("DPY_BIN") or REPO .. "/build/dpy-lua"
 -- the same second (ctest -j) drew the same ports and directories. The process id tells them apart.
 math.randomseed(os.time(), host.pid())
 
+-- Every directory a spec file makes lies under one root of its own, which run_busted.lua removes
+-- when the file passes (a failed file's stay for a look): left behind, the suite's runs filled
+-- the disk.
+local root = string.format("/tmp/dpy_spec_%d_%d_%d", host.pid(), os.time(), math.random(1 << 30))
 local counter = 0
 --- A fresh empty directory under /tmp (its name has the process id too).
 function tmpdir()
   counter = counter + 1
-  local dir = string.format("/tmp/dpy_spec_%d_%d_%d_%d", host.pid(), os.time(), math.random(1 << 30), counter)
+  local dir = root .. "/" .. counter
   assert(host.mkdir_p(dir))
   return dir
+end
+
+--- Removes every directory tmpdir made.
+function remove_tmpdirs()
+  if counter > 0 then os.execute("rm -rf '" .. root .. "'") end
 end
 
 --- Writes bytes to path.
