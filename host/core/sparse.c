@@ -271,12 +271,85 @@ static inline uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Knuth's selection sampling (TAOCP 3.4.2, algorithm S): index i is taken with probability
-** (still needed) / (still left), which yields exactly k, in order. */
-void dpy_sparse_sample(int64_t *idx, uint64_t seed, size_t n, size_t k) {
+/* Uniform in 0..bound-1 (bound >= 1): Lemire's multiply-shift, rejecting the few products that
+** would bias it (no modulo bias). */
+static uint64_t below(uint64_t *s, uint64_t bound) {
+    __uint128_t m = (__uint128_t)splitmix64(s) * bound;
+    if ((uint64_t)m < bound) {
+        uint64_t least = -bound % bound;   /* 2^64 mod bound */
+        while ((uint64_t)m < least)
+            m = (__uint128_t)splitmix64(s) * bound;
+    }
+    return (uint64_t)(m >> 64);
+}
+
+/* Where value v goes in an open-addressed set of cap (a power of two) slots. */
+static size_t slot_of(uint64_t v, size_t cap) {
+    return (size_t)((v * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+/* Floyd's algorithm (Bentley and Floyd, CACM 1987): for j = n-k .. n-1 take a uniform t in 0..j,
+** or j itself when t is taken already: every k-subset equally likely, k draws. Then sorted by a
+** bucket pass (value v to bucket v*k/n: O(1) values a bucket, expected) and an insertion sort
+** that has little left to do. O(k) expected time and memory. */
+static int floyd(int64_t *idx, uint64_t seed, size_t n, size_t k) {
+    size_t cap = 4;
+    while (cap < 2 * k)
+        cap <<= 1;
+    uint64_t *set = calloc(cap, sizeof *set);   /* value + 1; 0: an empty slot */
+    size_t *start = calloc(k + 1, sizeof *start);
+    if (!set || !start) {
+        free(set), free(start);
+        return -1;
+    }
+    uint64_t s = seed;
+    for (size_t j = n - k; j < n; j++) {
+        uint64_t t = below(&s, (uint64_t)j + 1);
+        size_t at = slot_of(t, cap);
+        while (set[at] && set[at] != t + 1)
+            at = (at + 1) & (cap - 1);
+        if (set[at]) {   /* taken: j is not (every earlier value is below j) */
+            t = j;
+            at = slot_of(t, cap);
+            while (set[at])
+                at = (at + 1) & (cap - 1);
+        }
+        set[at] = t + 1;
+    }
+#define BUCKET(v) ((size_t)(((__uint128_t)(v) * k) / n))
+    for (size_t i = 0; i < cap; i++)
+        if (set[i])
+            start[BUCKET(set[i] - 1) + 1]++;
+    for (size_t b = 0; b < k; b++)
+        start[b + 1] += start[b];
+    for (size_t i = 0; i < cap; i++)
+        if (set[i])
+            idx[start[BUCKET(set[i] - 1)]++] = (int64_t)(set[i] - 1);
+#undef BUCKET
+    for (size_t i = 1; i < k; i++) {
+        int64_t v = idx[i];
+        size_t p = i;
+        for (; p > 0 && idx[p - 1] > v; p--)
+            idx[p] = idx[p - 1];
+        idx[p] = v;
+    }
+    free(set), free(start);
+    return 0;
+}
+
+/* Where k is at least n/32, Knuth's selection sampling (TAOCP 3.4.2, algorithm S: index i is
+** taken with probability (still needed) / (still left), which yields exactly k, in order), at most
+** 32 draws per index taken: the sequence of every earlier build, so runs with those sizes keep
+** their results. Below it, Floyd's algorithm above, whose cost does not grow with n. */
+int dpy_sparse_sample(int64_t *idx, uint64_t seed, size_t n, size_t k) {
+    if (k == 0)
+        return 0;
+    if (n / 32 > k)
+        return floyd(idx, seed, n, k);
     uint64_t s = seed;
     size_t m = 0;
     for (size_t i = 0; i < n && m < k; i++)
         if (splitmix64(&s) % (n - i) < k - m)
             idx[m++] = (int64_t)i;
+    return 0;
 }

@@ -62,8 +62,10 @@ float dpy_bf16_to_f32(uint16_t h);
 /* The k indices (sorted ascending) of the k largest |x[i]| (NaN counts as largest; ties go to
 ** the lower index), k <= n. Returns 0, or -1 when out of memory. */
 int dpy_sparse_topk(int64_t *idx, const float *x, size_t n, size_t k);
-/* k distinct indices of 0..n-1, sorted, drawn uniformly from the seed alone (selection sampling
-** over a splitmix64 stream): the same on every machine. */
-void dpy_sparse_sample(int64_t *idx, uint64_t seed, size_t n, size_t k);
+/* k distinct indices of 0..n-1, sorted, drawn uniformly over the k-subsets from the seed alone
+** (a splitmix64 stream): the same on every machine. O(k) expected time and memory: selection
+** sampling where k >= n/32 (the sequence of earlier builds), Floyd's algorithm below that.
+** Returns 0, or -1 when out of memory. */
+int dpy_sparse_sample(int64_t *idx, uint64_t seed, size_t n, size_t k);
 
 #endif

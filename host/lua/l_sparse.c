@@ -154,7 +154,8 @@ static int s_sample(lua_State *L) {
     lua_Integer n = check_size(L, 2), k = luaL_checkinteger(L, 3);
     luaL_argcheck(L, k >= 0 && k <= n, 3, "must be 0..n");
     int64_t *idx = dpy_push_empty(L, (size_t)k, DPY_INT64);
-    dpy_sparse_sample(idx, seed, (size_t)n, (size_t)k);
+    if (dpy_sparse_sample(idx, seed, (size_t)n, (size_t)k) != 0)
+        return luaL_error(L, "sparse.sample: out of memory (%I of %I indices)", k, n);
     return 1;
 }
 

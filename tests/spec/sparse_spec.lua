@@ -37,6 +37,24 @@ describe("sparse sharing", function()
     end
   end)
 
+  it("samples k of n in time and memory that grow with k, not n; k >= n/32 draws what earlier builds drew", function()
+    local huge = 1 << 50   -- a pass over n would not end
+    for _, k in ipairs { 0, 1, 5, 1000 } do
+      local idx = sparse.sample(7, huge, k):totable()
+      assert.are.equal(k, #idx)
+      for i, v in ipairs(idx) do assert.is_true(v >= 0 and v < huge and (i == 1 or v > idx[i - 1])) end
+    end
+    assert.are_not.same(sparse.sample(7, huge, 5):totable(), sparse.sample(8, huge, 5):totable())
+    assert.are.same(sparse.sample(9, huge, 5):totable(), sparse.sample(9, huge, 5):totable())
+    -- the sequence every earlier build drew (selection sampling) where k >= n/32: 100 of 1000, 2 of 64
+    assert.are.same({ 13, 25, 39, 52, 53, 73, 75, 76 }, table.move(sparse.sample(7, 1000, 100):totable(), 1, 8, 1, {}))
+    assert.are.same({ 54, 63 }, sparse.sample(3, 64, 2):totable())
+    -- below it (3 of 200) every index is drawn, about as often as any other
+    local hits = {}
+    for s = 1, 2000 do for _, v in ipairs(sparse.sample(s, 200, 3):totable()) do hits[v] = (hits[v] or 0) + 1 end end
+    for v = 0, 199 do assert.is_true((hits[v] or 0) > 5 and hits[v] < 60, "index " .. v .. ": " .. (hits[v] or 0)) end
+  end)
+
   it("encodes (index, value) pairs and refuses malformed payloads with the reason", function()
     local idx = tensor.new({ 1, 5, 6 }, "int64")
     local payload, parts = sparse.pack(10, idx, tensor.new({ 0.5, -1, 3 }), "float16")

@@ -264,6 +264,23 @@ static void test_sample(void) {
     int64_t all[5];
     dpy_sparse_sample(all, 1, 5, 5);
     CHECK(all[0] == 0 && all[4] == 4);
+    /* k < n/32: Floyd's algorithm, k draws whatever n (a pass over 2^50 would not end) */
+    CHECK(dpy_sparse_sample(a, 7, (size_t)1 << 50, k) == 0);
+    sorted = 1;
+    for (size_t i = 0; i < k; i++)
+        sorted &= a[i] >= 0 && a[i] < (int64_t)1 << 50 && (i == 0 || a[i] > a[i - 1]);
+    CHECK(sorted);
+    memset(hits, 0, sizeof hits);
+    for (uint64_t s = 0; s < 20000; s++) {   /* 10 of 1000: each index about 200 times */
+        sorted &= dpy_sparse_sample(a, s, n, 10) == 0;
+        for (size_t i = 0; i < 10; i++)
+            hits[a[i]]++, sorted &= i == 0 || a[i] > a[i - 1];
+    }
+    CHECK(sorted);
+    lo = 20000, hi = 0;
+    for (size_t i = 0; i < n; i++)
+        lo = hits[i] < lo ? hits[i] : lo, hi = hits[i] > hi ? hits[i] : hi;
+    CHECK(lo > 140 && hi < 260);
 }
 
 /* Haar on 1 2 3 4 by hand (orthonormal: pairs (a + b) / sqrt 2, (a - b) / sqrt 2, then the same
