@@ -1,6 +1,6 @@
 /*
 ** data_pickle.c: the strict pickle reader of pickle.h. The opcodes are those of Python's
-** Lib/pickle.py (and pickletools' documentation) that protocols 2 to 4 write for dicts, lists,
+** Lib/pickle.py (and pickletools' documentation) that protocols 0 to 5 write for dicts, lists,
 ** tuples, numbers, strings and objects rebuilt by REDUCE/BUILD; a pickle that uses any other
 ** opcode, or a global not allowed, is refused.
 */
@@ -183,6 +183,94 @@ static int global_line(pk_state *st, const uint8_t **s, size_t *n) {
     *n = (size_t)(nl - *s);
     st->pos = (size_t)(nl - st->buf) + 1;
     return 0;
+}
+
+/* The signed decimal of a protocol 0 line (INT, LONG with its trailing L, PUT, GET), or -1. */
+static int decimal(pk_state *st, const uint8_t *s, size_t n, int64_t *out) {
+    size_t k = 0;
+    int neg = n > 0 && (s[0] == '-' || s[0] == '+') ? s[k++] == '-' : 0;
+    uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    if (k == n)
+        return fail(st, "a number line without digits");
+    for (; k < n; k++) {
+        if (s[k] < '0' || s[k] > '9')
+            return fail(st, "a number line with something not a digit");
+        if (v > (limit - (uint64_t)(s[k] - '0')) / 10)
+            return fail(st, "a number beyond 64 bits");
+        v = v * 10 + (uint64_t)(s[k] - '0');
+    }
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* The value of hex digit c, or -1. */
+static int hex_digit(uint8_t c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* UNICODE (protocol 0): a line in Python's raw-unicode-escape (bytes are Latin-1 characters; an
+** odd run of backslashes before u or U starts a \uXXXX or \UXXXXXXXX escape, as CPython decodes
+** it), pushed as a str in UTF-8, which _codecs.encode(.., 'latin1') reads back. */
+static int push_unicode(pk_state *st) {
+    const uint8_t *s = NULL;
+    size_t n = 0;
+    if (global_line(st, &s, &n) != 0)
+        return -1;
+    pk_doc *d = st->doc;
+    if (grow((void **)&d->owned, &d->capowned, d->nowned + 1, sizeof *d->owned, 1 << 24) != 0)
+        return fail(st, "out of memory");
+    uint8_t *out = malloc(2 * n + 1);   /* a byte makes at most 2, an escape of 6 or 10 at most 4 */
+    if (!out)
+        return fail(st, "out of memory");
+    d->owned[d->nowned++] = out;
+    size_t m = 0;
+    for (size_t k = 0; k < n;) {
+        if (s[k] != '\\') {
+            uint8_t c = s[k++];
+            if (c < 0x80) {
+                out[m++] = c;
+            } else {
+                out[m++] = (uint8_t)(0xc0 | c >> 6);
+                out[m++] = (uint8_t)(0x80 | (c & 0x3f));
+            }
+            continue;
+        }
+        size_t run = 0;
+        while (k < n && s[k] == '\\')
+            out[m++] = s[k++], run++;
+        if (run % 2 == 0 || k == n || (s[k] != 'u' && s[k] != 'U'))
+            continue;
+        m--;   /* the last backslash opens the escape */
+        int digits = s[k++] == 'u' ? 4 : 8;
+        uint32_t cp = 0;
+        for (int j = 0; j < digits; j++) {
+            int h = k < n ? hex_digit(s[k]) : -1;
+            if (h < 0)
+                return fail(st, digits == 4 ? "a \\u escape without its 4 hex digits"
+                                            : "a \\U escape without its 8 hex digits");
+            cp = cp << 4 | (uint32_t)h, k++;
+        }
+        if (cp > 0x10ffff)
+            return fail(st, "a \\U escape past U+10FFFF");
+        if (cp < 0x80) {
+            out[m++] = (uint8_t)cp;
+        } else if (cp < 0x800) {
+            out[m++] = (uint8_t)(0xc0 | cp >> 6), out[m++] = (uint8_t)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+            out[m++] = (uint8_t)(0xe0 | cp >> 12), out[m++] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+            out[m++] = (uint8_t)(0x80 | (cp & 0x3f));
+        } else {
+            out[m++] = (uint8_t)(0xf0 | cp >> 18), out[m++] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+            out[m++] = (uint8_t)(0x80 | (cp >> 6 & 0x3f)), out[m++] = (uint8_t)(0x80 | (cp & 0x3f));
+        }
+    }
+    int32_t i = new_value(st, PK_STR);
+    if (i < 0)
+        return -1;
+    d->v[i].s = out;
+    d->v[i].len = m;
+    return push(st, i);
 }
 
 /* _codecs.encode(text, 'latin1'): how Python 3 pickles bytes at protocol 2. UTF-8 in, bytes out. */
@@ -466,6 +554,41 @@ static int step(pk_state *st, int *done) {
             return -1;
         st->pos += 4;
         return memo_get(st, le(p, 4));
+    case 'I': { /* INT (protocols 0, 1): a decimal line; 00 and 01 are False and True */
+        const uint8_t *t = NULL;
+        size_t tn = 0;
+        int64_t x;
+        if (global_line(st, &t, &tn) != 0)
+            return -1;
+        if (tn == 2 && t[0] == '0' && (t[1] == '0' || t[1] == '1')) {
+            if ((i = new_value(st, PK_BOOL)) < 0)
+                return -1;
+            st->doc->v[i].i = t[1] == '1';
+            return push(st, i);
+        }
+        return decimal(st, t, tn, &x) != 0 ? -1 : push_int(st, x);
+    }
+    case 'L': { /* LONG (protocols 0, 1): a decimal line, L at its end */
+        const uint8_t *t = NULL;
+        size_t tn = 0;
+        int64_t x;
+        if (global_line(st, &t, &tn) != 0)
+            return -1;
+        tn -= tn > 0 && t[tn - 1] == 'L';
+        return decimal(st, t, tn, &x) != 0 ? -1 : push_int(st, x);
+    }
+    case 'V': return push_unicode(st);   /* UNICODE (protocol 0) */
+    case 'p':   /* PUT, GET (protocol 0): the memo key as a decimal line */
+    case 'g': {
+        const uint8_t *t = NULL;
+        size_t tn = 0;
+        int64_t key;
+        if (global_line(st, &t, &tn) != 0 || decimal(st, t, tn, &key) != 0)
+            return -1;
+        if (key < 0)
+            return fail(st, "a negative memo key");
+        return op == 'p' ? memo_put(st, (uint64_t)key) : memo_get(st, (uint64_t)key);
+    }
     case 'c': { /* GLOBAL */
         const uint8_t *mod = NULL, *name = NULL;
         size_t ml = 0, nl = 0;
@@ -516,8 +639,10 @@ int pk_parse(pk_doc *doc, const uint8_t *buf, size_t len, const char *const *glo
             st.type_tag = g;   /* libtorch's pickle_save wraps a typed dict in it */
     }
     int done = 0, rc = 0;
-    if (len < 2 || buf[0] != 0x80)
-        rc = dpy_fail(err, errlen, "%s: not a pickle of protocol 2 or later", what);
+    /* protocols 2 on open with PROTO; 0 and 1 with no header, a dict or list opening with MARK or
+    ** an empty container */
+    if (len < 2 || !(buf[0] == 0x80 || buf[0] == '(' || buf[0] == '}' || buf[0] == ']'))
+        rc = dpy_fail(err, errlen, "%s: not a pickle (protocol 0 to 5)", what);
     while (rc == 0 && !done) {
         if (st.pos >= len) {
             st.op_pos = st.pos;

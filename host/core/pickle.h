@@ -1,5 +1,5 @@
 /*
-** pickle.h (inside host/core): a strict reader of Python pickles (protocols 2 to 4) into an inert
+** pickle.h (inside host/core): a strict reader of Python pickles (protocols 0 to 5) into an inert
 ** tree of values, for the torch.save and CIFAR readers. Nothing is ever called: a global is only
 ** a name, and only the names the caller allows are accepted; REDUCE and BUILD only record their
 ** callable, arguments and state for the caller to interpret. Everything else is refused with

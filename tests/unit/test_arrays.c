@@ -293,9 +293,40 @@ static void test_cifar(void) {
     write_bytes(tmp("evil"), evil, sizeof evil - 1);
     CHECK(dpy_cifar_py_read(tmp("evil"), "labels", &c, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "global 'os.system' is not allowed");
-    write_bytes(tmp("p0"), "(dp0\n.", 6);   /* protocol 0 */
+    /* re-saved batches torchvision reads: labels a NumPy array, data N x 3 x 32 x 32, protocols 1, 0 */
+    const char *resaved[] = {"labels_int64", "labels_int32", "labels_uint8", "data_4d", "protocol1",
+                             "protocol0"};
+    for (int k = 0; k < 6; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "cifar-py-resaved/%s", resaved[k]);
+        int rc = dpy_cifar_py_read(fixture(name), "labels", &c, err, sizeof err);
+        CHECK(rc == 0);
+        if (rc != 0) {
+            fprintf(stderr, "  %s: %s\n", resaved[k], err);
+            continue;
+        }
+        CHECK(c.n == 2 && c.labels[0] == 7 && c.labels[1] == 3);
+        same = 1;
+        for (int i = 0; i < 2 * 3072; i++)
+            same &= c.images[i] == (uint8_t)((13 * 31 + i * 7) % 256);
+        CHECK(same);
+        dpy_cifar_free(&c);
+    }
+    CHECK(dpy_cifar_py_read(fixture("cifar-py-resaved/labels_big_endian"), "labels", &c, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "'labels' is a big-endian NumPy array");
+    CHECK(dpy_cifar_py_read(fixture("cifar-py-resaved/labels_out_of_range"), "labels", &c, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "'labels' is not a list or NumPy array of 2 labels in 0..255 (entry 1 is 300)");
+    CHECK(dpy_cifar_py_read(fixture("cifar-py-resaved/data_4d_wrong"), "labels", &c, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "'data' is not an n x 3072 or n x 3 x 32 x 32 array (2 x 3 x 16 x 64)");
+    write_bytes(tmp("p0"), "(dp0\n.", 6);   /* protocol 0: an empty dict */
     CHECK(dpy_cifar_py_read(tmp("p0"), "labels", &c, err, sizeof err) == -1);
-    CHECK_CONTAINS(err, "not a pickle of protocol 2 or later");
+    CHECK_CONTAINS(err, "not a CIFAR batch (no 'data' entry)");
+    write_bytes(tmp("p0bad"), "(dp0\nVa\\u00\np1\n.", 17);   /* a \u escape cut short */
+    CHECK(dpy_cifar_py_read(tmp("p0bad"), "labels", &c, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "a \\u escape without its 4 hex digits");
+    write_bytes(tmp("text"), "hello\n", 6);
+    CHECK(dpy_cifar_py_read(tmp("text"), "labels", &c, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "not a pickle");
 }
 
 typedef int (*reader)(const char *path);
