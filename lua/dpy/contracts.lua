@@ -6,7 +6,9 @@
 
 -- What is wrong with graph g for a run of nodes nodes (nil: nothing): every node takes its own
 -- list as the peers that send to it, so a one-way link leaves a node waiting out peer_timeout.
-local function graph_problem(g, nodes)
+-- ctx.directed: the run's rule takes a directed graph (a node's list: the nodes it sends to), so
+-- a one-way link is no fault; ctx.undirected: else, who needs it undirected and why.
+local function graph_problem(g, nodes, ctx)
   if type(g) ~= "table" or type(g.adj) ~= "table" then
     return "must return { n = nodes, adj = { [uid] = neighbour uids } }, got " .. type(g)
   end
@@ -24,11 +26,12 @@ local function graph_problem(g, nodes)
       listed[u][id] = true
     end
   end
+  if ctx.directed then return nil end
   for u = 0, nodes - 1 do
     for _, v in ipairs(g.adj[u]) do
       if not listed[v][u] then
-        return string.format("returned a directed graph: node %d lists %d as a neighbour, but %d does not list %d",
-                             u, v, v, u)
+        return string.format("returned a directed graph: node %d lists %d as a neighbour, but %d does not list %d%s",
+                             u, v, v, u, ctx.undirected and ", which " .. ctx.undirected or "")
       end
     end
   end
@@ -195,7 +198,7 @@ local function layout_problem(d)
 end
 
 local M = {
-  graph = function(g, ctx) return graph_problem(g, ctx.nodes) end,
+  graph = function(g, ctx) return graph_problem(g, ctx.nodes, ctx) end,
   partitioner = function(parts, ctx)
     if type(parts) ~= "table" then return "must return a list of tensors of sample indices, got " .. type(parts) end
     if #parts ~= ctx.nodes then return string.format("returned %d parts for %d training nodes", #parts, ctx.nodes) end

@@ -261,7 +261,7 @@ end
 function M.neighbours(node, r)
   local g = node.graph
   if g.dynamic then
-    g = registry.build("graph", node.cfg.graph, { nodes = node.cfg.nodes, seed = node.cfg.seed, round = r })
+    g = registry.build("graph", node.cfg.graph, require("dpy.layout").graph_context(node.cfg, r))
   end
   if node.cfg.churn then g = without_absent(node.cfg, g, r) end
   local live = {}

@@ -510,6 +510,33 @@ function M.frontier_order(g)
 end
 
 --- graph.edges(g) -> count of undirected edges
+--- graph.one_way(g) -> u, v of the first link u lists whose other end v does not list u (nil: none,
+-- the graph is undirected).
+function M.one_way(g)
+  local listed = {}
+  for u = 0, g.n - 1 do
+    listed[u] = {}
+    for _, v in ipairs(g.adj[u]) do listed[u][v] = true end
+  end
+  for u = 0, g.n - 1 do
+    for _, v in ipairs(g.adj[u]) do
+      if not listed[v][u] then return u, v end
+    end
+  end
+end
+
+--- graph.incoming(g, u) -> the sorted uids whose lists name u: in a directed graph (a node's list:
+-- the nodes it sends to), the nodes that send to u; in an undirected one, its neighbours.
+function M.incoming(g, u)
+  local from = {}
+  for v = 0, g.n - 1 do
+    for _, w in ipairs(g.adj[v]) do
+      if w == u then from[#from + 1] = v end
+    end
+  end
+  return from
+end
+
 function M.edges(g)
   local e = 0
   for u = 0, g.n - 1 do e = e + #g.adj[u] end

@@ -61,7 +61,7 @@ end
 local function slot_ranks(cfg, dir, uids)
   if not layout.algorithm(cfg).graph then return nil end
   local g = layout.load_graph(dir)
-  local order = not g.dynamic and graph.frontier_order(g)
+  local order = not g.dynamic and not g.directed and graph.frontier_order(g)
   if not order then return nil end
   local ranks = {}
   for i, u in ipairs(uids) do ranks[i] = order[u] end

@@ -86,6 +86,29 @@ end
 --- The spec of the config's algorithm (its `server` and `graph` say what the run needs).
 function M.algorithm(cfg) return registry.spec("algorithm", cfg.algorithm, 2) end
 
+--- layout.graph_context(cfg, round) -> the ctx a graph component is built with: { nodes, seed,
+-- round, directed = true } when the run's rule takes a directed graph (a node's list: the nodes it
+-- sends to), else { ..., undirected = who cannot use a one-way link, and why }. An algorithm takes
+-- one when its spec says directed = true; dpsgd (directed = "sharing") when its sharing rule,
+-- which then runs the round's exchange itself (exchange = true), says directed = true.
+function M.graph_context(cfg, round)
+  local ctx = { nodes = cfg.nodes, seed = cfg.seed, round = round }
+  local alg = M.algorithm(cfg)
+  local rule = alg.directed == "sharing" and registry.spec("sharing", cfg.sharing)
+  if alg.directed == true or (rule and rule.directed and rule.exchange) then
+    ctx.directed = true
+  elseif rule and not rule.exchange then
+    ctx.undirected = string.format("sharing '%s' cannot use: its Metropolis-Hastings average needs every link "
+                                   .. "both ways (a rule with an exchange of its own that says directed = true in "
+                                   .. "its spec takes a directed graph)", rule.name)
+  elseif rule then
+    ctx.undirected = string.format("sharing '%s' cannot use: its spec does not say directed = true", rule.name)
+  else
+    ctx.undirected = string.format("algorithm '%s' cannot use: its spec does not say directed = true", alg.name)
+  end
+  return ctx
+end
+
 --- Whether node 0 is a server that does not train (fedavg, ps): the algorithm's spec says.
 function M.has_server(cfg) return M.algorithm(cfg).server == true end
 
@@ -273,13 +296,22 @@ function M.check(cfg)
   if ignored then error(ignored, 0) end
   local checked = {}
   if alg.graph then
-    local ok, g = pcall(registry.build, "graph", cfg.graph, { nodes = cfg.nodes, seed = cfg.seed, round = 1 })
+    local rule = registry.spec("sharing", cfg.sharing)
+    if rule.directed and not rule.exchange then
+      error(string.format("sharing '%s'%s: says directed = true without exchange = true: a rule that takes a "
+                          .. "directed graph runs the round's messages itself (the built-in exchange averages "
+                          .. "over links both ways)", rule.name, rule.path and " (" .. rule.path .. ")" or ""), 0)
+    end
+    local ctx = M.graph_context(cfg, 1)
+    local ok, g = pcall(registry.build, "graph", cfg.graph, ctx)
     if not ok then config_error("graph", g) end
+    checked.directed = ctx.directed and graph.one_way(g) ~= nil or nil
     local connected, cut = graph.connected(g)
     if not connected then   -- named with its file: a graph file's, or a user's graph component's
       local file = type(cfg.graph) == "table" and cfg.graph.path or registry.spec("graph", cfg.graph).path
-      error(string.format("graph: the graph is not connected%s: node %d cannot reach node 0",
-                          file and " (" .. file .. ")" or "", cut), 0)
+      local how = ctx.directed and "node 0's messages cannot reach node %d along its arcs"
+                  or "node %d cannot reach node 0"
+      error(string.format("graph: the graph is not connected%s: " .. how, file and " (" .. file .. ")" or "", cut), 0)
     end
     checked.graph, checked.dynamic = g, registry.spec("graph", cfg.graph).dynamic
   end
@@ -325,9 +357,11 @@ function M.write(dir, checked)
   local info = {}
   local g = checked.graph
   if g then
-    M.write_graph(dir, g, checked.dynamic)
-    info.edges = graph.edges(g)
-    info.spectral_gap = g.n <= 512 and graph.spectral_gap(g) or nil   -- O(n^3): 0.1 s at 512 nodes, 0.5-1 at 1024
+    M.write_graph(dir, g, checked.dynamic, checked.directed)
+    -- a directed graph has no symmetric mixing matrix: no spectral gap to give
+    info.edges = not checked.directed and graph.edges(g) or nil
+    -- O(n^3): 0.1 s at 512 nodes, 0.5-1 at 1024
+    info.spectral_gap = not checked.directed and g.n <= 512 and graph.spectral_gap(g) or nil
   end
   local offsets, flat = { 0 }, {}
   for i, p in ipairs(checked.parts) do
@@ -351,8 +385,9 @@ end
 -- in JSON: any reader still decodes it whole. Past 64 MiB padded (a dense graph) it is compact.
 local PADDED_MAX = 64 << 20
 
---- layout.write_graph(dir, g [, dynamic]): dir/graph.json, { n, adj = the lists by uid + 1, dynamic }.
-function M.write_graph(dir, g, dynamic)
+--- layout.write_graph(dir, g [, dynamic [, directed]]): dir/graph.json, { n, adj = the lists by uid
+-- + 1, dynamic, directed }.
+function M.write_graph(dir, g, dynamic, directed)
   local lists, width = {}, 0
   for u = 0, g.n - 1 do
     lists[u + 1] = metrics.json.encode(g.adj[u])
@@ -362,10 +397,12 @@ function M.write_graph(dir, g, dynamic)
   if width * g.n > PADDED_MAX then
     local adj = {}
     for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
-    require("dpy.paths").write(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic }))
+    require("dpy.paths").write(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic,
+                                                           directed = directed }))
     return
   end
-  local out = { string.format('{"n":%d,%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "", width) }
+  local out = { string.format('{"n":%d,%s%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "",
+                              directed and '"directed":true,' or "", width) }
   for u = 1, g.n do
     out[u + 1] = lists[u] .. (u < g.n and "," or " ") .. string.rep(" ", width - #lists[u] - 2) .. "\n"
   end
@@ -379,7 +416,7 @@ local function decode_list(s)
   return list
 end
 
---- The graph written by prepare: { n, adj = { [uid] = neighbours }, dynamic }. A padded file's
+--- The graph written by prepare: { n, adj = { [uid] = neighbours }, dynamic, directed }. A padded file's
 -- lists are read as they are first indexed (so pairs() over adj sees only those read so far).
 function M.load_graph(dir)
   local path = dir .. "/graph.json"
@@ -396,7 +433,7 @@ function M.load_graph(dir)
       for j, v in ipairs(list) do uids[j] = math.tointeger(v) end
       adj[i - 1] = uids
     end
-    return { n = math.tointeger(t.n), adj = adj, dynamic = t.dynamic }
+    return { n = math.tointeger(t.n), adj = adj, dynamic = t.dynamic, directed = t.directed }
   end
   local n, base = math.tointeger(tonumber(head:match('"n":(%d+)'))), #head + 1
   local adj = setmetatable({}, { __index = function(t, key)
@@ -410,7 +447,8 @@ function M.load_graph(dir)
     t[u] = list
     return list
   end })
-  return { n = n, adj = adj, dynamic = head:find('"dynamic":true', 1, true) and true or nil }
+  return { n = n, adj = adj, dynamic = head:find('"dynamic":true', 1, true) and true or nil,
+           directed = head:find('"directed":true', 1, true) and true or nil }
 end
 
 --- The int64 sample indices of training part k (1-based) from partition.pt, read once per

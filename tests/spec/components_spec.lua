@@ -4,6 +4,7 @@ local registry = require "dpy.registry"
 local config = require "dpy.config"
 local tensor = require "dpy.tensor"
 local aggregators = require "dpy.aggregators"
+local metrics = require "dpy.metrics"
 
 -- Writes files (name -> text) into a fresh directory; returns it.
 local function files(map)
@@ -417,6 +418,52 @@ describe("a user's components", function()
     local path = graph_file("for u = 0, n - 1 do adj[u] = { (u + 1) % n + 0.5 } end")
     assert.error_matches(function() registry.build("graph", path, { nodes = 4, seed = 1, round = 1 }) end,
                          "node 0 lists 1%.5, not a node")
+  end)
+
+  it("take a directed graph where the sharing rule says it can use one, refuse it naming the rule where not", function()
+    -- push gossip: a node sends to the nodes its list names and averages what came from those that
+    -- name it (graph.incoming), 1/(k + 1) each
+    local rule = files { ["push.lua"] = [[
+      local registry = require "dpy.registry"
+      local graph = require "dpy.graph"
+      local exchange = require "dpy.exchange"
+      return registry.register { kind = "sharing", name = "push", exchange = true, directed = true,
+        new = function() return { exchange = function(node, r, g, peers)
+          local flat = exchange.model_flat(node)
+          if #peers > 0 then exchange.send_model(node, peers, r, flat) end
+          flat:free()
+          node.endpoint:release()
+          local got, deadline = {}, exchange.deadline(node)
+          for _, v in ipairs(graph.incoming(g, node.uid)) do
+            got[#got + 1] = assert(exchange.receive(node, v, r, deadline))
+          end
+          node.endpoint:acquire(r + 1)
+          local w = {}
+          for i = 1, #got do w[i] = 1 / (#got + 1) end
+          node.model:mix(1 / (#got + 1), got, w)   -- copies on write: local receivers may still read it
+          for _, x in ipairs(got) do x:free() end
+          node.metrics:add("pushes_received", r, #got)
+        end } end }]] } .. "/push.lua"
+    local ring = graph_file("for u = 0, n - 1 do adj[u] = { (u + 1) % n } end")   -- a directed cycle
+    local code, _, err, out = run_config(TINY_RUN .. "graph = '" .. ring .. "'\nsharing = '" .. rule .. "'\n", "-q")
+    assert.are.equal(0, code, err)
+    local m = metrics.read(out .. "/1.metrics.json")
+    assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, m.metrics.pushes_received)
+    -- the same graph under the built-in averaging: refused, naming the rule and why
+    err = refused("graph = '" .. ring .. "'\n")
+    assert.matches("^dpy%-lua: graph 'mine' %(.*/g%.lua%): new returned a directed graph: node 0 lists 1 as a "
+                   .. "neighbour, but 1 does not list 0, which sharing 'average' cannot use: its "
+                   .. "Metropolis%-Hastings average needs every link both ways", err)
+    err = refused("graph = '" .. ring .. "'\nsharing = 'secure_average'\n")
+    assert.matches("which sharing 'secure_average' cannot use", err)
+    err = refused("graph = '" .. ring .. "'\nalgorithm = 'async'\n")
+    assert.matches("which algorithm 'async' cannot use", err)
+    -- directed = true without an exchange of its own is no rule the averaging can run
+    local bad = files { ["bad.lua"] = [[
+      return require("dpy.registry").register { kind = "sharing", name = "bad", directed = true,
+        new = function() return { combine = function() end } end }]] } .. "/bad.lua"
+    err = refused("sharing = '" .. bad .. "'\n")
+    assert.matches("sharing 'bad' %(.*/bad%.lua%): says directed = true without exchange = true", err)
   end)
 
   it("name a partitioner whose parts do not fit the nodes or the training set, before the run starts", function()

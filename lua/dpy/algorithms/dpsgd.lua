@@ -47,6 +47,7 @@ end
 
 return registry.register {
   kind = "algorithm", name = "dpsgd", graph = true, simulated = true, churn = true, deadlines = true,
+  directed = "sharing",   -- a directed graph when its sharing rule runs the exchange and says it takes one
   doc = "D-PSGD: train, send the model to the graph's neighbours, combine by the sharing rule",
   new = function() return round end,
 }
