@@ -410,6 +410,10 @@ int main(void) {
     test_damage("cifar-10-batches-py/data_batch_1", read_cifar_py, 7);
     test_damage("cifar-10-batches-py/test_batch", read_cifar_py, 7);
     test_damage("cifar-py-protocol5/data_batch_1", read_cifar_py, 7);
+    test_damage("cifar-py-resaved/protocol0", read_cifar_py, 7);
+    test_damage("cifar-py-resaved/protocol1", read_cifar_py, 7);
+    test_damage("cifar-py-resaved/labels_int64", read_cifar_py, 7);
+    test_damage("cifar-py-resaved/data_4d", read_cifar_py, 7);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
