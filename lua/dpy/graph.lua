@@ -25,6 +25,16 @@ local function add_edge(g, u, v)
   return true
 end
 
+-- The arc u -> v (directed graph files): only u lists v.
+local function add_arc(g, u, v)
+  local k = u * 1048576 + v
+  if u == v or g._set[k] then return false end
+  g._set[k] = true
+  local au = g.adj[u]
+  au[#au + 1] = v
+  return true
+end
+
 local function finish(g)
   for u = 0, g.n - 1 do table.sort(g.adj[u]) end
   g._set = nil
@@ -280,8 +290,9 @@ local function ids(line, n)
   return list
 end
 
--- Each reader returns the graph, or nil, the line number and a message.
-local function read_edges(lines, n)
+-- Each reader returns the graph, or nil, the line number and a message; arcs: the lines are
+-- arcs ("u v": u sends to v; line k + 2: the nodes k sends to), none required both ways.
+local function read_edges(lines, n, arcs)
   local g = new(n)
   for i = 2, #lines do
     local _, count = lines[i]:gsub("%S+", "")
@@ -292,12 +303,12 @@ local function read_edges(lines, n)
     local pair, err = ids(lines[i], n)
     if not err and pair[1] == pair[2] then err = string.format("a self-loop at node %d", pair[1]) end
     if err then return nil, i, err end
-    add_edge(g, pair[1], pair[2])
+    if arcs then add_arc(g, pair[1], pair[2]) else add_edge(g, pair[1], pair[2]) end
   end
   return finish(g)
 end
 
-local function read_adjacency(lines, n)
+local function read_adjacency(lines, n, arcs)
   local rows = #lines - 1
   if rows < n then return nil, #lines, string.format("the file ends after %d of %d nodes' lines", rows, n) end
   if rows > n then return nil, n + 2, string.format("a line past the last node's (%d nodes)", n) end
@@ -315,11 +326,14 @@ local function read_adjacency(lines, n)
   local g = new(n)
   for u = 0, n - 1 do
     for _, v in ipairs(lists[u]) do
-      if not listed[v][u] then
+      if arcs then
+        add_arc(g, u, v)
+      elseif not listed[v][u] then
         return nil, u + 2, string.format("node %d lists %d, but node %d (line %d) does not list %d",
                                          u, v, v, v + 2, u)
+      else
+        add_edge(g, u, v)
       end
-      add_edge(g, u, v)
     end
   end
   return finish(g)
@@ -335,8 +349,9 @@ M.MAX_FILE_NODES = 1000000
 -- "edges" or "adjacency"; without one, the format the content allows (raises when it allows both
 -- and they differ, as a ring's adjacency list and a one-direction edge list do). Raises on a file
 -- it cannot read, on more than max_nodes nodes (default M.MAX_FILE_NODES) and on bad content,
--- naming the file and line.
-function M.from_file(path, format, max_nodes, limit_name)
+-- naming the file and line. arcs: its lines are arcs (see read_edges), for a rule that takes a
+-- directed graph.
+function M.from_file(path, format, max_nodes, limit_name, arcs)
   if format ~= nil and not FORMATS[format] then
     error(string.format('graph.from_file: format must be "edges" or "adjacency", got %q', tostring(format)), 2)
   end
@@ -356,12 +371,12 @@ function M.from_file(path, format, max_nodes, limit_name)
                         limit_name or "max_nodes"), 0)
   end
   if format then
-    local g, line, msg = READERS[format](lines, n)
+    local g, line, msg = READERS[format](lines, n, arcs)
     if not g then error(string.format("%s:%d: %s", path, line, msg), 0) end
     return g
   end
-  local e, e_line, e_msg = read_edges(lines, n)
-  local a, a_line, a_msg = read_adjacency(lines, n)
+  local e, e_line, e_msg = read_edges(lines, n, arcs)
+  local a, a_line, a_msg = read_adjacency(lines, n, arcs)
   if e and a then
     for u = 0, n - 1 do
       if table.concat(e.adj[u], " ") ~= table.concat(a.adj[u], " ") then
@@ -569,10 +584,19 @@ local GRAPHS = {
   file = { options = { path = { type = "path", required = true, exists = "file",
                                 doc = "a DecentralizePy graph file (graph.from_file)" },
                        format = { one_of = { "edges", "adjacency" },
-                                  doc = "its format; default: the one its content allows" } },
-           build = function(n, c)
-             local g = M.from_file(c.path, c.format, n, "the config's nodes")
+                                  doc = "its format; default: the one its content allows" },
+                       directed = { type = "boolean", default = false,
+                                    doc = "its lines are arcs: 'u v' (or node u's line) lists whom u sends to; "
+                                          .. "for a rule that takes a directed graph" } },
+           build = function(n, c, _, _, ctx)
+             local g = M.from_file(c.path, c.format, n, "the config's nodes", c.directed)
              if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
+             local u, v
+             if c.directed and not ctx.directed then u, v = M.one_way(g) end
+             if u then
+               error(string.format("graph file %s (directed = true): node %d sends to %d, but %d not to %d, which %s",
+                                   c.path, u, v, v, u, ctx.undirected or "a rule of links both ways cannot use"), 0)
+             end
              return g
            end },
   -- a fresh seeded d-regular graph every round: build(n, cfg, seed, round)
@@ -587,7 +611,7 @@ for name, spec in pairs(GRAPHS) do
     kind = "graph", name = name, options = spec.options,
     dynamic = name == "dynamic",
     doc = "graph." .. name,
-    new = function(cfg, ctx) return spec.build(ctx.nodes, cfg, ctx.seed, ctx.round) end,
+    new = function(cfg, ctx) return spec.build(ctx.nodes, cfg, ctx.seed, ctx.round, ctx) end,
   }
 end
 

@@ -458,6 +458,17 @@ describe("a user's components", function()
     assert.matches("which sharing 'secure_average' cannot use", err)
     err = refused("graph = '" .. ring .. "'\nalgorithm = 'async'\n")
     assert.matches("which algorithm 'async' cannot use", err)
+    -- a graph file read as arcs (file's directed = true): taken by the push rule, refused by the averaging
+    local arcs = files { ["ring.edges"] = "4\n0 1\n1 2\n2 3\n3 0\n" } .. "/ring.edges"
+    local file_graph = "graph = { 'file', path = '" .. arcs .. "', directed = true }\n"
+    code, _, err, out = run_config(TINY_RUN .. file_graph .. "sharing = '" .. rule .. "'\n", "-q")
+    assert.are.equal(0, code, err)
+    assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, metrics.read(out .. "/2.metrics.json").metrics.pushes_received)
+    err = refused(file_graph)
+    assert.matches("^dpy%-lua: graph file .*/ring%.edges %(directed = true%): node 0 sends to 1, but 1 not "
+                   .. "to 0, which sharing 'average' cannot use", err)
+    -- without directed = true the same file is DecentralizePy's undirected ring
+    assert.are.same({ 1, 3 }, registry.build("graph", { "file", path = arcs }, { nodes = 4 }).adj[0])
     -- directed = true without an exchange of its own is no rule the averaging can run
     local bad = files { ["bad.lua"] = [[
       return require("dpy.registry").register { kind = "sharing", name = "bad", directed = true,
