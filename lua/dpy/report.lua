@@ -142,7 +142,7 @@ function M.load(dir)
   local honest, err = require("dpy.honest").of_run(dir, run.nodes)
   if not honest then return nil, err end
   run.honest_nodes = honest
-  local finals, sent, walls, eps = {}, {}, {}, nil
+  local finals, sent, eps, slowest = {}, {}, nil, nil
   local per_round_acc, per_round_bytes, per_round_loss, time_at, steps_at = {}, {}, {}, {}, {}
   run.simulated = false
   -- bytes are a participating node's: a server's (FedAvg, ps) are left out, as in the run's summary
@@ -176,9 +176,13 @@ function M.load(dir)
       end
       local elapsed = 0
       for _, e in ipairs(m.wall_seconds or {}) do
-        walls[e[1]] = math.max(walls[e[1]] or 0, e[2])
         elapsed = elapsed + e[2]
         if not m.sim_seconds then time_at[e[1]] = math.max(time_at[e[1]] or 0, elapsed) end
+      end
+      -- the node's own seconds per round: a round's wait falls on one node, then on another, so
+      -- each round's slowest node would add up to more time than the run took
+      if m.wall_seconds and #m.wall_seconds > 0 then
+        slowest = math.max(slowest or 0, elapsed / #m.wall_seconds)
       end
       for _, e in ipairs(uid ~= server and m.step or {}) do   -- a node's local steps so far (a server has none)
         steps_at[e[1]] = steps_at[e[1]] or {}
@@ -213,11 +217,7 @@ function M.load(dir)
   run.honest = #finals
   run.bytes_per_round = mean_std(sent)
   run.epsilon = eps
-  local rounds = {}
-  for r in pairs(walls) do rounds[#rounds + 1] = r end
-  local total = 0
-  for _, r in ipairs(rounds) do total = total + walls[r] end
-  run.seconds_per_round = #rounds > 0 and total / #rounds or nil
+  run.seconds_per_round = slowest
   local rs = {}
   for r in pairs(per_round_acc) do rs[#rs + 1] = r end
   table.sort(rs)

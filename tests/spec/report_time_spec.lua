@@ -30,6 +30,21 @@ describe("report against time", function()
     assert.are.equal(4.0, run.curve[1][4])   -- node 1: 1.5 + 2.5
   end)
 
+  it("gives the slowest node's own seconds per round, not the sum of each round's slowest", function()
+    -- a synchronous round's wait falls on one node, then on another: each node took 4 s for its two
+    -- rounds (2 s a round), and so did the run; each round's slowest node took 3 s
+    local run = assert(report.load(fake_run {
+      { test_accuracy = { { 2, 0.5 } }, wall_seconds = { { 1, 1.0 }, { 2, 3.0 } },
+        bytes_sent = { { 1, 10 }, { 2, 10 } } },
+      { test_accuracy = { { 2, 0.7 } }, wall_seconds = { { 1, 3.0 }, { 2, 1.0 } },
+        bytes_sent = { { 1, 10 }, { 2, 10 } } },
+      { test_accuracy = { { 2, 0.6 } }, wall_seconds = { { 1, 1.5 }, { 2, 1.5 } },
+        bytes_sent = { { 1, 10 }, { 2, 10 } } },
+    }))
+    assert.are.equal(4.0, run.curve[1][4])          -- the time axis: the slowest node's 4 s by round 2
+    assert.are.equal(2.0, run.seconds_per_round)    -- the table: the same node's 4 s over its 2 rounds
+  end)
+
   it("uses simulated seconds when the run has them, and plots accuracy against time", function()
     local dir = fake_run {
       { test_accuracy = { { 1, 0.4 }, { 2, 0.5 } }, wall_seconds = { { 1, 9 }, { 2, 9 } },
