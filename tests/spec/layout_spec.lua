@@ -135,3 +135,21 @@ describe("layout.check", function()
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
+
+describe("layout's partition file", function()
+  it("is one int64 tensor: n + 1 offsets, then every node's indices in uid order (README, Results)", function()
+    local dir = tmpdir()
+    local parts = { tensor.new({ 4, 7 }, "int64"), tensor.new({ 0, 1, 2 }, "int64"), tensor.new({ 9 }, "int64") }
+    layout.write(dir, { parts = parts })
+    local p = tensor.load(dir .. "/partition.pt")   -- as torch.load in Python reads it
+    assert.equal("int64", p:dtype())
+    assert.same({ 0, 2, 5, 6, 4, 7, 0, 1, 2, 9 }, p:totable())
+    local n = #parts
+    for u = 0, n - 1 do
+      local off = p:totable()
+      assert.same(parts[u + 1]:totable(), p:narrow(0, n + 1 + off[u + 1], off[u + 2] - off[u + 1]):totable())
+      assert.same(parts[u + 1]:totable(), layout.load_part(dir, u + 1, n):totable())
+    end
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
