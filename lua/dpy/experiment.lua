@@ -36,7 +36,7 @@ local function hostname()
 end
 
 local function write_json(path, value)
-  paths.write(path, metrics.json.encode(value))
+  paths.write(path, metrics.encode(value))
 end
 
 local function first_n(ds, n)

@@ -379,7 +379,7 @@ local function mark_interrupted(dir, what)
   local path = dir .. "/manifest.json"
   local manifest = metrics.read(path) or {}
   manifest.interrupted = { signal = what.signal, round = what.round }
-  local ok, err = host.write_atomic(path, metrics.json.encode(manifest))
+  local ok, err = host.write_atomic(path, metrics.encode(manifest))
   if not ok then error(err, 0) end
 end
 M.mark_interrupted = mark_interrupted   -- the centralized run and dispatch record it the same way
@@ -392,7 +392,7 @@ function M.record_attached(cfg, dir)
   local path = dir .. "/manifest.json"
   local manifest = metrics.read(path) or {}
   manifest.attached = list
-  local ok, err = host.write_atomic(path, metrics.json.encode(manifest))
+  local ok, err = host.write_atomic(path, metrics.encode(manifest))
   if not ok then error(err, 0) end
   return #list
 end

@@ -111,5 +111,39 @@ function M.diverged_at(series)
   return first
 end
 
+-- lua-cjson writes every number with 14 significant digits, its most: a seed of 15 digits came
+-- out as another seed in config.json and manifest.json. metrics.encode(value) writes what 14
+-- digits do not hold exactly: integers (and integral floats) in full, other floats in the fewest
+-- digits that read back to the same double. A copy of the value goes to cjson with such numbers
+-- as marked strings, put back unquoted.
+local MARK = "\xF4\x8F\xBF\xBFdpy#"   -- U+10FFFF, a noncharacter, which cjson passes as it is
+
+local function exact(v)
+  local i = math.tointeger(v)
+  if i then return string.format("%d", i) end
+  for digits = 15, 17 do
+    local s = string.format("%." .. digits .. "g", v)
+    if tonumber(s) == v then return s end
+  end
+end
+
+function M.encode(value)
+  local texts = {}
+  local function copy(v)
+    if type(v) == "number" then
+      if v ~= v or v == math.huge or v == -math.huge or tonumber(string.format("%.14g", v)) == v then return v end
+      texts[#texts + 1] = exact(v)
+      return MARK .. #texts
+    end
+    if type(v) ~= "table" then return v end
+    local t = {}
+    for k, x in pairs(v) do t[k] = copy(x) end
+    return t
+  end
+  local json = cjson.encode(copy(value))
+  if #texts == 0 then return json end
+  return (json:gsub('"' .. MARK .. '(%d+)"', function(i) return texts[tonumber(i)] end))
+end
+
 M.json = cjson
 return M

@@ -139,6 +139,24 @@ describe("dpy-lua run", function()
     end
   end)
 
+  it("records a seed of 15 or 16 digits as it is in config.json and manifest.json", function()
+    -- lua-cjson writes 14 significant digits: 123456789012345 came out as 1.2345678901234e+14,
+    -- a seed the run never had, in the files a researcher reads (and in report's labels)
+    local dir = tmpdir()
+    write_file(dir .. "/two.lua", "nodes = 2\ngraph = 'full'\nrounds = 1\nlocal_steps = 1\ntrain_samples = 200\n"
+                                  .. "test_samples = 50\n")
+    for i, seed in ipairs { "123456789012345", "-9007199254740991" } do
+      local out = dir .. "/" .. i
+      local code, _, err = sh(BIN .. " run " .. dir .. "/two.lua -q --out " .. out .. " --seed " .. seed)
+      assert.are.equal(0, code, seed .. ": " .. err)
+      for _, file in ipairs { "manifest.json", "config.json" } do
+        assert.matches('"seed":' .. seed:gsub("%-", "%%-") .. "[,}]", read_file(out .. "/" .. file), nil, file)
+      end
+      require("dpy.launcher").mark_interrupted(out, { signal = "SIGINT", round = 1 })   -- read and rewritten
+      assert.matches('"seed":' .. seed:gsub("%-", "%%-") .. "[,}]", read_file(out .. "/manifest.json"))
+    end
+  end)
+
   it("trains and writes the run directory, the same numbers for the same seed", function()
     local dir = tmpdir()
     write_file(dir .. "/tiny.lua", TINY)
