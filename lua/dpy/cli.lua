@@ -23,12 +23,21 @@ end
 
 local SEED = { ["--seed"] = true }
 
+-- --seed N: an integer, held to the config's bound on seed (one its JSON files keep as it is)
+local function seed_arg(s)
+  local n = math.tointeger(s)
+  if not n then return nil, "--seed must be an integer, got " .. s end
+  local problem = require("dpy.config").SCHEMA.seed.check(n)
+  if problem then return nil, "--seed " .. problem end
+  return n
+end
+
 local function run_parser()
   local p = argparse("dpy-lua run", "Run an experiment config on this machine.")
   p:argument("config", "The experiment config (a Lua file), or a run directory to rerun.")
   p:argument("overrides", "Config overrides, KEY=VALUE (VALUE read as a Lua value).")
    :args("*")
-  p:option("--seed", "Seed (overrides the config's seed)."):convert(math.tointeger)
+  p:option("--seed", "Seed (overrides the config's seed)."):convert(seed_arg)
   p:option("--out", "Run directory (default: out/<UTC timestamp>).")
   p:flag("--force", "Replace the run that --out holds.")
   p:flag("--resume", "Continue the run directory CONFIG from the last round every node checkpointed.")
@@ -350,7 +359,7 @@ function M.node(args)
   p:option("--uid", "Host only this node (one process per node: processes = nodes)."):convert(math.tointeger)
   p:option("--dir", "The run directory (prepared by the launcher).")
   p:option("--run-id", "The run's id (the same in every process)."):convert(math.tointeger)
-  p:option("--seed", "Seed."):convert(math.tointeger)
+  p:option("--seed", "Seed."):convert(seed_arg)
   p:option("--t0", "The launcher's start on the monotonic clock (for ready_seconds)."):convert(tonumber)
   p:option("--listen-fd", "A socket listening at this process's address, inherited from the launcher.")
    :convert(math.tointeger)
@@ -717,7 +726,7 @@ function M.dispatch(args)
   p:option("--processes", "Processes of each job (default: every remote's); jobs run side by side on free remotes.")
    :convert(math.tointeger)
   p:option("--out", "Run directory (default: out/<UTC timestamp>; with --jobs, job-<i> inside).")
-  p:option("--seed", "Seed of the first job."):convert(math.tointeger)
+  p:option("--seed", "Seed of the first job."):convert(seed_arg)
   p:flag("--force", "Replace the run that --out holds.")
   p:flag("--resume", "Continue the run directory CONFIG from the last round every node checkpointed.")
   p:flag("--accept-new-host-keys", "Add the host keys of remotes not yet in known_hosts (never a changed one).")

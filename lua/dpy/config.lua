@@ -30,7 +30,14 @@ end
 -- registry kind (`kind`: one component entry; `list_of`: a list of them).
 M.SCHEMA = {
   name = { type = "string", doc = "a label for the run (default: the config's file name)" },
-  seed = { type = "integer", default = 1, doc = "seeds weights, shuffling and partitions" },
+  seed = { type = "integer", default = 1, doc = "seeds weights, shuffling and partitions",
+           check = function(v)   -- JSON readers hold integers up to 2^53 exactly, cjson's and jq's too
+             if v > 9007199254740991 or v < -9007199254740991 then
+               return "must lie within -9007199254740991..9007199254740991 (2^53 - 1), the integers that "
+                      .. "manifest.json and config.json hold as they are for every JSON reader (jq, JavaScript, "
+                      .. "this run's own rewrites of its manifest), got " .. string.format("%d", v)
+             end
+           end },
   dataset = { kind = "dataset", default = "fashion_mnist", doc = "training and test data" },
   model = { kind = "model", default = "cnn", doc = "the network" },
   optimizer = { kind = "optimizer", default = { "sgd", lr = 0.01, momentum = 0.9 },

@@ -157,6 +157,27 @@ describe("dpy-lua run", function()
     end
   end)
 
+  it("refuses a seed past 2^53, which JSON readers (its own manifest's too) cannot hold", function()
+    -- such a seed came back as another from manifest.json: in jq, in JavaScript, in the run's own
+    -- rewrite of its manifest at an interrupt or a resume (cjson reads a double)
+    local dir = tmpdir()
+    write_file(dir .. "/two.lua", "nodes = 2\ngraph = 'full'\nrounds = 1\nlocal_steps = 1\ntrain_samples = 200\n"
+                                  .. "test_samples = 50\n")
+    write_file(dir .. "/big.lua", "include 'two.lua'\nseed = 4611686018427387904\n")
+    for _, c in ipairs { { "two.lua --seed 1733443200123456789", "1733443200123456789" },
+                         { "two.lua --seed=-9007199254740992", "-9007199254740992" },
+                         { "big.lua", "big.lua:2" } } do
+      local code, _, err = sh(BIN .. " run " .. dir .. "/" .. c[1] .. " -q --out " .. dir .. "/out")
+      assert.are.equal(2, code, err)
+      assert.matches(c[2], err, 1, true)
+      assert.matches("9007199254740991", err, 1, true)
+      assert.is_nil(io.open(dir .. "/out/manifest.json"))
+    end
+    local code, _, err = sh(BIN .. " run " .. dir .. "/two.lua -q --out " .. dir .. "/ok --seed 9007199254740991")
+    assert.are.equal(0, code, err)
+    assert.matches('"seed":9007199254740991[,}]', read_file(dir .. "/ok/manifest.json"))
+  end)
+
   it("trains and writes the run directory, the same numbers for the same seed", function()
     local dir = tmpdir()
     write_file(dir .. "/tiny.lua", TINY)
