@@ -98,6 +98,7 @@ function M.load(path, nodes)
   local text = f:read("a")
   f:close()
   if not text then error("stragglers trace: cannot read " .. path, 0) end
+  text = text:gsub("^\239\187\191", "")   -- a spreadsheet's UTF-8 byte-order mark, invisible in a message
   local rows = (path:match("%.json$") and parse_json or parse_csv)(path, text, nodes)
   if #rows == 0 then error(string.format("%s:1: stragglers trace: no rows", path), 0) end
   cache[key] = rows
