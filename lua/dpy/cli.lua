@@ -766,8 +766,7 @@ function M.dispatch(args)
       error(string.format("%d processes for %d nodes", a.processes or all, cfg.nodes), 0)
     end
     for j = 1, math.max(1, a.jobs) do
-      local job = {}
-      for k, v in pairs(cfg) do job[k] = v end
+      local job = require("dpy.config").copy(cfg)   -- where each key was set goes with it, for the checks' messages
       job.seed = (a.seed or cfg.seed) + j - 1   -- a job's seed names it: job j reruns alone with that seed
       job.processes = a.processes or all   -- the remotes', not the config's
       jobs[j] = { cfg = job, processes = job.processes,

@@ -449,6 +449,18 @@ function M.warnings(cfg)
   return lines
 end
 
+--- config.where(cfg, key) -> where cfg's key was last set ("file:line", or "command line: KEY=VALUE"), or nil
+-- (a default, or a table config.load did not make)
+function M.where(cfg, key) return (WHERE[cfg] or {})[key] end
+
+--- config.copy(cfg) -> a shallow copy of cfg that config.where answers for as for cfg (a dispatch job's)
+function M.copy(cfg)
+  local copy = {}
+  for k, v in pairs(cfg) do copy[k] = v end
+  WHERE[copy] = WHERE[cfg]
+  return copy
+end
+
 --- Whether cfg was loaded from a run directory's config.effective.lua (a rerun or --resume): it
 -- runs as it ran, keys a later version refuses included.
 function M.is_effective(cfg) return EFFECTIVE[cfg] == true end

@@ -285,7 +285,11 @@ function M.check(cfg)
     local bad = alg.check(alg_options, cfg)
     if bad then error(bad, 0) end
   end
-  simclock.factors(cfg)   -- raises on a bad stragglers table, before any node starts
+  local fits, why = pcall(simclock.factors, cfg)   -- a bad stragglers table, before any node starts
+  if not fits then   -- named where it was set, as the config's own checks of slowdown and factors are
+    local at = config.where(cfg, "stragglers")
+    error((at and at .. ": " or "") .. tostring(why), 0)
+  end
   churn.schedule(cfg)   -- raises on a uid that is not a node
   if cfg.reset_optimizer and alg.name == "ps" then   -- ps's workers send gradients: no state of theirs to drop
     error("reset_optimizer: drops a node's optimizer state before its round's training, not ps's (its "

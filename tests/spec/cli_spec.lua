@@ -364,9 +364,14 @@ describe("dpy-lua run", function()
       { "algorithm=async checkpoint_every=1", "^dpy%-lua: async: checkpoint_every is not supported" },
       { "algorithm=ps reset_optimizer=true", "^dpy%-lua: reset_optimizer: .*not ps's" },
       { "'algorithm={\"fedavg\"}' 'sharing={\"median\"}'", "^dpy%-lua: fedavg: sharing 'median' does not apply" },
-      { "'stragglers={factors={1,1,4}}'", "^dpy%-lua: stragglers: factors lists 3 nodes, the config has 8" },
-      { "'stragglers={fraction=0.1}'", "^dpy%-lua: stragglers: fraction = 0.1 needs slowdown %(" },
-      { "'stragglers={slowdown=4}'", "^dpy%-lua: stragglers: slowdown = 4 needs fraction %(" },
+      { "'stragglers={factors={1,1,4}}'",
+        "^dpy%-lua: command line: stragglers={factors={1,1,4}}: stragglers: factors lists 3 nodes, the config has 8" },
+      { "'stragglers={fraction=0.1}'",
+        "^dpy%-lua: command line: stragglers={fraction=0.1}: stragglers: fraction = 0.1 needs slowdown %(" },
+      { "'stragglers={slowdown=4}'",
+        "^dpy%-lua: command line: stragglers={slowdown=4}: stragglers: slowdown = 4 needs fraction %(" },
+      { "'stragglers={lognormal=100}'",
+        "^dpy%-lua: command line: stragglers={lognormal=100}: stragglers: lognormal = 100 gives node %d a slowdown" },
       { "'churn={{uid=99,leave=1}}'", "^dpy%-lua: churn%[1%]: uid 99 is not a node of the run" },
       { "partition=natural", "^dpy%-lua: partition 'natural' needs a dataset with natural groups" },
       { "'partition={\"dirichlet\"}'", "partition: partitioner 'dirichlet': option 'alpha' is required" },
@@ -421,12 +426,13 @@ describe("dpy-lua run", function()
     local code, _, err = sh(BIN .. " dispatch " .. dir .. "/eight.lua --remotes " .. dir .. "/remotes.lua --jobs 2 "
                             .. "--out " .. out .. " 'stragglers={factors={1,1,4}}'")
     assert.are.equal(2, code, err)
-    assert.matches("^dpy%-lua dispatch: stragglers: factors lists 3 nodes", err)
+    assert.matches("^dpy%-lua dispatch: command line: stragglers={factors={1,1,4}}: stragglers: factors lists 3 nodes",
+                   err)
     assert.is_true(absent(out))
     -- the repl's node too
     code, _, err = sh(BIN .. " repl " .. dir .. "/eight.lua --uid 0 'stragglers={factors={1,1,4}}' < /dev/null")
     assert.are.equal(2, code, err)
-    assert.matches("^dpy%-lua repl: stragglers: factors lists 3 nodes", err)
+    assert.matches("^dpy%-lua repl: command line: stragglers={factors={1,1,4}}: stragglers: factors lists 3 nodes", err)
   end)
 
   it("refuses a model that does not fit the dataset before writing anything, naming both #checks", function()

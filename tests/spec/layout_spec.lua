@@ -110,11 +110,12 @@ describe("layout.check", function()
     assert.matches("^partition: dirichlet gives node %d+ no training samples %(of 40%)",
                    refusal("nodes = 8\ntrain_samples = 40\npartition = { 'dirichlet', alpha = 0.01, min_size = 0 }\n"))
     assert.matches("^graph: star: center 4 is not a node %(0%.%.3%)$", refusal("graph = { 'star', center = 4 }\n"))
-    assert.matches("^stragglers: lognormal = 1000 gives node %d a slowdown of inf",
+    -- named with the config's file and line, as a slowdown or factors past 1e9 is
+    assert.matches("c%.lua:5: stragglers: lognormal = 1000 gives node %d a slowdown of inf",
                    refusal("stragglers = { lognormal = 1000 }\n"))
     -- past 1e9 a node failed at its wait of (slowdown - 1) x its training (host.sleep's limit)
-    assert.matches("^stragglers: lognormal = 100 gives node %d a slowdown of [%d.e+]+ %(a number > 0 and <= 1e9%)",
-                   refusal("stragglers = { lognormal = 100 }\n"))
+    assert.matches("c%.lua:6: stragglers: lognormal = 100 gives node %d a slowdown of [%d.e+]+ %(a number > 0 and "
+                   .. "<= 1e9%)$", refusal("seed = 1\nstragglers = { lognormal = 100 }\n"))
     -- a label_flipping map outside the data's classes failed the poisoned nodes as they started (exit 1)
     assert.matches("^actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9$",
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { [0] = 10 } } }\n"))
