@@ -415,7 +415,7 @@ function M.node(args)
   local launcher = require "dpy.launcher"
   local opts = { process = a.process, dir = a.dir, run_id = a.run_id or 1, config = a.config,
                  overrides = a.overrides, t0 = a.t0, addresses = require("dpy.layout").read_addresses(a.dir),
-                 paused = a.paused, listen_fd = a.listen_fd }
+                 paused = a.paused, listen_fd = a.listen_fd, grouped = joins }
   if a.resume then   -- before any process of the run can write a checkpoint
     local why
     opts.resume = math.tointeger(tonumber(a.resume))

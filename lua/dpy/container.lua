@@ -183,10 +183,14 @@ local function build_actions(node, list)
         options.check_type(h, "function", string.format("action '%s': outgoing", spec.name), 0)
         modifiers[#modifiers + 1] = { action = spec.name, modify = h }
       elseif not M.EVENTS[event] and event ~= "checkpoint" and event ~= "restore" then
-        error(string.format("action '%s': unknown event '%s'%s (events: init, startup, pre_train, "
+        -- named at its handler's line (where the misspelt key is written), else by the action's file
+        local at = type(h) == "function" and debug.getinfo(h, "S")
+        at = at and at.linedefined > 0 and at.short_src .. ":" .. at.linedefined .. ": "
+             or spec.path and spec.path .. ": " or ""
+        error(string.format("%saction '%s': unknown event '%s'%s (events: init, startup, pre_train, "
                             .. "post_train, pre_exchange, post_exchange, shutdown; outgoing, a modifier; checkpoint "
                             .. "and restore)",
-                            spec.name, tostring(event), options.suggest(event, M.EVENTS)), 0)
+                            at, spec.name, tostring(event), options.suggest(event, M.EVENTS)), 0)
       elseif M.EVENTS[event] then
         handlers[event] = handlers[event] or {}
         table.insert(handlers[event], h)

@@ -506,7 +506,8 @@ function M.mpi_summary(cfg, dir, seconds, from)
 end
 
 --- `dpy-lua node`: hosts process p's nodes of a run the launcher prepared (or mpirun started),
--- writing progress-<p>.json twice a second. Returns the exit code.
+-- writing progress-<p>.json twice a second. Returns the exit code. Its failed nodes: a line each
+-- ("node N failed: why"), or with opts.grouped (a rank of mpirun / srun) as run prints them.
 function M.node_main(cfg, opts)
   local p = opts.process
   local path = string.format("%s/progress-%d.json", opts.dir, p)
@@ -533,12 +534,15 @@ function M.node_main(cfg, opts)
   if last then write(true) end   -- for rank 0's summary under mpirun / srun
   local sig = host.interrupted()
   if sig then return 128 + sig end   -- its nodes stopped; their logs say where
-  local code = 0
-  for _, f in ipairs(failures(results)) do
-    io.stderr:write(string.format("node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
-    code = 1
+  local failed = failures(results)
+  if opts.grouped and #failed > 0 then   -- a rank of mpirun / srun, read by people: a line per distinct failure
+    io.stderr:write(require("dpy.cli").failure_text(failed))
+    return 1
   end
-  return code
+  for _, f in ipairs(failed) do   -- one line a node: what run and dispatch read back (output_failures)
+    io.stderr:write(string.format("node %d failed: %s\n", f.uid, f.err:match("[^\n]*")))
+  end
+  return #failed > 0 and 1 or 0
 end
 
 return M

@@ -35,6 +35,25 @@ describe("launchers #e2e", function()
     assert.matches('"processes":4', manifest)
   end)
 
+  -- each rank wrote a line per failed node: 64 lines at 64 nodes for one misspelt event, without its file
+  it("mpirun: a rank says its nodes' failure once, naming a misspelt event's file and line", function()
+    write_file(dir .. "/typo.lua", 'return require("dpy.registry").register { kind = "action", name = "typo",\n'
+                                   .. "  new = function() return {\n"
+                                   .. "    post_trian = function() end } end }\n")
+    write_file(dir .. "/t.lua", TINY_RUN .. "actions = { '" .. dir .. "/typo.lua' }\n")
+    local code, _, err = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 "
+                            .. "--oversubscribe " .. BIN .. " node " .. dir .. "/t.lua --dir " .. dir .. "/typo")
+    assert.are_not.equal(0, code, err)
+    assert.is_nil(err:find("node %d failed"), err)
+    local lines = 0
+    for line in err:gmatch("dpy%-lua: nodes [^\n]*") do
+      lines = lines + 1
+      assert.matches("^dpy%-lua: nodes [0-3]%-[0-3] failed: .*typo%.lua:3: action 'typo': unknown event 'post_trian' "
+                     .. "%(did you mean 'post_train'%?%)", line)
+    end
+    assert.are.equal(2, lines, err)   -- one a rank
+  end)
+
   it("reads srun's task variables, and names the ranks that never arrive", function()
     local procs = {}
     for r = 0, 3 do
