@@ -357,6 +357,21 @@ end
 
 local function quote(s) return "'" .. s:gsub("'", "''") .. "'" end   -- a gnuplot string
 
+-- A gnuplot string of s cut at spaces into lines of at most width characters (a longer word whole):
+-- a title or legend of many overrides ran past the figure's edge, cut off there.
+local function wrapped(s, width)
+  local lines, line = {}, nil
+  for word in s:gmatch("%S+") do
+    if line and #line + 1 + #word > width then
+      lines[#lines + 1], line = quote(line), word
+    else
+      line = line and line .. " " .. word or word
+    end
+  end
+  lines[#lines + 1] = quote(line or "")
+  return table.concat(lines, '."\\n".')
+end
+
 -- Tic steps of 1, 2, 5, 10 ... rounds: never a fraction of a round on the axis.
 local function round_tics(runs)
   local hi = 1
@@ -433,7 +448,7 @@ function M.plot(runs, out_dir, format)
                                             .. "lc %d notitle", quote(data[i]), p.x, p.band[1], p.band[2], i)
         local legend = names[i] .. (marks_of(run) ~= "" and " [" .. marks_of(run) .. "]" or "")
         series[#series + 1] = string.format("%s using %d:%d with linespoints lc %d pt 7 title %s",
-                                            quote(data[i]), p.x, p.y, i, quote(legend))
+                                            quote(data[i]), p.x, p.y, i, wrapped(legend, 80))
       end
     end
     if #series > 0 then
@@ -441,7 +456,7 @@ function M.plot(runs, out_dir, format)
       outputs[#outputs + 1] = out
       for _, line in ipairs {
         "set output " .. quote(out),
-        "set title " .. quote(p.ylabel .. " (honest nodes: mean, band from min to max): " .. compared),
+        "set title " .. wrapped(p.ylabel .. " (honest nodes: mean, band from min to max): " .. compared, 110),
         "set xlabel " .. quote(p.xlabel), "set ylabel " .. quote(p.ylabel),
         p.x == 1 and "set xtics " .. round_tics(runs) or "set xtics autofreq",
         p.x == 3 and "set format x '%.1s%c'" or "set format x '%g'",

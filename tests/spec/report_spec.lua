@@ -28,6 +28,35 @@ local function edit_json(path, edit)
 end
 
 describe("dpy-lua report", function()
+  -- a title of many overrides was one line, cut off at the figure's edges: runs no longer told apart
+  it("wraps a title and legends of many overrides, keeping every override", function()
+    local dir = tmpdir()
+    local common = { "lr=0.05", "local_steps=10", "batch_size=64", "rounds=3", "graph={\"regular\",d=4}" }
+    for _, sharing in ipairs { "average", "median", "trimmed_mean" } do
+      fake_run(dir .. "/out/" .. sharing, { "run", "c.lua", "sharing=" .. sharing, table.unpack(common) },
+               { { 0.2, 0.4 }, { 0.5, 0.7 }, { 0.6, 0.8 } })
+    end
+    local code, _, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, code, err)
+    local gp = read_file(dir .. "/report/report.gnuplot")
+    local title = assert(gp:match("\nset title ([^\n]*)\n"))
+    local lines = {}
+    for line in (title .. '."\\n".'):gmatch("'(.-)'%.\"\\n\"%.") do
+      assert.is_true(#line <= 110, line)
+      lines[#lines + 1] = line
+    end
+    assert.is_true(#lines > 1, title)
+    local whole = table.concat(lines, " ")
+    for _, sharing in ipairs { "average", "median", "trimmed_mean" } do
+      assert.matches("c sharing=" .. sharing .. " lr=0.05 local_steps=10 batch_size=64 rounds=3 "
+                     .. "graph={\"regular\",d=4}", whole, 1, true)
+    end
+    -- a legend's too, at 80 characters
+    assert.matches("title 'c sharing=average lr=0.05 local_steps=10 batch_size=64 rounds=3'.\"\\n\"."
+                   .. "'graph={\"regular\",d=4}'", gp, 1, true)
+    assert.matches("<svg", read_file(dir .. "/report/report_accuracy_round.svg"))
+  end)
+
   it("names runs by config and overrides, draws min-max bands, a loss plot, titles and whole rounds", function()
     local dir = tmpdir()
     fake_run(dir .. "/out/a", { "run", "c.lua", "sharing=average" }, { { 0.2, 0.4 }, { 0.5, 0.7 }, { 0.6, 0.8 } })
