@@ -74,7 +74,7 @@ static const char USAGE[] =
     "  DPY_FORK       0: start a run's processes by executing dpy-lua again instead of\n"
     "                 forking them from the launcher (default: forked, 0.6-0.9 s sooner)\n"
     "  DPY_ATTACH_FRAME_SECONDS  the most seconds a reply to an attach client takes to go\n"
-    "                 out before its session is closed (default 30)\n"
+    "                 out before its session is closed (default 30; > 0 and <= 1e9)\n"
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
 
@@ -500,6 +500,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dpy-lua: cannot find the dpy Lua modules (lua/dpy/init.lua next to the "
                         "binary's directory); set DPY_LUA_PATH\n");
         return 1;
+    }
+    /* a reply's time to an attach client (attach.c): a value that is no such number fell back to 30 s
+    ** without a word; empty is unset */
+    const char *frame = getenv("DPY_ATTACH_FRAME_SECONDS");
+    if (frame && frame[0]) {
+        char *end;
+        double s = strtod(frame, &end);
+        if (end == frame || *end || !(s > 0 && s <= 1e9)) {
+            fprintf(stderr, "dpy-lua: DPY_ATTACH_FRAME_SECONDS=%s: not a number of seconds > 0 and <= 1e9 "
+                            "(unset, 30)\n", frame);
+            return 2;
+        }
     }
     /* one intra-op thread per core unless told otherwise; set once, before any work */
     const char *threads = getenv("DPY_THREADS");

@@ -97,6 +97,22 @@ describe("dpy-lua as an interpreter", function()
     end
   end)
 
+  -- each fell back to 30 s without a word: a client of a slow link was cut off at 30 s, not the seconds asked for
+  it("refuses a DPY_ATTACH_FRAME_SECONDS that is not a number of seconds > 0 and <= 1e9, naming it", function()
+    for _, value in ipairs { "abc", "-1", "0", "1e999", "nan", "5s", "1e10" } do
+      local code, out, err = sh("DPY_ATTACH_FRAME_SECONDS=" .. shell_quote(value) .. " " .. BIN .. " -e 'print(1)'")
+      assert.are.equal(2, code, value)
+      assert.are.equal("", out, value)
+      assert.are.equal("dpy-lua: DPY_ATTACH_FRAME_SECONDS=" .. value .. ": not a number of seconds > 0 and <= 1e9 "
+                       .. "(unset, 30)\n", err, value)
+    end
+    for _, value in ipairs { "2.5", "" } do   -- empty: unset
+      local code, out, err = sh("DPY_ATTACH_FRAME_SECONDS=" .. shell_quote(value) .. " " .. BIN .. " -e 'print(1)'")
+      assert.are.equal(0, code, err)
+      assert.are.equal("1\n", out)
+    end
+  end)
+
   it("says a config run as a script is a config, instead of ending silently", function()
     local dir = tmpdir()
     write_file(dir .. "/c.lua", "nodes = 4\nrounds = 2\n")
