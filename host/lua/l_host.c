@@ -130,7 +130,7 @@ static int h_huge_pages(lua_State *L) {
 /* host.set_threads(n): libtorch's intra-op threads for this process */
 static int h_set_threads(lua_State *L) {
     lua_Integer n = checkrange(L, 1, 1, INT_MAX, "threads");
-    if (dpy_torch_set_threads((int)n) != DPY_OK)
+    if (dpy_torch_thread_room((int)n) != DPY_OK || dpy_torch_set_threads((int)n) != DPY_OK)
         return dpy_torch_error(L);
     return 0;
 }

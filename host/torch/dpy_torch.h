@@ -42,6 +42,9 @@ typedef enum {
 DPY_API dpy_err dpy_torch_init(int threads) DPY_NOEXCEPT;
 /* Message of this thread's last failed call; valid until its next failing call. */
 DPY_API const char *dpy_torch_errmsg(void) DPY_NOEXCEPT;
+/* DPY_EINVAL, naming the limit, when the threads libtorch's pools for `threads` start cannot start
+** now (ulimit -u, a cgroup's pids.max): its pools would wait for them forever. */
+DPY_API dpy_err dpy_torch_thread_room(int threads) DPY_NOEXCEPT;
 /* Changes libtorch's intra-op thread count later on (e.g. to 1 when a process hosts many nodes). */
 DPY_API dpy_err dpy_torch_set_threads(int threads) DPY_NOEXCEPT;
 DPY_API const char *dpy_torch_version(void) DPY_NOEXCEPT;

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <errno.h>
+#include <pthread.h>
 #include <unistd.h>
 
 static thread_local char g_errmsg[1024];
@@ -24,7 +26,44 @@ const char *dpy_torch_errmsg(void) noexcept { return g_errmsg; }
 const char *dpy_torch_version(void) noexcept { return TORCH_VERSION; }
 void dpy_torch_free(void *p) noexcept { std::free(p); }
 
+static void *wait_for_close(void *fd) {
+    char c;
+    while (read(*(int *)fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    return nullptr;
+}
+
+/* libtorch's pools for n threads start 2 (n - 1) besides the caller (pthreadpool's, then OpenMP's),
+** and pthreadpool waits for each it started without looking whether it did: under a limit on
+** threads (ulimit -u, a cgroup's pids.max) below that, the process hung at start-up. So as many
+** are tried first, each waiting for the pipe to close, all at once. */
+dpy_err dpy_torch_thread_room(int threads) noexcept {
+    int need = threads > 1 ? 2 * (threads - 1) : 0, fds[2];
+    if (need == 0 || pipe(fds) != 0)
+        return DPY_OK;   /* none needed, or nothing to tell by */
+    pthread_t *t = (pthread_t *)std::malloc((size_t)need * sizeof *t);
+    int started = 0, err = 0;
+    while (t && started < need && (err = pthread_create(&t[started], nullptr, wait_for_close, &fds[0])) == 0)
+        started++;   /* default stacks, as the pools' (libtorch's thread-local data needs more than a small one) */
+    close(fds[1]);
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], nullptr);
+    close(fds[0]);
+    std::free(t);
+    if (started == need || !t)
+        return DPY_OK;
+    char msg[400];
+    std::snprintf(msg, sizeof msg,
+                  "libtorch's %d threads (DPY_THREADS, or the config's threads; else one per core) need %d more "
+                  "threads, and %d could start (%s): a limit on threads is lower (ulimit -u, or the cgroup's "
+                  "pids.max); set DPY_THREADS (or threads) to %d or fewer",
+                  threads, need, started, std::strerror(err), started / 2 + 1);
+    return dpy_set_error(DPY_EINVAL, msg);
+}
+
 dpy_err dpy_torch_init(int threads) noexcept {
+    if (dpy_torch_thread_room(threads) != DPY_OK)
+        return DPY_EINVAL;
     return dpy_guard([&] {
         if (threads > 0) {
             at::set_num_threads(threads);

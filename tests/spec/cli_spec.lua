@@ -113,6 +113,29 @@ describe("dpy-lua as an interpreter", function()
     end
   end)
 
+  -- libtorch's pools wait for each thread they start: under a lower limit on threads the process hung
+  it("refuses DPY_THREADS that a limit on threads cannot hold, naming the limit, instead of hanging", function()
+    -- RLIMIT_NPROC counts a user's tasks, and binds no root: a user of no other process (nobody)
+    if sh("test $(id -u) = 0 && command -v setpriv && command -v prlimit && ! pgrep -u 65534 >/dev/null") ~= 0 then
+      pending("needs root, setpriv and prlimit, and no process of uid 65534") return
+    end
+    local function limited(threads, nproc)
+      return sh(string.format("cd / && DPY_THREADS=%d timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "
+                              .. "prlimit --nproc=%d %s -e 'local a = require(\"dpy.tensor\").randn{256, 256} "
+                              .. "print(a:matmul(a):size(0))'", threads, nproc, BIN))
+    end
+    local code, out, err = limited(4, 3)
+    assert.are.equal(1, code, err)
+    assert.are.equal("", out)
+    assert.matches("^dpy%-lua: libtorch's 4 threads %(DPY_THREADS, or the config's threads; else one per core%) need 6 "
+                   .. "more threads, and 2 could start %(Resource temporarily unavailable%): a limit on threads is "
+                   .. "lower %(ulimit %-u, or the cgroup's pids%.max%); set DPY_THREADS %(or threads%) to 2 or "
+                   .. "fewer\n$", err)
+    code, out, err = limited(2, 3)   -- itself and the pools' 2
+    assert.are.equal(0, code, err)
+    assert.are.equal("256\n", out)
+  end)
+
   it("says a config run as a script is a config, instead of ending silently", function()
     local dir = tmpdir()
     write_file(dir .. "/c.lua", "nodes = 4\nrounds = 2\n")
