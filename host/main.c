@@ -74,7 +74,7 @@ static const char USAGE[] =
     "  DPY_FORK       0: start a run's processes by executing dpy-lua again instead of\n"
     "                 forking them from the launcher (default: forked, 0.6-0.9 s sooner)\n"
     "  DPY_ATTACH_FRAME_SECONDS  the most seconds a reply to an attach client takes to go\n"
-    "                 out before its session is closed (default 30; > 0 and <= 1e9)\n"
+    "                 out before its session is closed (default 30)\n"
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
 
@@ -491,6 +491,38 @@ static void note_crashes_under_a_memory_limit(void) {
     signal(SIGBUS, on_crash);
 }
 
+/* The environment's numeric settings, checked once at start: a value that was no such number fell
+** back to its default without a word (DPY_THREADS=abc ran on every core, a rendezvous timeout of -1
+** gave up at once). Empty is unset. The Lua modules and attach.c read them after this. */
+static const struct {
+    const char *name;
+    double lo, hi;
+    int lo_open, whole;
+    const char *what;
+} ENV_NUMBERS[] = {
+    {"DPY_THREADS", 1, 4096, 0, 1, "a whole number from 1 to 4096 (unset: one per core)"},
+    {"DPY_PROGRESS_SECONDS", 0, 1e9, 0, 0, "a number of seconds >= 0 and <= 1e9 (unset: 10)"},
+    {"DPY_RENDEZVOUS_TIMEOUT", 0, 1e9, 1, 0, "a number of seconds > 0 and <= 1e9 (unset: 120)"},
+    {"DPY_ATTACH_FRAME_SECONDS", 0, 1e9, 1, 0, "a number of seconds > 0 and <= 1e9 (unset: 30)"},
+    {"DPY_FORK", 0, 1, 0, 1, "0 or 1 (unset: 1)"},
+};
+
+static int env_numbers_ok(void) {
+    for (size_t i = 0; i < sizeof ENV_NUMBERS / sizeof ENV_NUMBERS[0]; i++) {
+        const char *v = getenv(ENV_NUMBERS[i].name);
+        if (!v || !v[0])
+            continue;
+        char *end;
+        double x = strtod(v, &end);
+        if (end == v || *end || !(ENV_NUMBERS[i].lo_open ? x > ENV_NUMBERS[i].lo : x >= ENV_NUMBERS[i].lo) ||
+            !(x <= ENV_NUMBERS[i].hi) || (ENV_NUMBERS[i].whole && x != (double)(long)x)) {
+            fprintf(stderr, "dpy-lua: %s=%s: not %s\n", ENV_NUMBERS[i].name, v, ENV_NUMBERS[i].what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int main(int argc, char **argv) {
     tune_malloc();
     note_crashes_under_a_memory_limit();
@@ -501,21 +533,11 @@ int main(int argc, char **argv) {
                         "binary's directory); set DPY_LUA_PATH\n");
         return 1;
     }
-    /* a reply's time to an attach client (attach.c): a value that is no such number fell back to 30 s
-    ** without a word; empty is unset */
-    const char *frame = getenv("DPY_ATTACH_FRAME_SECONDS");
-    if (frame && frame[0]) {
-        char *end;
-        double s = strtod(frame, &end);
-        if (end == frame || *end || !(s > 0 && s <= 1e9)) {
-            fprintf(stderr, "dpy-lua: DPY_ATTACH_FRAME_SECONDS=%s: not a number of seconds > 0 and <= 1e9 "
-                            "(unset, 30)\n", frame);
-            return 2;
-        }
-    }
+    if (!env_numbers_ok())
+        return 2;
     /* one intra-op thread per core unless told otherwise; set once, before any work */
     const char *threads = getenv("DPY_THREADS");
-    int nthreads = threads && atoi(threads) > 0 ? atoi(threads) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = threads && threads[0] ? atoi(threads) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (dpy_torch_init(nthreads) != DPY_OK) {
         fprintf(stderr, "dpy-lua: %s\n", dpy_torch_errmsg());
         return 1;

@@ -97,19 +97,32 @@ describe("dpy-lua as an interpreter", function()
     end
   end)
 
-  -- each fell back to 30 s without a word: a client of a slow link was cut off at 30 s, not the seconds asked for
-  it("refuses a DPY_ATTACH_FRAME_SECONDS that is not a number of seconds > 0 and <= 1e9, naming it", function()
-    for _, value in ipairs { "abc", "-1", "0", "1e999", "nan", "5s", "1e10" } do
-      local code, out, err = sh("DPY_ATTACH_FRAME_SECONDS=" .. shell_quote(value) .. " " .. BIN .. " -e 'print(1)'")
-      assert.are.equal(2, code, value)
-      assert.are.equal("", out, value)
-      assert.are.equal("dpy-lua: DPY_ATTACH_FRAME_SECONDS=" .. value .. ": not a number of seconds > 0 and <= 1e9 "
-                       .. "(unset, 30)\n", err, value)
-    end
-    for _, value in ipairs { "2.5", "" } do   -- empty: unset
-      local code, out, err = sh("DPY_ATTACH_FRAME_SECONDS=" .. shell_quote(value) .. " " .. BIN .. " -e 'print(1)'")
-      assert.are.equal(0, code, err)
-      assert.are.equal("1\n", out)
+  -- each fell back to its default without a word (a client of a slow link was cut off at 30 s,
+  -- DPY_THREADS=abc ran on every core, a rendezvous timeout of -1 gave up at once)
+  it("refuses a numeric DPY_* variable that is not such a number, naming it, its bounds and default", function()
+    local cases = {
+      DPY_ATTACH_FRAME_SECONDS = { bad = { "abc", "-1", "0", "1e999", "nan", "5s", "1e10" }, good = { "2.5", "" },
+                                   what = "a number of seconds > 0 and <= 1e9 (unset: 30)" },
+      DPY_RENDEZVOUS_TIMEOUT = { bad = { "-1", "0", "2 min" }, good = { "0.5" },
+                                 what = "a number of seconds > 0 and <= 1e9 (unset: 120)" },
+      DPY_PROGRESS_SECONDS = { bad = { "-1", "ten" }, good = { "0", "30" },
+                               what = "a number of seconds >= 0 and <= 1e9 (unset: 10)" },
+      DPY_THREADS = { bad = { "abc", "0", "2.5", "1e9", "-2" }, good = { "1" },
+                      what = "a whole number from 1 to 4096 (unset: one per core)" },
+      DPY_FORK = { bad = { "no", "2" }, good = { "0", "1" }, what = "0 or 1 (unset: 1)" },
+    }
+    for name, c in pairs(cases) do
+      for _, value in ipairs(c.bad) do
+        local code, out, err = sh(name .. "=" .. shell_quote(value) .. " " .. BIN .. " -e 'print(1)'")
+        assert.are.equal(2, code, name .. "=" .. value)
+        assert.are.equal("", out, value)
+        assert.are.equal("dpy-lua: " .. name .. "=" .. value .. ": not " .. c.what .. "\n", err)
+      end
+      for _, value in ipairs(c.good) do   -- empty: unset
+        local code, out, err = sh(name .. "=" .. shell_quote(value) .. " " .. BIN .. " -e 'print(1)'")
+        assert.are.equal(0, code, name .. "=" .. value .. ": " .. err)
+        assert.are.equal("1\n", out)
+      end
     end
   end)
 
