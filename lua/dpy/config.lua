@@ -453,11 +453,12 @@ end
 -- (a default, or a table config.load did not make)
 function M.where(cfg, key) return (WHERE[cfg] or {})[key] end
 
---- config.copy(cfg) -> a shallow copy of cfg that config.where answers for as for cfg (a dispatch job's)
+--- config.copy(cfg) -> a shallow copy of cfg (a dispatch job's) that config.where, config.warnings and
+-- config.is_effective answer for as for cfg
 function M.copy(cfg)
   local copy = {}
   for k, v in pairs(cfg) do copy[k] = v end
-  WHERE[copy] = WHERE[cfg]
+  WHERE[copy], SET[copy], EFFECTIVE[copy] = WHERE[cfg], SET[cfg], EFFECTIVE[cfg]
   return copy
 end
 
