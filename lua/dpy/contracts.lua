@@ -27,13 +27,10 @@ local function graph_problem(g, nodes, ctx)
     end
   end
   if ctx.directed then return nil end
-  for u = 0, nodes - 1 do
-    for _, v in ipairs(g.adj[u]) do
-      if not listed[v][u] then
-        return string.format("returned a directed graph: node %d lists %d as a neighbour, but %d does not list %d%s",
-                             u, v, v, u, ctx.undirected and ", which " .. ctx.undirected or "")
-      end
-    end
+  local u, v = require("dpy.graph").one_way(g)
+  if u then
+    return string.format("returned a directed graph: node %d lists %d as a neighbour, but %d does not list %d%s",
+                         u, v, v, u, ctx.undirected and ", which " .. ctx.undirected or "")
   end
 end
 

@@ -524,7 +524,6 @@ function M.frontier_order(g)
   return rank
 end
 
---- graph.edges(g) -> count of undirected edges
 --- graph.one_way(g) -> u, v of the first link u lists whose other end v does not list u (nil: none,
 -- the graph is undirected).
 function M.one_way(g)
@@ -552,6 +551,7 @@ function M.incoming(g, u)
   return from
 end
 
+--- graph.edges(g) -> count of undirected edges
 function M.edges(g)
   local e = 0
   for u = 0, g.n - 1 do e = e + #g.adj[u] end
