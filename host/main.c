@@ -53,7 +53,8 @@ static const char USAGE[] =
     "  -e STAT    execute string STAT\n"
     "  -l MOD     require library MOD into global MOD (-l G=MOD: into global G)\n"
     "  -i         enter the interactive prompt after running SCRIPT\n"
-    "  -v, --version  print the versions of dpy-lua, Lua and libtorch, and the devices\n"
+    "  -v, --version  print the versions of dpy-lua, Lua and libtorch, the build (a hash of its\n"
+    "                 C and Lua sources: processes of one run must agree) and the devices\n"
     "  -h, --help     print this text\n"
     "  --         stop handling options\n"
     "  -          execute stdin and stop handling options\n"
@@ -196,7 +197,10 @@ static const char *find_lua_dir(char *buf, size_t len) {
 
 static void print_version(void) {
     int devices = dpy_torch_cuda_count();
-    printf("dpy-lua %s\n%s\nlibtorch %s\ndevices: cpu (%d threads)", DPY_VERSION, LUA_RELEASE,
+    char err[512];
+    const char *build = dpy_build_id(err, sizeof err);
+    printf("dpy-lua %s\nbuild %s%s%s\n%s\nlibtorch %s\ndevices: cpu (%d threads)", DPY_VERSION,
+           build ? build : "unknown (", build ? "" : err, build ? "" : ")", LUA_RELEASE,
            dpy_torch_version(), dpy_torch_num_threads());
     for (int i = 0; i < devices; i++)
         printf(", cuda:%d", i);

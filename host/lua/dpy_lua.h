@@ -47,6 +47,9 @@ void dpy_chunks_install(lua_State *L);
 /* The directory of the dpy Lua modules, set once by main() for every state of the process. */
 void dpy_set_lua_dir(const char *dir);
 const char *dpy_lua_dir(void);
+/* This build's fingerprint (16 hex digits: its C sources and its Lua tree's modules), or NULL and
+** why in err. Hashed once per process (build_id.c). */
+const char *dpy_build_id(char *err, size_t errlen);
 
 /* {==== userdata types ====} */
 

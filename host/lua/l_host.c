@@ -118,6 +118,19 @@ static int h_versions(lua_State *L) {
     return 1;
 }
 
+/* host.build() -> this build's fingerprint (16 hex digits) | nil, err */
+static int h_build(lua_State *L) {
+    char err[512];
+    const char *id = dpy_build_id(err, sizeof err);
+    if (!id) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushstring(L, id);
+    return 1;
+}
+
 /* host.huge_pages(on) -> true | nil, err: whether this process takes transparent huge pages */
 static int h_huge_pages(lua_State *L) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
@@ -383,7 +396,7 @@ static const luaL_Reg functions[] = {
     {"spawn", h_spawn}, {"wait", h_wait}, {"kill", h_kill}, {"sleep", h_sleep}, {"exe", h_exe},
     {"pid", h_pid}, {"open_files", h_open_files}, {"port_free", h_port_free}, {"listen", h_listen}, {"close", h_close}, {"catch_interrupt", h_catch_interrupt},
     {"interrupted", h_interrupted}, {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
-    {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions},
+    {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions}, {"build", h_build},
     {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {NULL, NULL}};
 
 int luaopen_dpy_host_core(lua_State *L) {

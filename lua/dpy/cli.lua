@@ -440,9 +440,9 @@ function M.node(args)
                                       cfg.nodes) }, 0)
       end
       opts.run_id = a.run_id or rendezvous.run_id(a.dir, job)
-      -- what this rank runs, for rank 0 to compare: the effective config and the files it uses
+      -- what this rank runs, for rank 0 to compare: its build, the effective config and the files it uses
       local prepared = require("dpy.rundir").prepare(cfg, { config = a.config, included = included })
-      local text = { prepared.effective }
+      local text = { "build " .. assert(require("dpy.host.core").build()) .. "\n", prepared.effective }
       for _, f in ipairs(prepared.files) do   -- a data file may be large: its length and its ends
         local ends = #f.text > 131072 and f.text:sub(1, 65536) .. f.text:sub(-65536) or f.text
         text[#text + 1] = string.format("the file %s (%d bytes, hash %08x)\n", f.file, #f.text,

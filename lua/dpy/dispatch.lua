@@ -1,7 +1,7 @@
 --- dpy.dispatch: runs an experiment's processes on remote machines over SSH (libssh).
 -- remotes.lua returns { defaults = {...}, remotes = { { host = "a" }, ... } }; a job's remotes get
 -- `processes` processes each (contiguous blocks of node uids, as on one machine), listening on
--- address:port, port + 1, ... Dispatch checks each remote's dpy-lua version, prepares the run
+-- address:port, port + 1, ... Dispatch checks each remote's dpy-lua version and build, prepares the run
 -- locally (config, manifest, graph, partition, the address of every process), uploads it with
 -- every file the run uses (the run directory's copies, at the same relative paths) over SFTP
 -- into a fresh remote directory, starts the processes, shows the progress of the whole run, and
@@ -88,6 +88,8 @@ function M.connect(remotes, opts)
     if not s then fail("remote " .. r.name .. ": " .. err) end
     sessions[i] = s
   end
+  local build, why = host.build()
+  if not build then fail("this dpy-lua's build: " .. why) end
   local checks = {}
   for i, r in ipairs(remotes) do checks[i] = M.quote(r.dpy_lua) .. " --version" end
   for i, result in ipairs(on_each(sessions, checks)) do
@@ -106,6 +108,14 @@ function M.connect(remotes, opts)
       end
       fail(string.format("remote %s: dpy-lua %s expected, found %s", r.name, dpy.version,
                          version or ("none (" .. (out .. errout):match("[^\n]*") .. ")")))
+    end
+    local theirs = out:match("\nbuild (%x+)\n")
+    if theirs ~= build then
+      fail(string.format("remote %s: dpy-lua %s build %s expected, found %s: the two differ in their C or Lua "
+                         .. "sources, and the run's processes would compute differently (install this build "
+                         .. "there, or set dpy_lua in remotes.lua)", r.name, dpy.version, build,
+                         theirs and ("build " .. theirs) or ("no build (" .. (out:match("\nbuild ([^\n]*)")
+                                                                           or "an older dpy-lua") .. ")")))
     end
   end
   return sessions

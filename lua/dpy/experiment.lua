@@ -116,7 +116,7 @@ function M.write_run_files(cfg, opts)
   local versions = host.versions()
   local manifest = rundir.manifest(prepared, opts)
   for k, v in pairs {
-    dpy_lua = dpy.version, lua = versions.lua, torch = versions.torch, threads = versions.threads,
+    dpy_lua = dpy.version, build = host.build(), lua = versions.lua, torch = versions.torch, threads = versions.threads,
     seed = cfg.seed, host = hostname(), started = os.date("!%Y-%m-%dT%H:%M:%SZ"), nodes = cfg.nodes or 1,
     processes = cfg.processes, run_id = opts.run_id, launcher = opts.launcher,
     actions = cfg.nodes and require("dpy.actions").manifest(cfg) or nil,

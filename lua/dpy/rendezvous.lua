@@ -91,7 +91,8 @@ end
 -- Rank 0, before it prepares anything: waits for every rank's config text (config-<rank>.txt) and
 -- raises (a usage error) naming the ranks whose text differs from its own, and the first line
 -- that differs. A rank started with other overrides, --seed or files would run its nodes with them
--- while the run directory records rank 0's.
+-- while the run directory records rank 0's; one of another build (the text's first line) would
+-- compute differently.
 local function same_configs(rdv, dir, size, text, deadline, timeout)
   local texts, missing
   repeat
@@ -120,6 +121,12 @@ local function same_configs(rdv, dir, size, text, deadline, timeout)
         first = first or { "nothing", mine[i + 1] }
       end
     end
+  end
+  if #differ > 0 and first[1]:match("^build ") then   -- the texts begin with the build
+    error({ usage = string.format("rank%s %s run%s another build of dpy-lua than rank 0: %s where rank 0 has %s "
+                                  .. "(the ranks would compute differently: every rank runs the same build, "
+                                  .. "installed alike on every machine)", #differ > 1 and "s" or "",
+                                  table.concat(differ, ", "), #differ > 1 and "" or "s", first[1], first[2]) }, 0)
   end
   if #differ > 0 then
     error({ usage = string.format("rank%s %s run%s another config than rank 0: %s where rank 0 has %s (every "

@@ -339,7 +339,7 @@ return {
     end
   end)
 
-  it("refuses an unknown or changed host key, a wrong key and a remote without dpy-lua", function()
+  it("refuses an unknown or changed host key, a wrong key, a remote without dpy-lua or of another build", function()
     write_file(dir .. "/empty_known_hosts", "")
     remotes(string.format("known_hosts = %q", dir .. "/empty_known_hosts"))
     local code, _, err = dispatch("--out " .. dir .. "/x")
@@ -363,6 +363,20 @@ return {
     code, _, err = dispatch("--out " .. dir .. "/x")
     assert.are.equal(1, code)
     assert.matches("backend cuda asked, but its dpy%-lua sees no GPU %(devices: cpu", err)
+
+    -- another build of the same version (its Lua tree edited) would give other numbers
+    assert.are.equal(0, (sh("cp -r " .. shell_quote(REPO .. "/lua") .. " " .. dir .. "/lua2 && echo '-- edited' >> "
+                            .. dir .. "/lua2/dpy/random.lua")))
+    write_file(dir .. "/other-build", string.format("#!/bin/sh\nDPY_LUA_PATH=%s/lua2 exec %s \"$@\"\n", dir, BIN))
+    assert.are.equal(0, (sh("chmod +x " .. dir .. "/other-build")))
+    remotes(string.format("dpy_lua = %q", dir .. "/other-build"))
+    code, _, err = dispatch("--out " .. dir .. "/x")
+    assert.are.equal(1, code)
+    local mine = select(2, sh(BIN .. " --version")):match("\nbuild (%x+)")
+    local theirs = select(2, sh(dir .. "/other-build --version")):match("\nbuild (%x+)")
+    assert.matches(string.format("remote 127.0.0.1 (127.0.0.1): dpy-lua 0.1.0 build %s expected, found build %s",
+                                 mine, theirs), err, 1, true)
+    assert.is_nil(io.open(dir .. "/x/manifest.json"))
 
     remotes("dpy_lua = '/nonexistent/dpy-lua'")
     code, _, err = dispatch("--out " .. dir .. "/x")

@@ -110,6 +110,24 @@ describe("launchers #e2e", function()
     assert.matches("rank 0: rank 1 runs another config", read_file(dir .. "/m1.out"), 1, true)
     assert.is_nil(io.open(dir .. "/mixed/manifest.json"), "nothing of the run is written")
 
+    -- a rank of another build (here its Lua tree differs by a line) would give other numbers: refused by name
+    assert.are.equal(0, (sh("cp -r " .. shell_quote(REPO .. "/lua") .. " " .. dir .. "/lua2 && echo '-- edited' >> "
+                            .. dir .. "/lua2/dpy/random.lua")))
+    local builds, ranks = {}, {}
+    for r = 0, 1 do
+      local env = r == 1 and "DPY_LUA_PATH=" .. dir .. "/lua2 " or ""
+      builds[r] = select(2, sh(env .. BIN .. " --version")):match("\nbuild (%x+)")
+      ranks[#ranks + 1] = string.format("(%sDPY_RENDEZVOUS_TIMEOUT=30 SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=79 "
+                                        .. "%s node %s/c.lua --dir %s/builds > %s/b%d.out 2>&1; echo $? > %s/b%d.code)",
+                                        env, r, BIN, dir, dir, dir, r, dir, r)
+    end
+    sh("(" .. table.concat(ranks, " & ") .. " & wait)")
+    assert.are.equal("2\n", read_file(dir .. "/b0.code"), read_file(dir .. "/b0.out"))
+    assert.are.equal("1\n", read_file(dir .. "/b1.code"), read_file(dir .. "/b1.out"))
+    assert.matches(string.format("rank 1 runs another build of dpy-lua than rank 0: build %s where rank 0 has build %s",
+                                 builds[1], builds[0]), read_file(dir .. "/b0.out"), 1, true)
+    assert.is_nil(io.open(dir .. "/builds/manifest.json"), "nothing of the run is written")
+
     -- a rank outside the launch (variables set by hand): refused at once, not after the rendezvous timeout
     for _, vars in ipairs { "SLURM_PROCID=2 SLURM_NTASKS=2", "SLURM_PROCID=0 SLURM_NTASKS=0" } do
       local t0 = os.time()

@@ -54,6 +54,7 @@ describe("a run directory", function()
     assert.are.same(args, manifest.command.argv)
     assert.are.equal(dir, manifest.command.cwd)
     assert.are.equal(dpy.version, manifest.dpy_lua)
+    assert.are.equal(select(2, sh(BIN .. " --version")):match("\nbuild (%x+)"), manifest.build)
     -- the commit of dpy-lua's own tree, though the run's cwd is no git checkout
     local tree = lua_tree()
     local rc, head = sh("git -C " .. shell_quote(tree) .. " rev-parse HEAD")
