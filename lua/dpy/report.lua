@@ -137,6 +137,7 @@ function M.load(dir)
     if type(a) == "string" and a:match("^[%a_][%w_]*=") then overrides[#overrides + 1] = a end
   end
   local run = { dir = dir, label = dir:gsub("/+$", ""):match("([^/]+)$"), name = cfg.name, seed = cfg.seed,
+                build = type(manifest.build) == "string" and manifest.build or nil,
                 title = table.concat({ cfg.name or "?", table.unpack(overrides) }, " "),
                 nodes = nodes, accuracy = {}, curve = {}, bytes_curve = {}, marks = {}, warnings = {} }
   local honest, err = require("dpy.honest").of_run(dir, run.nodes)
@@ -351,6 +352,19 @@ function M.table(runs)
                                                                            run.server_bytes_per_round / 1e6) or "")
       for _, w in ipairs(run.warnings or {}) do lines[#lines + 1] = run.label .. ": " .. w end
     end
+  end
+  local builds, order = {}, {}   -- runs of several builds: a difference may be the build's (manifest.json)
+  for _, run in ipairs(runs) do
+    if not run.group then
+      local b = run.build and "build " .. run.build or "build not recorded"
+      if not builds[b] then builds[b], order[#order + 1] = {}, b end
+      table.insert(builds[b], run.label)
+    end
+  end
+  if #order > 1 then
+    for i, b in ipairs(order) do order[i] = b .. " (" .. table.concat(builds[b], ", ") .. ")" end
+    lines[#lines + 1] = string.format("these runs come from %d builds of dpy-lua, whose numbers may differ: %s",
+                                      #order, table.concat(order, "; "))
   end
   return table.concat(lines, "\n")
 end

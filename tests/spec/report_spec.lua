@@ -113,6 +113,22 @@ describe("dpy-lua report", function()
                    read_file(dir .. "/report/report_4_seeds.dat"))
   end)
 
+  -- a run of last month's build beside today's: a difference may be the build's, not the config's
+  it("says when the runs come from more than one build of dpy-lua, naming which", function()
+    local dir = tmpdir()
+    for i, build in ipairs { "aaaa000000000001", "aaaa000000000001", "bbbb000000000002", false } do
+      local run = fake_run(string.format("%s/out/r%d", dir, i), { "run", "c.lua", "rounds=" .. i }, { { 0.5, 0.7 } })
+      edit_json(run .. "/manifest.json", function(m) m.build = build or nil end)
+    end
+    local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/r1 out/r2")
+    assert.are.equal(0, code, err)
+    assert.not_matches("builds", out)
+    code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
+    assert.are.equal(0, code, err)
+    assert.matches("these runs come from 3 builds of dpy-lua, whose numbers may differ: build aaaa000000000001 "
+                   .. "(r1, r2); build bbbb000000000002 (r3); build not recorded (r4)", out, 1, true)
+  end)
+
   it("gives a seeds row of private runs their epsilon, the largest: '-' says a run without DP", function()
     local dir = tmpdir()
     local runs = {}
