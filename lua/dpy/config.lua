@@ -298,10 +298,14 @@ local function sandbox(values, dir, depth, included)
   })
 end
 
---- Parses "KEY=VALUE" (VALUE as a Lua expression, else as a string) -> key, value | nil, err
+-- What KEY=nil parses to: the key unset, back to its default (as if the config never set it)
+M.UNSET = setmetatable({}, { __tostring = function() return "nil" end })
+
+--- Parses "KEY=VALUE" (VALUE as a Lua expression, else as a string; nil: config.UNSET) -> key, value | nil, err
 function M.parse_override(arg)
   local key, text = arg:match("^([%a_][%w_]*)=(.*)$")
   if not key then return nil, string.format("'%s' is not KEY=VALUE", arg) end
+  if text:match("^%s*nil%s*$") then return key, M.UNSET end
   local chunk, syntax = load("return " .. text, "=override", "t", {})
   if not chunk and text:match("^%s*[{\"']") then   -- meant as a table or a quoted string
     return nil, string.format("%s: not a Lua value (%s)", arg, syntax:gsub("^override:%d+: ", ""))
@@ -377,9 +381,14 @@ function M.load(path, overrides, opts)
   for _, o in ipairs(overrides or {}) do
     local key, value = M.parse_override(o)
     if not key then error("command line: " .. value, 0) end
-    local e, resolved = M.check(key, value)   -- paths on the command line: from the current directory
-    if e then error(string.format("command line: %s: %s", o, e), 0) end
-    values[key] = resolved
+    if value == M.UNSET then
+      if not M.SCHEMA[key] then error(string.format("command line: %s: %s", o, M.check(key)), 0) end
+      values[key] = nil
+    else
+      local e, resolved = M.check(key, value)   -- paths on the command line: from the current directory
+      if e then error(string.format("command line: %s: %s", o, e), 0) end
+      values[key] = resolved
+    end
     where[key] = "command line: " .. o
   end
   -- a key of the other kind of run would be ignored without a word (a run directory's effective

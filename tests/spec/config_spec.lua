@@ -159,6 +159,24 @@ describe("config loading", function()
     assert.are.equal("a,b", config.load(write_config("nodes = 4\n"), { "name=a,b" }).name)   -- no value: a string
   end)
 
+  -- stragglers=nil was taken as the string "nil" and refused: a baseline without the config's stragglers had to
+  -- copy the config
+  it("takes KEY=nil as the key unset, back to its default, and says where", function()
+    local path = write_config("nodes = 4\nstragglers = { factors = { 1, 1, 4, 1 } }\nname = 'x'\n"
+                              .. "sim_clock = { step_seconds = 0.05 }\n")
+    local cfg = config.load(path, { "stragglers=nil", "name= nil ", "sim_clock=nil" })
+    assert.is_nil(cfg.stragglers)
+    assert.is_nil(cfg.sim_clock)
+    assert.are.equal("c", cfg.name, "the default name: the config file's")
+    assert.are.equal("command line: stragglers=nil", config.where(cfg, "stragglers"))
+    assert.matches("command line: stragglrs=nil: unknown config key 'stragglrs' %(did you mean 'stragglers'",
+                   load_error("", { "stragglrs=nil" }))
+    assert.are.equal("nil", config.load(write_config(""), { "name='nil'" }).name, "a quoted nil is the string")
+    -- unsetting nodes makes the run centralized: the file's decentralized keys are named
+    assert.matches("c%.lua:2: config key 'rounds' is for decentralized runs; this one is centralized",
+                   load_error("nodes = 4\nrounds = 2\n", { "nodes=nil" }))
+  end)
+
   it("refuses a key of the other kind of run, which would be ignored, naming where it was set", function()
     assert.matches("c.lua:3: config key 'epochs' is for centralized runs; this one is decentralized",
                    load_error("nodes = 4\nrounds = 2\nepochs = 3\n"))
