@@ -316,6 +316,10 @@ describe("femnist", function()
     assert.matches("user f0002_33: pixels must lie in 0%.%.1, found 0%.%.2", err_of(broken(function(t)
       t.user_data.f0002_33.x[2][7] = 2
     end)))
+    assert.matches("user f0002_33: pixels must lie in 0%.%.1, found %-?nan%.%.%-?nan", err_of(broken(function(t)
+      t.user_data.f0002_33.x[2][7] = 0.3125   -- Python's json.dump writes NaN so, and cjson reads it
+      return (cjson.encode(t):gsub("0%.3125", "NaN"))
+    end)))
     assert.matches("user f0002_33: y%[3%] = 62 is not a class in 0%.%.61", err_of(broken(function(t)
       t.user_data.f0002_33.y[3] = 62
     end)))

@@ -78,7 +78,7 @@ local function user_tensors(path, user, d, count)
   else
     local lo <close> = x:min()
     local hi <close> = x:max()
-    if lo:item() < 0 or hi:item() > 1 then
+    if not (lo:item() >= 0 and hi:item() <= 1) then   -- NaN too
       bad = string.format("pixels must lie in 0..1, found %g..%g", lo:item(), hi:item())
     end
   end
