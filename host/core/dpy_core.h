@@ -41,6 +41,43 @@ int dpy_cifar_read(const char *path, int label_bytes, int label_index, dpy_cifar
                    char *err, size_t errlen);
 void dpy_cifar_free(dpy_cifar *c);
 
+/* {==== decoded datasets in the dataset cache directory (data_cache.c) ====} */
+
+#define DPY_CACHE_MAXDIM 8
+
+/* One array of a cache file: its name, a type code the caller defines, dims and byte count. */
+typedef struct {
+    char name[64];
+    int code, ndim;
+    int64_t dims[DPY_CACHE_MAXDIM];
+    uint64_t nbytes;
+} dpy_cache_array;
+
+/* A cache file being read: its meta string and the arrays it holds, then their bytes. */
+typedef struct {
+    int fd;
+    char *path, *meta;              /* meta: metalen bytes, NUL-terminated */
+    size_t metalen, n;
+    uint64_t total;
+    dpy_cache_array *arrays;        /* n */
+    struct XXH3_state_s *hash;
+} dpy_cache_file;
+
+/* Opens path's header: 0 when it holds key (f filled: read its arrays, then close it), 1 when
+** there is no such file or it was made under another key (nothing to close), -1 when it cannot
+** be read or is truncated or corrupt (err says which; nothing to close). */
+int dpy_cache_open(const char *path, const char *key, size_t keylen, dpy_cache_file *f, char *err,
+                   size_t errlen);
+/* Reads the arrays' bytes into dest[i] (arrays[i].nbytes each) and checks the whole file's
+** checksum: 0, or -1 (truncated or corrupt: dest holds garbage). Close f either way. */
+int dpy_cache_read(dpy_cache_file *f, void *const *dest, char *err, size_t errlen);
+void dpy_cache_close(dpy_cache_file *f);
+/* Writes the arrays (data[i]: arrays[i].nbytes each, at most 64 arrays) under key and meta to a
+** temporary file beside path, renamed into place: readers see the old file or the new one. */
+int dpy_cache_write(const char *path, const char *key, size_t keylen, const char *meta,
+                    size_t metalen, const dpy_cache_array *arrays, const void *const *data, size_t n,
+                    char *err, size_t errlen);
+
 /* Writes all len bytes to fd, through short writes and signals: 0, or -1 with errno set. */
 int dpy_write_all(int fd, const void *data, size_t len);
 /* Writes path atomically: a temporary file beside it, fsync, rename, fsync of the directory.

@@ -2,10 +2,13 @@
 ** l_data.c: dataset files into tensors, and batches out of them. Dataset tensors are read-only
 ** (DPY_TF_READONLY): loaded once per process and shared by every node that reads them.
 */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
 
 #include "data_image.h"
 #include "dpy_arrays.h"
@@ -635,17 +638,179 @@ static int d_read_arrays(lua_State *L) {
     return 3;
 }
 
+/* {==== decoded datasets in the dataset cache directory (data_cache.c) ====} */
+
+#define CACHE_MT "dpy.data.CacheFile"
+
+/* The dtypes a cache file holds, by their code in the file (their index here). */
+static const dpy_dtype CACHE_DTYPES[] = {DPY_UINT8, DPY_INT64, DPY_FLOAT32, DPY_FLOAT64};
+#define CACHE_NDTYPES ((int)(sizeof CACHE_DTYPES / sizeof *CACHE_DTYPES))
+
+static int cache_gc(lua_State *L) {
+    dpy_cache_close(luaL_checkudata(L, 1, CACHE_MT));
+    return 0;
+}
+
+/* data.core.stamp(path) -> "<size> bytes, mtime <sec>.<nsec>" | nil, err: a part of a cache key
+** that changes whenever the file does */
+static int d_stamp(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        luaL_pushfail(L);
+        lua_pushfstring(L, "cannot open %s: %s", path, strerror(errno));
+        return 2;
+    }
+    char buf[96];
+    snprintf(buf, sizeof buf, "%lld bytes, mtime %lld.%09ld", (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+/* data.core.hash(s) -> s's XXH3-64 as 16 hex digits (a cache file's name) */
+static int d_hash(lua_State *L) {
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    char buf[20];
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)XXH3_64bits(s, len));
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+/*
+** data.core.cache_read(path, key) -> {name = tensor, ...}, meta | nil (no file, or one made under
+** another key) | nil, err (unreadable, truncated or corrupt: its length and checksum are checked)
+*/
+static int d_cache_read(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    size_t keylen;
+    const char *key = luaL_checklstring(L, 2, &keylen);
+    lua_settop(L, 2);
+    dpy_cache_file *f = lua_newuserdatauv(L, sizeof *f, 0);   /* box first, empty */
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    luaL_setmetatable(L, CACHE_MT);
+    char err[1024];
+    int rc = dpy_cache_open(path, key, keylen, f, err, sizeof err);
+    if (rc == 1) {
+        lua_pushnil(L);
+        return 1;
+    }
+    if (rc != 0)
+        return io_fail(L, err);
+    lua_createtable(L, 0, (int)f->n);
+    void **dest = lua_newuserdatauv(L, (f->n ? f->n : 1) * sizeof *dest, 0);
+    for (size_t i = 0; i < f->n; i++) {
+        const dpy_cache_array *a = &f->arrays[i];
+        if (a->code < 0 || a->code >= CACHE_NDTYPES) {
+            snprintf(err, sizeof err, "%s: corrupt header (array type %d)", path, a->code);
+            dpy_cache_close(f);
+            return io_fail(L, err);
+        }
+        dpy_tensor_box *b = dpy_newtensor(L);
+        if (dpy_tensor_empty(&b->h, a->dims, a->ndim, CACHE_DTYPES[a->code], NULL) != DPY_OK)
+            return dpy_torch_error(L);   /* the file's box closes it */
+        dpy_tensor_filled(L, b);
+        dest[i] = (void *)dpy_tensor_data(b->h);
+        if (!dest[i] || dpy_tensor_nbytes(b->h) != a->nbytes) {
+            snprintf(err, sizeof err, "%s: corrupt header (%s: %llu bytes for its shape)", path,
+                     a->name, (unsigned long long)a->nbytes);
+            dpy_cache_close(f);
+            return io_fail(L, err);
+        }
+        lua_setfield(L, -3, a->name);
+    }
+    rc = dpy_cache_read(f, dest, err, sizeof err);
+    if (rc == 0) {
+        lua_pop(L, 1);   /* dest */
+        lua_pushlstring(L, f->meta, f->metalen);
+    }
+    dpy_cache_close(f);
+    if (rc != 0)
+        return io_fail(L, err);   /* the tensors' garbage goes with the table */
+    return 2;
+}
+
+static int array_cmp(const void *a, const void *b) {
+    return strcmp(((const dpy_cache_array *)a)->name, ((const dpy_cache_array *)b)->name);
+}
+
+/*
+** data.core.cache_write(path, key, meta, {name = tensor, ...}) -> true | nil, err
+** contiguous cpu tensors of uint8, int64, float32 or float64; path's folder is made when missing
+*/
+static int d_cache_write(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    size_t keylen, metalen;
+    const char *key = luaL_checklstring(L, 2, &keylen);
+    const char *meta = luaL_checklstring(L, 3, &metalen);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lua_settop(L, 4);
+    dpy_cache_array arrays[64];
+    const void *data[64];
+    size_t n = 0;
+    for (lua_pushnil(L); lua_next(L, 4); lua_pop(L, 1)) {
+        size_t nl;
+        const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &nl) : NULL;
+        luaL_argcheck(L, name && nl < sizeof arrays[0].name, 4, "names of fewer than 64 bytes expected");
+        luaL_argcheck(L, n < 64, 4, "at most 64 tensors");
+        dpy_tensor *t = dpy_checktensor(L, lua_absindex(L, -1));
+        dpy_cache_array *a = &arrays[n];
+        memset(a, 0, sizeof *a);
+        a->code = -1;
+        for (int c = 0; c < CACHE_NDTYPES; c++)
+            if (dpy_tensor_dtype(t) == CACHE_DTYPES[c])
+                a->code = c;
+        data[n] = dpy_tensor_data(t);
+        a->ndim = dpy_tensor_dim(t);
+        luaL_argcheck(L, a->code >= 0 && data[n] && a->ndim <= DPY_CACHE_MAXDIM, 4,
+                      "contiguous cpu tensors of uint8, int64, float32 or float64 expected");
+        memcpy(a->name, name, nl + 1);
+        for (int d = 0; d < a->ndim; d++)
+            a->dims[d] = dpy_tensor_size(t, d);
+        a->nbytes = dpy_tensor_nbytes(t);
+        n++;
+    }
+    qsort(arrays, n, sizeof *arrays, array_cmp);   /* the same file for the same tensors */
+    for (size_t i = 0; i < n; i++) {
+        lua_getfield(L, 4, arrays[i].name);
+        data[i] = dpy_tensor_data(dpy_checktensor(L, -1));
+        lua_pop(L, 1);   /* the table keeps it */
+    }
+    char err[1024], dir[4200];
+    const char *slash = strrchr(path, '/');
+    if (slash && slash != path) {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        if (dpy_mkdir_p(dir, err, sizeof err) != 0)
+            return io_fail(L, err);
+    }
+    if (dpy_cache_write(path, key, keylen, meta, metalen, arrays, data, n, err, sizeof err) != 0)
+        return io_fail(L, err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* }==== */
+
 static const luaL_Reg functions[] = {{"read_idx", d_read_idx}, {"read_cifar", d_read_cifar},
                                      {"batch", d_batch}, {"storage", d_storage},
                                      {"list_dir", d_list_dir}, {"image_probe", d_image_probe},
                                      {"read_images", d_read_images},
                                      {"channel_stats", d_channel_stats}, {"shared", d_shared},
                                      {"read_arrays", d_read_arrays}, {"read_cifar_py", d_read_cifar_py},
+                                     {"stamp", d_stamp}, {"hash", d_hash},
+                                     {"cache_read", d_cache_read}, {"cache_write", d_cache_write},
                                      {NULL, NULL}};
 
 int luaopen_dpy_data_core(lua_State *L) {
     if (luaL_newmetatable(L, NAMES_MT)) {
         lua_pushcfunction(L, names_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, CACHE_MT)) {
+        lua_pushcfunction(L, cache_gc);
         lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);

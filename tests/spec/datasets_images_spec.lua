@@ -333,6 +333,145 @@ describe("femnist", function()
   end)
 end)
 
+describe("femnist's decoded splits in the dataset cache", function()
+  -- A script printing a split's shape, a hash of each tensor's bytes and of the writers, and the
+  -- default mean and std, as a new process loads it.
+  local DIGEST = [[
+local femnist = require "dpy.datasets.femnist"
+local core = require "dpy.data.core"
+local ds = femnist.load { dir = arg[1], train = arg[2] ~= "test" }
+local function h(t) return core.hash(t:contiguous():bytes()) end
+print(table.concat(ds.images:size(), "x"), ds.images:dtype(), h(ds.images), ds.labels:dtype(), h(ds.labels),
+      ds.groups:dtype(), h(ds.groups), core.hash(table.concat(ds.group_names, "\0")),
+      string.format("%.17g %.17g", ds.mean[1], ds.std[1]))
+]]
+  local script
+  -- code, stdout, stderr of the digest of dir's split, in a new process with DPY_CACHE_DIR = cache
+  local function load(dir, cache, split)
+    if not script then
+      script = tmpdir() .. "/digest.lua"
+      write_file(script, DIGEST)
+    end
+    return sh(string.format("DPY_CACHE_DIR=%s %s %s %s %s", shell_quote(cache), shell_quote(DPY_BIN), script,
+                            shell_quote(dir), split or "train"))
+  end
+  local function ok_load(dir, cache, split)
+    local code, out, err = load(dir, cache, split)
+    assert.are.equal(0, code, err)
+    return out, err
+  end
+  local function cache_files(cache)
+    local _, out = sh("ls " .. shell_quote(cache))
+    local files = {}
+    for f in out:gmatch("[^\n]+") do files[#files + 1] = f end
+    return files
+  end
+  local function count(s, pattern) return select(2, s:gsub(pattern, "")) end
+  local TRAIN = "/train/all_data_0_niid_0_keep_0_train_9.json"
+
+  it("is made by the first process and read by the next, bit for bit what the JSON gives, unparsed", function()
+    local d, cache = copy("femnist"), tmpdir() .. "/cache"
+    local plain = ok_load(d, "")
+    local plain_test = ok_load(d, "", "test")
+    assert.matches("^9x1x28x28\tuint8\t", plain)
+    assert.are.equal(plain, (ok_load(d, cache)))
+    assert.are.equal(1, #cache_files(cache))
+    assert.matches("^femnist%-train%-%x+$", cache_files(cache)[1])
+    -- every JSON file of the split replaced by garbage of its size and mtime: only the cache can answer
+    for _, f in ipairs { TRAIN, "/train/all_data_1_niid_0_keep_0_train_9.json" } do
+      local size = #read_file(d .. f)
+      write_file(d .. f .. ".new", string.rep("x", size))
+      assert(sh(string.format("touch -r %s %s.new && mv %s.new %s", d .. f, d .. f, d .. f, d .. f)) == 0)
+    end
+    local out, err = ok_load(d, cache)
+    assert.are.equal(plain, out)
+    assert.are.equal("", err)
+    -- the test split: its own file, and the training split's statistics from the cache
+    assert.are.equal(plain_test, (ok_load(d, cache, "test")))
+    assert.are.equal(2, #cache_files(cache))
+    -- DPY_CACHE_DIR="" turns it off: the garbage is parsed
+    local code, _, e = load(d, "")
+    assert.are_not.equal(0, code)
+    assert.matches("all_data_0_niid_0_keep_0_train_9%.json: not valid JSON", e)
+  end)
+
+  it("is made again when a JSON file of the split changes, is added or is removed", function()
+    local d, cache = copy("femnist"), tmpdir() .. "/cache"
+    local first = ok_load(d, cache)
+    -- a label changed (the file's mtime with it)
+    local t = cjson.decode(read_file(d .. TRAIN))
+    t.user_data.f0000_07.y[1] = 61
+    write_file(d .. TRAIN, cjson.encode(t))
+    local changed = ok_load(d, cache)
+    assert.are_not.equal(first, changed)
+    assert.are.equal(ok_load(d, ""), changed)
+    -- a file added: its writers' samples join the split
+    write_file(d .. "/train/extra.json", cjson.encode {
+      users = { "f0009_99" }, num_samples = { 1 }, user_data = { f0009_99 = { x = { (function()
+        local row = {}
+        for p = 1, 784 do row[p] = p % 2 end
+        return row
+      end)() }, y = { 5 } } } })
+    local added = ok_load(d, cache)
+    assert.matches("^10x1x28x28", added)
+    assert.are.equal(ok_load(d, ""), added)
+    -- and removed again
+    os.remove(d .. "/train/extra.json")
+    assert.are.equal(changed, (ok_load(d, cache)))
+    assert.are.equal(1, #cache_files(cache))   -- one file per split: rewritten, not piled up
+  end)
+
+  it("says once that a truncated or corrupt cache is ignored, parses the JSON and writes it anew", function()
+    local d, cache = copy("femnist"), tmpdir() .. "/cache"
+    local plain = ok_load(d, "")
+    ok_load(d, cache)
+    local file = cache .. "/" .. cache_files(cache)[1]
+    local bytes = read_file(file)
+    local flipped = #bytes // 2
+    write_file(file, bytes:sub(1, flipped - 1) .. string.char(bytes:byte(flipped) ~ 1) .. bytes:sub(flipped + 1))
+    local out, err = ok_load(d, cache)
+    assert.are.equal(plain, out)
+    assert.are.equal(1, count(err, "warning"), err)
+    assert.matches("warning: femnist: ignoring the cache: " .. file:gsub("%p", "%%%0")
+                   .. ": corrupt %(checksum mismatch%); parsing .*/train", err)
+    assert.are.equal(bytes, read_file(file))   -- made anew
+    assert.are.equal("", select(2, ok_load(d, cache)))
+    write_file(file, bytes:sub(1, #bytes - 100))
+    out, err = ok_load(d, cache)
+    assert.are.equal(plain, out)
+    assert.matches("ignoring the cache: .*: truncated or corrupt", err)
+    assert.are.equal(bytes, read_file(file))
+    write_file(file, "")
+    out, err = ok_load(d, cache)
+    assert.are.equal(plain, out)
+    assert.matches("ignoring the cache: .*: not a dataset cache file of this version", err)
+  end)
+
+  it("leaves the load working when the cache cannot be written, said once", function()
+    local d, blocked = copy("femnist"), tmpdir() .. "/file"
+    write_file(blocked, "not a folder")
+    local plain_test = ok_load(d, "", "test")
+    local out, err = ok_load(d, blocked .. "/cache", "test")   -- the training split too, for its statistics
+    assert.are.equal(plain_test, out)
+    assert.are.equal(1, count(err, "warning"), err)
+    assert.matches("warning: femnist: not cached %(cannot create directory .*/file/cache: Not a directory%): "
+                   .. "every process parses the JSON files again", err)
+  end)
+
+  it("serves processes that start together from one whole file", function()
+    local d, cache = copy("femnist"), tmpdir() .. "/cache"
+    local plain, outs = ok_load(d, ""), tmpdir()
+    local cmd = {}
+    for i = 1, 3 do
+      cmd[i] = string.format("DPY_CACHE_DIR=%s %s %s %s train > %s/%d 2>&1 &", shell_quote(cache),
+                             shell_quote(DPY_BIN), script, shell_quote(d), outs, i)
+    end
+    assert.are.equal(0, (sh(table.concat(cmd, " ") .. " wait")))
+    for i = 1, 3 do assert.are.equal(plain, read_file(outs .. "/" .. i)) end
+    assert.are.same({ cache_files(cache)[1] }, cache_files(cache))   -- no temporary file left
+  end)
+end)
+
 describe("camelyon17", function()
   local dir = F .. "/camelyon17"
 

@@ -118,11 +118,76 @@ static void test_cifar(void) {
     free(buf);
 }
 
+/* Opens and reads path's cache file under key into a and b (4 and 3 bytes): dpy_cache_open's
+** answer, or -1 when the read fails; 0 only with every byte as written. */
+static int cache_load(const char *key, unsigned char *a, unsigned char *b, char *err, size_t errlen) {
+    dpy_cache_file f;
+    int rc = dpy_cache_open(path_of("c.cache"), key, strlen(key), &f, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (f.n != 2 || strcmp(f.meta, "meta") != 0 || f.arrays[0].nbytes != 4 || f.arrays[1].nbytes != 3) {
+        dpy_cache_close(&f);
+        return -2;
+    }
+    void *dest[2] = {a, b};
+    rc = dpy_cache_read(&f, dest, err, errlen);
+    dpy_cache_close(&f);
+    return rc;
+}
+
+static void test_cache(void) {
+    char err[512];
+    const unsigned char A[4] = {1, 2, 3, 4}, B[3] = {9, 8, 7};
+    dpy_cache_array arrays[2] = {{.name = "a", .code = 0, .ndim = 2, .dims = {2, 2}, .nbytes = 4},
+                                 {.name = "b", .code = 1, .ndim = 1, .dims = {3}, .nbytes = 3}};
+    const void *data[2] = {A, B};
+    unsigned char a[4], b[3];
+    CHECK(cache_load("k", a, b, err, sizeof err) == 1);   /* no file */
+    CHECK(dpy_cache_write(path_of("c.cache"), "k", 1, "meta", 4, arrays, data, 2, err, sizeof err) == 0);
+    CHECK(cache_load("k", a, b, err, sizeof err) == 0);
+    CHECK(memcmp(a, A, 4) == 0 && memcmp(b, B, 3) == 0);
+    CHECK(cache_load("other", a, b, err, sizeof err) == 1);   /* made under another key */
+    /* every byte flipped, every length cut short: never read as good */
+    FILE *f = fopen(path_of("c.cache"), "rb");
+    unsigned char whole[512];
+    size_t len = fread(whole, 1, sizeof whole, f);
+    fclose(f);
+    CHECK(len > 60 && len < sizeof whole);
+    int wrong = 0, said = 0;
+    for (size_t i = 0; i < len; i++) {
+        whole[i] ^= 0x10;
+        write_file("c.cache", whole, len, 0);
+        int rc = cache_load("k", a, b, err, sizeof err);
+        wrong += rc == 0;
+        said += rc == -1 && strstr(err, "c.cache") != NULL;
+        whole[i] ^= 0x10;
+    }
+    CHECK(wrong == 0);
+    CHECK(said > 0);
+    for (size_t cut = 0; cut < len; cut++) {
+        write_file("c.cache", whole, cut, 0);
+        int rc = cache_load("k", a, b, err, sizeof err);
+        wrong += rc == 0;
+    }
+    CHECK(wrong == 0);
+    write_file("c.cache", whole, len - 1, 0);
+    CHECK(cache_load("k", a, b, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "truncated or corrupt");
+    whole[len - 9] ^= 1;   /* b's last byte, just before the checksum */
+    write_file("c.cache", whole, len, 0);
+    CHECK(cache_load("k", a, b, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "checksum mismatch");
+    /* a folder that cannot hold it: an error naming the file, nothing left behind */
+    CHECK(dpy_cache_write(path_of("none/c.cache"), "k", 1, "", 0, arrays, data, 2, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "none/c.cache");
+}
+
 int main(void) {
     if (!mkdtemp(dir))
         return 1;
     test_idx();
     test_idx_map();
     test_cifar();
+    test_cache();
     return check_report("dataset");
 }

@@ -5,10 +5,14 @@
 -- user's samples. The writer of each sample is its group (groups, int64; group_names[id + 1] is
 -- the writer; ids are the writers' names in byte order): the "natural" partitioner's input.
 -- mean and std default to the training split's statistics.
+-- A split's decoded tensors are kept in the dataset cache directory (data.cache_dir()), keyed on
+-- its JSON files' names, sizes and mtimes: parsing FEMNIST's JSON takes minutes, reading the
+-- cache seconds.
 local data = require "dpy.data"
 local core = require "dpy.data.core"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
+local paths = require "dpy.paths"
 local cjson = require("cjson").new()
 
 local M = {}
@@ -95,8 +99,7 @@ local function user_tensors(path, user, d, count)
   return bytes:reshape { count, 1, 28, 28 }, tensor.new(labels, "int64")
 end
 
-local function read_split(dir, name)
-  local files = json_files(dir .. "/" .. name)
+local function read_split(dir, name, files)
   local images, labels, writer_of = {}, {}, {}
   local writers, seen = {}, {}
   for _, path in ipairs(files) do
@@ -135,9 +138,52 @@ local function read_split(dir, name)
   return { images = cat(images), labels = cat(labels), groups = cat(groups) }, writers
 end
 
+local warned
+local function warn(fmt, ...)
+  if warned then return end   -- once per process: a full disk would say the same for each split
+  warned = true
+  io.stderr:write("dpy-lua: warning: femnist: ", string.format(fmt, ...), "\n")
+end
+
+-- The cache's key: the split's folder and each JSON file's name, size and mtime (in ns).
+local function cache_key(where, files)
+  local key = { "dpy-lua femnist cache 1", where }
+  for _, path in ipairs(files) do
+    local stamp, err = core.stamp(path)
+    if not stamp then fail("%s", err) end
+    key[#key + 1] = path:match("[^/]*$") .. ": " .. stamp
+  end
+  return table.concat(key, "\n")
+end
+
+-- The split's tensors and writers: from the dataset cache when it was made from the split's JSON
+-- files as they are now, else parsed, and then written there for the next process (a cache that
+-- cannot be read, or written, is said once, and the JSON is parsed).
+local function cached_split(dir, name)
+  local files = json_files(dir .. "/" .. name)
+  local cache = data.cache_dir()
+  if not cache then return read_split(dir, name, files) end
+  local where = paths.absolute(dir .. "/" .. name)
+  local key = cache_key(where, files)   -- before the parse: a file changed meanwhile is parsed again next time
+  local file = string.format("%s/femnist-%s-%s", cache, name, core.hash(where))
+  local t, meta = core.cache_read(file, key)
+  if t then
+    local ok, writers = pcall(cjson.decode, meta)
+    if ok and type(writers) == "table" and t.images and t.labels and t.groups then return t, writers end
+    for _, v in pairs(t) do v:free() end
+    meta = file .. ": corrupt (not the arrays and writers of a split)"
+  end
+  if meta then warn("ignoring the cache: %s; parsing %s", meta, where) end
+  local writers
+  t, writers = read_split(dir, name, files)
+  local ok, err = core.cache_write(file, key, cjson.encode(writers), t)
+  if not ok then warn("not cached (%s): every process parses the JSON files again", err) end
+  return t, writers
+end
+
 local function split(dir, train)
   return data.shared("femnist\0" .. dir .. (train and "\0train" or "\0test"), function()
-    local t, writers = read_split(dir, train and "train" or "test")
+    local t, writers = cached_split(dir, train and "train" or "test")
     local info = { writers = writers }
     if train then
       info.mean, info.std = core.channel_stats(t.images)
