@@ -3,6 +3,7 @@
 ** (DPY_TF_READONLY): loaded once per process and shared by every node that reads them.
 */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -638,6 +639,46 @@ static int d_read_arrays(lua_State *L) {
     return 3;
 }
 
+/*
+** data.core.unit_bytes(rows, n, width) -> uint8 dpy.Tensor n x width | nil
+** rows: n tables of width numbers in 0..1 (LEAF's byte / 255 pixels), each as float32, times 255,
+** rounded half to even: the bytes that tensor.new(rows, "float32"):mul(255):round():to("uint8")
+** makes, without a float tensor. nil when rows is anything else: the caller's slower path says what.
+*/
+static int d_unit_bytes(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer n = luaL_checkinteger(L, 2), width = luaL_checkinteger(L, 3);
+    luaL_argcheck(L, n >= 1 && (lua_Integer)lua_rawlen(L, 1) == n, 2, "rows must hold n tables");
+    luaL_argcheck(L, width >= 1 && width <= (1 << 20), 3, "width out of range");
+    lua_settop(L, 3);
+    int64_t shape[2] = {(int64_t)n, (int64_t)width};
+    dpy_tensor_box *b = dpy_newtensor(L);   /* the box owns the bytes from the start */
+    if (dpy_tensor_empty(&b->h, shape, 2, DPY_UINT8, NULL) != DPY_OK)
+        return dpy_torch_error(L);
+    uint8_t *out = (uint8_t *)dpy_tensor_data(b->h);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 1, i) != LUA_TTABLE || (lua_Integer)lua_rawlen(L, -1) != width)
+            goto other;
+        for (lua_Integer j = 1; j <= width; j++) {
+            int isnum;
+            lua_rawgeti(L, -1, j);
+            float v = (float)lua_tonumberx(L, -1, &isnum);
+            int number = isnum && lua_type(L, -1) == LUA_TNUMBER;
+            lua_pop(L, 1);
+            if (!number || !(v >= 0.0f && v <= 1.0f))
+                goto other;
+            *out++ = (uint8_t)nearbyintf(v * 255.0f);
+        }
+        lua_pop(L, 1);
+    }
+    dpy_tensor_filled(L, b);
+    return 1;
+other:
+    dpy_tensor_drop(b);
+    lua_pushnil(L);
+    return 1;
+}
+
 /* {==== decoded datasets in the dataset cache directory (data_cache.c) ====} */
 
 #define CACHE_MT "dpy.data.CacheFile"
@@ -799,7 +840,7 @@ static const luaL_Reg functions[] = {{"read_idx", d_read_idx}, {"read_cifar", d_
                                      {"read_images", d_read_images},
                                      {"channel_stats", d_channel_stats}, {"shared", d_shared},
                                      {"read_arrays", d_read_arrays}, {"read_cifar_py", d_read_cifar_py},
-                                     {"stamp", d_stamp}, {"hash", d_hash},
+                                     {"unit_bytes", d_unit_bytes}, {"stamp", d_stamp}, {"hash", d_hash},
                                      {"cache_read", d_cache_read}, {"cache_write", d_cache_write},
                                      {NULL, NULL}};
 

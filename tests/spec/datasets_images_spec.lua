@@ -333,6 +333,31 @@ describe("femnist", function()
   end)
 end)
 
+describe("data.core.unit_bytes (femnist's pixels to bytes)", function()
+  local tensor = require "dpy.tensor"
+
+  it("makes the bytes of tensor.new(rows, 'float32'):mul(255):round():to('uint8'), or says nil", function()
+    local rows, row = {}, {}
+    for k = 0, 255 do
+      row[#row + 1] = k / 255
+      row[#row + 1] = math.min(1, (k + 0.5) / 255)   -- halfway: float32's rounding, then half to even
+      row[#row + 1] = math.max(0, (k - 0.5) / 255)
+    end
+    row[#row + 1], row[#row + 1] = -0.0, 1   -- an integer 1 too
+    rows[1], rows[2] = row, { table.unpack(row) }
+    table.sort(rows[2])
+    local want <close> = tensor.new(rows, "float32"):mul(255):round():to("uint8")
+    local got <close> = data_core.unit_bytes(rows, 2, #row)
+    assert.are.same({ 2, #row }, got:size())
+    assert.are.equal(bytes_of(want), bytes_of(got))
+    for _, bad in ipairs { { 0.5, 0.5 / 0 }, { 0.5, -1e-9 }, { 0.5, 1 + 1e-7 }, { 0.5, 0 / 0 }, { 0.5, "0.5" },
+                           { 0.5, { 0.5 } }, { 0.5 }, { 0.5, 0.5, 0.5 } } do
+      assert.is_nil(data_core.unit_bytes({ { 0.5, 0.5 }, bad }, 2, 2))
+    end
+    assert.is_nil(data_core.unit_bytes({ { 0.5, 0.5 }, 7 }, 2, 2))
+  end)
+end)
+
 describe("femnist's decoded splits in the dataset cache", function()
   -- A script printing a split's shape, a hash of each tensor's bytes and of the writers, and the
   -- default mean and std, as a new process loads it.
