@@ -2,12 +2,15 @@
 ** data_cache.c: decoded datasets kept in the dataset cache directory (dpy_cache_*), so that a
 ** slow format (FEMNIST's JSON) is parsed once per machine rather than at every process start.
 **
-** A file: "DPYDSC01", then u64 keylen, metalen, n (arrays), total (the file's length); the key,
+** A file: "DPYDSC02", then u64 keylen, metalen, n (arrays), total (the file's length); the key,
 ** the meta string; per array its name (u8 length, bytes), code (u8), ndim (u8), dims (i64 each),
-** nbytes (u64); each array's bytes; last, the XXH3-64 of everything before it. Native byte order
-** (a file from another machine's byte order fails the length check). The file
-** is written beside its place and renamed: readers see a whole file or none; a truncated or
-** corrupt one fails the length or the checksum check, and is never handed on.
+** nbytes (u64); then each array's bytes, at an offset that is a multiple of 64 KiB (zeros before,
+** and its nbytes again in the 8 bytes just before); last, the XXH3-64 of the header and of each
+** array's 8 + nbytes bytes. Native byte order (a file from another machine's byte order fails the
+** length check). The arrays are mapped, not copied: every process of the machine shares one copy,
+** the page cache's. The file is written beside its place and renamed: readers see a whole file or
+** none (a mapping keeps the file it was made on); a truncated or corrupt one fails the length or
+** the checksum check, and is never handed on.
 */
 #define _GNU_SOURCE
 #include "dpy_core.h"
@@ -17,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-static const char MAGIC[8] = {'D', 'P', 'Y', 'D', 'S', 'C', '0', '1'};
+static const char MAGIC[8] = {'D', 'P', 'Y', 'D', 'S', 'C', '0', '2'};
+#define ALIGN ((uint64_t)1 << 16)   /* a multiple of any page size */
 #define KEY_MAX ((uint64_t)1 << 24)
 #define META_MAX ((uint64_t)1 << 30)
 
@@ -91,7 +96,6 @@ int dpy_cache_open(const char *path, const char *key, size_t keylen, dpy_cache_f
     if (read_hashed(f, f->meta, f->metalen) != 0)
         return bad(f, err, errlen, "truncated");
     f->meta[f->metalen] = '\0';
-    uint64_t sum = 0;
     for (size_t i = 0; i < f->n; i++) {
         dpy_cache_array *a = &f->arrays[i];
         uint8_t nl, code, ndim;
@@ -111,21 +115,52 @@ int dpy_cache_open(const char *path, const char *key, size_t keylen, dpy_cache_f
         }
         if (a->nbytes > f->total || a->nbytes % (numel ? numel : 1) != 0 || (numel == 0) != (a->nbytes == 0))
             return bad(f, err, errlen, "corrupt header");
-        sum += a->nbytes;
     }
     off_t at = lseek(f->fd, 0, SEEK_CUR);
-    if (at < 0 || (uint64_t)at + sum + 8 != f->total)
+    uint64_t end = at < 0 ? 0 : (uint64_t)at;
+    for (size_t i = 0; i < f->n; i++) {
+        f->arrays[i].offset = (end + 8 + ALIGN - 1) / ALIGN * ALIGN;
+        end = f->arrays[i].offset + f->arrays[i].nbytes;
+        if (end > f->total)
+            break;
+    }
+    if (at < 0 || end + 8 != f->total)
         return bad(f, err, errlen, "corrupt header (its arrays do not fill the file)");
     return 0;
 }
 
-int dpy_cache_read(dpy_cache_file *f, void *const *dest, char *err, size_t errlen) {
-    for (size_t i = 0; i < f->n; i++)
-        if (read_hashed(f, dest[i], f->arrays[i].nbytes) != 0)
-            return dpy_fail(err, errlen, "%s: truncated", f->path);
+void *dpy_cache_map(dpy_cache_file *f, size_t i, char *err, size_t errlen) {
+    const dpy_cache_array *a = &f->arrays[i];
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    /* writable but private: a stray write copies one page instead of crashing the process */
+    uint8_t *map = mmap(NULL, page + a->nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd,
+                        (off_t)(a->offset - page));
+    if (map == MAP_FAILED) {
+        dpy_fail(err, errlen, "cannot map %s: %s", f->path, strerror(errno));
+        return NULL;
+    }
+    uint8_t *data = map + page;
+    uint64_t nbytes;
+    memcpy(&nbytes, data - 8, 8);
+    XXH3_64bits_update(f->hash, data - 8, 8 + a->nbytes);
+    if (nbytes != a->nbytes) {   /* the header's count, or the unmap would free the wrong length */
+        munmap(map, page + a->nbytes);
+        dpy_fail(err, errlen, "%s: corrupt (array %s)", f->path, a->name);
+        return NULL;
+    }
+    return data;
+}
+
+void dpy_cache_unmap(void *data) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint64_t nbytes;
+    memcpy(&nbytes, (uint8_t *)data - 8, 8);
+    munmap((uint8_t *)data - page, page + nbytes);
+}
+
+int dpy_cache_check(dpy_cache_file *f, char *err, size_t errlen) {
     uint64_t want, got = XXH3_64bits_digest(f->hash);
-    ssize_t r = read(f->fd, &want, sizeof want);
-    if (r != (ssize_t)sizeof want || want != got)
+    if (pread(f->fd, &want, sizeof want, (off_t)(f->total - 8)) != (ssize_t)sizeof want || want != got)
         return dpy_fail(err, errlen, "%s: corrupt (checksum mismatch)", f->path);
     return 0;
 }
@@ -154,12 +189,12 @@ int dpy_cache_write(const char *path, const char *key, size_t keylen, const char
                     char *err, size_t errlen) {
     if (n > 64)
         return dpy_fail(err, errlen, "%s: too many arrays (%zu)", path, n);
-    uint64_t head = 8 + 32 + keylen + metalen, body = 0;
-    for (size_t i = 0; i < n; i++) {
-        head += 1 + strlen(arrays[i].name) + 2 + 8 * (uint64_t)arrays[i].ndim + 8;
-        body += arrays[i].nbytes;
-    }
-    uint64_t h[4] = {keylen, metalen, n, head + body + 8};
+    uint64_t end = 8 + 32 + keylen + metalen;
+    for (size_t i = 0; i < n; i++)
+        end += 1 + strlen(arrays[i].name) + 2 + 8 * (uint64_t)arrays[i].ndim + 8;
+    for (size_t i = 0; i < n; i++)
+        end = (end + 8 + ALIGN - 1) / ALIGN * ALIGN + arrays[i].nbytes;
+    uint64_t h[4] = {keylen, metalen, n, end + 8};
     char tmp[4300];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
         return dpy_fail(err, errlen, "path too long: %s", path);
@@ -182,8 +217,18 @@ int dpy_cache_write(const char *path, const char *key, size_t keylen, const char
                      write_hashed(fd, hs, &a->nbytes, 8)
                  ? -1 : 0;
     }
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = write_hashed(fd, hs, data[i], arrays[i].nbytes);
+    static const uint8_t zeros[4096];
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t at = (uint64_t)lseek(fd, 0, SEEK_CUR), start = (at + 8 + ALIGN - 1) / ALIGN * ALIGN;
+        for (uint64_t pad = start - 8 - at; rc == 0 && pad > 0;) {
+            size_t k = pad > sizeof zeros ? sizeof zeros : (size_t)pad;
+            rc = dpy_write_all(fd, zeros, k);
+            pad -= k;
+        }
+        if (rc == 0)
+            rc = write_hashed(fd, hs, &arrays[i].nbytes, 8) || write_hashed(fd, hs, data[i], arrays[i].nbytes)
+                     ? -1 : 0;
+    }
     if (rc == 0) {
         uint64_t sum = XXH3_64bits_digest(hs);
         rc = dpy_write_all(fd, &sum, sizeof sum);

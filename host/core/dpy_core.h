@@ -51,6 +51,7 @@ typedef struct {
     int code, ndim;
     int64_t dims[DPY_CACHE_MAXDIM];
     uint64_t nbytes;
+    uint64_t offset;                /* of its bytes in the file (reading) */
 } dpy_cache_array;
 
 /* A cache file being read: its meta string and the arrays it holds, then their bytes. */
@@ -63,14 +64,17 @@ typedef struct {
     struct XXH3_state_s *hash;
 } dpy_cache_file;
 
-/* Opens path's header: 0 when it holds key (f filled: read its arrays, then close it), 1 when
-** there is no such file or it was made under another key (nothing to close), -1 when it cannot
-** be read or is truncated or corrupt (err says which; nothing to close). */
+/* Opens path's header: 0 when it holds key (f filled: map its arrays, check, then close it), 1
+** when there is no such file or it was made under another key (nothing to close), -1 when it
+** cannot be read or is truncated or corrupt (err says which; nothing to close). */
 int dpy_cache_open(const char *path, const char *key, size_t keylen, dpy_cache_file *f, char *err,
                    size_t errlen);
-/* Reads the arrays' bytes into dest[i] (arrays[i].nbytes each) and checks the whole file's
-** checksum: 0, or -1 (truncated or corrupt: dest holds garbage). Close f either way. */
-int dpy_cache_read(dpy_cache_file *f, void *const *dest, char *err, size_t errlen);
+/* Maps array i (in order: each one once, all before dpy_cache_check), shared with every process
+** that maps it: its bytes, or NULL and err. Release them with dpy_cache_unmap. */
+void *dpy_cache_map(dpy_cache_file *f, size_t i, char *err, size_t errlen);
+void dpy_cache_unmap(void *data);
+/* After every array is mapped: 0 when the file's checksum holds, else -1 (corrupt: drop them). */
+int dpy_cache_check(dpy_cache_file *f, char *err, size_t errlen);
 void dpy_cache_close(dpy_cache_file *f);
 /* Writes the arrays (data[i]: arrays[i].nbytes each, at most 64 arrays) under key and meta to a
 ** temporary file beside path, renamed into place: readers see the old file or the new one. */

@@ -722,6 +722,7 @@ static int d_hash(lua_State *L) {
 /*
 ** data.core.cache_read(path, key) -> {name = tensor, ...}, meta | nil (no file, or one made under
 ** another key) | nil, err (unreadable, truncated or corrupt: its length and checksum are checked)
+** The tensors map the file: every process that reads it shares one copy, the page cache's.
 */
 static int d_cache_read(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
@@ -741,7 +742,6 @@ static int d_cache_read(lua_State *L) {
     if (rc != 0)
         return io_fail(L, err);
     lua_createtable(L, 0, (int)f->n);
-    void **dest = lua_newuserdatauv(L, (f->n ? f->n : 1) * sizeof *dest, 0);
     for (size_t i = 0; i < f->n; i++) {
         const dpy_cache_array *a = &f->arrays[i];
         if (a->code < 0 || a->code >= CACHE_NDTYPES) {
@@ -749,24 +749,25 @@ static int d_cache_read(lua_State *L) {
             dpy_cache_close(f);
             return io_fail(L, err);
         }
-        dpy_tensor_box *b = dpy_newtensor(L);
-        if (dpy_tensor_empty(&b->h, a->dims, a->ndim, CACHE_DTYPES[a->code], NULL) != DPY_OK)
-            return dpy_torch_error(L);   /* the file's box closes it */
-        dpy_tensor_filled(L, b);
-        dest[i] = (void *)dpy_tensor_data(b->h);
-        if (!dest[i] || dpy_tensor_nbytes(b->h) != a->nbytes) {
-            snprintf(err, sizeof err, "%s: corrupt header (%s: %llu bytes for its shape)", path,
-                     a->name, (unsigned long long)a->nbytes);
+        dpy_tensor_box *b = dpy_newtensor(L);   /* the box, then the mapping it will own */
+        void *data = dpy_cache_map(f, i, err, sizeof err);
+        if (!data) {
+            dpy_cache_close(f);
+            return io_fail(L, err);   /* the mapped ones go with the table */
+        }
+        if (dpy_tensor_wrap(&b->h, data, a->nbytes, CACHE_DTYPES[a->code], a->dims, a->ndim,
+                            dpy_cache_unmap) != DPY_OK) {
+            dpy_cache_unmap(data);
+            snprintf(err, sizeof err, "%s: corrupt header (%s: %s)", path, a->name, dpy_torch_errmsg());
             dpy_cache_close(f);
             return io_fail(L, err);
         }
-        lua_setfield(L, -3, a->name);
+        dpy_tensor_filled(L, b);
+        lua_setfield(L, -2, a->name);
     }
-    rc = dpy_cache_read(f, dest, err, sizeof err);
-    if (rc == 0) {
-        lua_pop(L, 1);   /* dest */
+    rc = dpy_cache_check(f, err, sizeof err);
+    if (rc == 0)
         lua_pushlstring(L, f->meta, f->metalen);
-    }
     dpy_cache_close(f);
     if (rc != 0)
         return io_fail(L, err);   /* the tensors' garbage goes with the table */
