@@ -483,6 +483,20 @@ print(table.concat(ds.images:size(), "x"), ds.images:dtype(), h(ds.images), ds.l
                    .. "every process parses the JSON files again", err)
   end)
 
+  it("removes the temporary files a killed process's write left, once an hour old", function()
+    local d, cache = copy("femnist"), tmpdir() .. "/cache"
+    assert(require("dpy.host.core").mkdir_p(cache))
+    local name = "femnist-train-" .. data_core.hash(require("dpy.paths").absolute(d .. "/train"))
+    write_file(cache .. "/" .. name .. ".tmp.old123", "half")
+    write_file(cache .. "/" .. name .. ".tmp.new456", "half")   -- a write in progress, maybe
+    write_file(cache .. "/other.tmp.old789", "not ours")
+    assert(sh(string.format("touch -d '2 hours ago' %s/%s.tmp.old123 %s/other.tmp.old789", cache, name, cache)) == 0)
+    ok_load(d, cache)
+    local files = cache_files(cache)
+    table.sort(files)
+    assert.are.same({ name, name .. ".tmp.new456", "other.tmp.old789" }, files)
+  end)
+
   it("serves processes that start together from one whole file", function()
     local d, cache = copy("femnist"), tmpdir() .. "/cache"
     local plain, outs = ok_load(d, ""), tmpdir()

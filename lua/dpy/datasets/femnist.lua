@@ -158,6 +158,19 @@ local function cache_key(where, files)
   return table.concat(key, "\n")
 end
 
+-- Removes the temporary files of file's writes that killed processes left (a write takes seconds:
+-- one an hour old is no one's).
+local function remove_stale(file)
+  local dir, base = file:match("^(.*)/([^/]*)$")
+  local dirs, names = core.list_dir(dir)
+  if not dirs then return end
+  for _, name in ipairs(names) do
+    local stamp = name:sub(1, #base + 5) == base .. ".tmp." and core.stamp(dir .. "/" .. name)
+    local mtime = stamp and tonumber(stamp:match("mtime (%d+)"))
+    if mtime and mtime < os.time() - 3600 then os.remove(dir .. "/" .. name) end
+  end
+end
+
 -- The split's tensors and writers: from the dataset cache when it was made from the split's JSON
 -- files as they are now, else parsed, and then written there for the next process (a cache that
 -- cannot be read, or written, is said once, and the JSON is parsed).
@@ -178,6 +191,7 @@ local function cached_split(dir, name)
   if meta then warn("ignoring the cache: %s; parsing %s", meta, where) end
   local writers
   t, writers = read_split(dir, name, files)
+  remove_stale(file)
   local ok, err = core.cache_write(file, key, cjson.encode(writers), t)
   if not ok then warn("not cached (%s): every process parses the JSON files again", err) end
   return t, writers
