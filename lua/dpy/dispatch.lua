@@ -364,6 +364,8 @@ function M.start_job(cfg, opts)
                              codes = {}, beats = {}, silent = {}, last = {}, polled = 0,
                              term_at = math.huge, kill_at = math.huge,
                              total = { round = 0, sent = 0, accuracy = 0 / 0 } }, Job)
+  -- a resumed run's progress counts the bytes of its rounds before, as its summary does
+  job.base = opts.resume and launcher.resumed_base(cfg, opts.dir, opts.resume)
   local base = layout.base_port({ port = cfg.port, processes = M.processes(opts.remotes) }, opts.run_id)
   job.owner, job.addresses = mapping(opts.remotes, base)
   cfg.processes = #job.owner
@@ -561,7 +563,7 @@ local function progress_text(running)
   table.sort(keys)
   if #keys == 1 then
     local job = running[keys[1]].job
-    return launcher.progress_line(job.cfg, job.total, job.start)
+    return launcher.progress_line(job.cfg, job.total, job.start, job.base)
   end
   local parts = {}
   for _, k in ipairs(keys) do

@@ -237,18 +237,49 @@ function M.summarize(cfg, dir, seconds, from)
            seconds_per_round = rounds > from and seconds / (rounds - from) or 0 / 0 }
 end
 
-function M.progress_line(cfg, p, start)
+--- launcher.resumed_base(cfg, dir, from) -> what a run resumed from round from had done before:
+-- { from, sent, received } (the bytes of rounds 1 … from in the metrics of the nodes' checkpoints
+-- of round from, which they resume with: a metrics file may lag them; a server's left out), for
+-- progress_line to count the whole run's traffic, as the summary does
+function M.resumed_base(cfg, dir, from)
+  local base = { from = from, sent = 0, received = 0 }
+  local server = layout.has_server(cfg) and 0 or nil
+  local checkpoint = require "dpy.checkpoint"
+  for u = 0, cfg.nodes - 1 do
+    local ck = u ~= server and checkpoint.read(checkpoint.path(dir, u, from))
+    if ck then
+      for _, t in pairs(ck.tensors) do t:free() end
+    end
+    local s = ck and type(ck.meta.metrics) == "table" and ck.meta.metrics or {}
+    for key, series in pairs { sent = s.bytes_sent, received = s.bytes_received } do
+      for _, e in ipairs(type(series) == "table" and series or {}) do
+        if type(e) == "table" and type(e[1]) == "number" and e[1] <= from and type(e[2]) == "number" then
+          base[key] = base[key] + e[2]
+        end
+      end
+    end
+  end
+  return base
+end
+
+--- launcher.progress_line(cfg, p, start [, base]) -> the live line; base: a resumed run's
+-- resumed_base (its bytes count, its ETA from the rounds this run ran)
+function M.progress_line(cfg, p, start, base)
   local done = math.max(p.round, 0)
   if p.paused then   -- by dpy-lua attach
     return string.format("round %d/%d  paused (dpy-lua attach)", done, cfg.rounds)
   end
+  local from = base and base.from or 0
+  done = math.max(done, from)
   local elapsed = host.clock() - start
-  local eta = done > 0 and (cfg.rounds - done) * elapsed / done or 0 / 0
+  local eta = done > from and (cfg.rounds - done) * elapsed / (done - from) or 0 / 0
   -- as the summary's: (sent + received) / 2 per node, a server's left out (g:progress(0) leaves it out)
   local server = layout.has_server(cfg)
+  local sent = p.sent + (base and base.sent or 0)
+  local received = (p.received or p.sent) + (base and base.received or 0)
   return string.format("round %d/%d  mean test accuracy %s  %.2f MB exchanged per %s  ETA %s", done,
                        cfg.rounds, p.accuracy == p.accuracy and string.format("%.4f", p.accuracy) or "-",
-                       (p.sent + (p.received or p.sent)) / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
+                       (sent + received) / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,
                        server and "client" or "node", progress.duration(eta))
 end
 
@@ -427,13 +458,14 @@ function M.run(cfg, opts)
     bar:line(string.format("%d nodes, %d edges, spectral gap %.4f", cfg.nodes, info.edges, info.spectral_gap))
   end
   local failed, round = {}, 0
+  local base = opts.resume and M.resumed_base(cfg, opts.dir, opts.resume)
   host.catch_interrupt()
   release_threads()
   if cfg.processes == 1 then
     local results = M.host_process(cfg, 0, opts, function(group)
       local pr = group_progress(cfg, group)
       round = math.max(pr.round, 0)
-      bar:update(M.progress_line(cfg, pr, start))
+      bar:update(M.progress_line(cfg, pr, start, base))
     end)
     failed = failures(results)
   else
@@ -450,7 +482,7 @@ function M.run(cfg, opts)
     if not spawned then error(children, 0) end
     local codes = watch(cfg, children, bar, function()
       local pr = read_progress(cfg, opts.dir)
-      bar:update(M.progress_line(cfg, pr, start))
+      bar:update(M.progress_line(cfg, pr, start, base))
       return pr
     end)
     round = read_progress(cfg, opts.dir).round

@@ -257,6 +257,11 @@ end }
       local last, secs, per = out:match("rounds " .. from + 1 .. "%-(%d+) in ([%d.]+) s: ([%d.]+) s per round")
       assert.are.equal("4", last, out)
       assert.is_true(math.abs(tonumber(per) * (4 - from) - tonumber(secs)) < 0.052, out)   -- %.3f and %.1f
+      -- the progress line counts the run's bytes as the summary does, the rounds before the resume too
+      local mb = out:match("\n  ([%d.]+) MB exchanged per")
+      local last_line = err:match(".*(round 4/4[^\n]*)")
+      assert.truthy(mb and last_line, out .. err)
+      assert.matches("  " .. mb .. " MB exchanged per", last_line, 1, true)
 
       local want = values(ref .. "/out", 4)
       assert.are.same(want, values(dir .. "/out", 4))
