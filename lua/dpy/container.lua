@@ -87,6 +87,16 @@ local function new_node(slots)
       if M.SLOTS[k] then error(slot_error(t, k, STATE[t].locked), 2) end
       rawset(t, k, v)
     end,
+    -- pairs(node): its own fields, components and methods, what help(node) and Tab list
+    __pairs = function(t)
+      local all = {}
+      for _, from in ipairs { t, slots, Node } do
+        for k, v in next, from do
+          if all[k] == nil then all[k] = v end
+        end
+      end
+      return next, all, nil
+    end,
   })
 end
 

@@ -51,7 +51,9 @@ function M.help(...)
     local fields = {}
     for _, k in ipairs(names(x)) do
       local v = x[k]
-      fields[#fields + 1] = type(v) == "function" and k .. "()" or string.format("%s (%s)", k, type(v))
+      -- an object's functions (a dpy.Node's, named by its locked metatable) are its methods
+      fields[#fields + 1] = type(v) == "function" and (name and ":" or "") .. k .. "()"
+                            or string.format("%s (%s)", k, type(v))
     end
     print(string.format("%s: %s", name or "table", table.concat(fields, ", ")))
   elseif list then

@@ -704,10 +704,18 @@ describe("dpy-lua repl", function()
   end)
 
   it("shows a node's neighbours as integers, and leaves no directory behind #e2e", function()
-    local code, out, err = sh("printf 'node:neighbours()\\nrequire(\"dpy.host.core\").pid()\\n' | " .. BIN
+    local code, out, err = sh("printf 'node:neighbours()\\nhelp(node)\\n"
+                              .. "print(table.concat(require(\"dpy.help\").complete(\"node.tr\"), \" \"))\\n"
+                              .. "require(\"dpy.host.core\").pid()\\n' | " .. BIN
                               .. " repl " .. REPO .. "/configs/0_baseline.lua --uid 1")
     assert.are.equal(0, code, err)
     assert.matches("\n{ %d+, %d+, %d+, %d+ }\n", out)
+    -- help(node) and Tab list what the banner names: the node's methods and components
+    local help = assert(out:match("\n(dpy%.Node: [^\n]*)\n"), out)
+    for _, name in ipairs { ":train()", ":evaluate()", ":neighbours()", "model (", "optimizer (", "loader (" } do
+      assert.truthy(help:find(name, 1, true), help)
+    end
+    assert.matches("\nnode%.train node%.train_set node%.trainer\n", out)
     local pid = assert(out:match("\n(%d+)\n$"), out)   -- the prompt's process: its scratch directory is gone
     assert.is_nil(io.open("/tmp/dpy-repl-" .. pid), "/tmp/dpy-repl-" .. pid .. " is left")
   end)
