@@ -118,10 +118,10 @@ local function limit(t, n)
 end
 
 -- A component's error as a config error: no Lua location, and named by its key unless it is.
-local function config_error(key, err)
+local function config_error(key, err, at)
   local msg = tostring(err):gsub("^[^:\n]*%.lua:%d+: ", "")
   if msg:sub(1, #key) ~= key then msg = key .. ": " .. msg end
-  error(msg, 0)
+  error((at and at .. ": " or "") .. msg, 0)
 end
 
 -- What the run's algorithm or sharing rule would not follow, without a word: churn, a simulated
@@ -308,14 +308,17 @@ function M.check(cfg)
     end
     local ctx = M.graph_context(cfg, 1)
     local ok, g = pcall(registry.build, "graph", cfg.graph, ctx)
-    if not ok then config_error("graph", g) end
+    -- named where the graph was set, or, the default graph, the nodes (a regular graph of too few)
+    if not ok then config_error("graph", g, config.where(cfg, "graph") or config.where(cfg, "nodes")) end
     checked.directed = ctx.directed and graph.one_way(g) ~= nil or nil
     local connected, cut = graph.connected(g)
     if not connected then   -- named with its file: a graph file's, or a user's graph component's
       local file = type(cfg.graph) == "table" and cfg.graph.path or registry.spec("graph", cfg.graph).path
       local how = ctx.directed and "node 0's messages cannot reach node %d along its arcs"
                   or "node %d cannot reach node 0"
-      error(string.format("graph: the graph is not connected%s: " .. how, file and " (" .. file .. ")" or "", cut), 0)
+      local at = config.where(cfg, "graph")
+      error(string.format("%sgraph: the graph is not connected%s: " .. how, at and at .. ": " or "",
+                          file and " (" .. file .. ")" or "", cut), 0)
     end
     checked.graph, checked.dynamic = g, registry.spec("graph", cfg.graph).dynamic
   end
@@ -342,12 +345,13 @@ function M.check(cfg)
   ok, parts = pcall(registry.build, "partitioner", cfg.partition,
                     { labels = limit(train.labels, cfg.train_samples), nodes = parts_n, seed = cfg.seed,
                       groups = limit(train.groups, cfg.train_samples), dataset = train.name })
-  if not ok then config_error("partition", parts) end
+  if not ok then config_error("partition", parts, config.where(cfg, "partition")) end
   for k, part in ipairs(parts) do   -- a node without samples failed its loader as it started
     if part:numel() == 0 then
       local uid = M.has_server(cfg) and k or k - 1
-      error(string.format("partition: %s gives node %d no training samples (of %d): a node without data cannot "
-                          .. "train", registry.spec("partitioner", cfg.partition).name, uid,
+      local at = config.where(cfg, "partition")
+      error(string.format("%spartition: %s gives node %d no training samples (of %d): a node without data cannot "
+                          .. "train", at and at .. ": " or "", registry.spec("partitioner", cfg.partition).name, uid,
                           limit(train.labels, cfg.train_samples):size(0)), 0)
     end
   end

@@ -107,9 +107,17 @@ describe("layout.check", function()
                    .. "negative$", refusal("task = 'binary'\npositive_classes = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9 }\n"))
     assert.matches("c.lua:6: config key 'positive_classes' must list one class or more",
                    refusal("task = 'binary'\npositive_classes = {}\n"))
-    assert.matches("^partition: dirichlet gives node %d+ no training samples %(of 40%)",
+    assert.matches("/c%.lua:7: partition: dirichlet gives node %d+ no training samples %(of 40%)",
                    refusal("nodes = 8\ntrain_samples = 40\npartition = { 'dirichlet', alpha = 0.01, min_size = 0 }\n"))
-    assert.matches("^graph: star: center 4 is not a node %(0%.%.3%)$", refusal("graph = { 'star', center = 4 }\n"))
+    assert.matches("/c%.lua:5: graph: star: center 4 is not a node %(0%.%.3%)$",
+                   refusal("graph = { 'star', center = 4 }\n"))
+    -- named where the graph was set, or, the default graph, the nodes: the line to change
+    assert.matches("/c%.lua:5: graph: regular: no 4%-regular graph on 4 nodes %(need degree < nodes",
+                   refusal("graph = { 'regular', degree = 4 }\n"))
+    write_file(dir .. "/d.lua", "nodes = 3\n")
+    local ok, err = pcall(function() return layout.check(config.load(dir .. "/d.lua")) end)
+    assert.is_false(ok)
+    assert.matches("^d%.lua:1: graph: regular: no 4%-regular graph on 3 nodes", err:gsub("^.*/", ""))
     -- named with the config's file and line, as a slowdown or factors past 1e9 is
     assert.matches("c%.lua:5: stragglers: lognormal = 1000 gives node %d a slowdown of inf",
                    refusal("stragglers = { lognormal = 1000 }\n"))
