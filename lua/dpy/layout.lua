@@ -239,7 +239,9 @@ function M.check_model(cfg, train)
     error(string.format("model '%s' (%s): new failed: %s", name, spec.path, bad), 0)
   end
   bad = bad:gsub("^[^:\n]*%.lua:%d+: ", "")
-  error(string.format("model '%s' does not fit dataset '%s' (%s): %s", name,
+  local at = config.where(cfg, "model")   -- where the model was set, and a user's model's file
+  error(string.format("%smodel '%s'%s does not fit dataset '%s' (%s): %s", at and at .. ": " or "", name,
+                      spec.path and " (" .. spec.path .. ")" or "",
                       train.name or registry.spec("dataset", cfg.dataset).name, what, bad), 0)
 end
 

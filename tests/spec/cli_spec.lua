@@ -525,7 +525,8 @@ describe("dpy-lua run", function()
     write_file(dir .. "/one.lua", "max_steps = 2\ntrain_samples = 200\ntest_samples = 50\n")
     local function absent(path) return (sh("test -e " .. shell_quote(path))) ~= 0 end
     local function fits(model)
-      return "^dpy%-lua: model '" .. model .. "' does not fit dataset 'fashion_mnist' %(1×28×28 images%): "
+      return "^dpy%-lua: command line: model=[^\n]*: model '" .. model
+             .. "' does not fit dataset 'fashion_mnist' %(1×28×28 images%): "
     end
     for i, case in ipairs {
       { "six.lua model=lenet", fits("lenet") .. "torch: .*to have 3 channels" },
@@ -552,6 +553,15 @@ describe("dpy-lua run", function()
     assert.are.equal(2, code, err)
     assert.matches("^dpy%-lua: model 'oops' %(.*/m%.lua%): new failed: ", err)
     assert.not_matches("does not fit", err)
+    -- a user's model that does not fit: named with its file, the one to change
+    write_file(dir .. "/m2.lua", "local nn = require('dpy.nn')\n"
+                                 .. "return require('dpy.registry').register { kind = 'model', name = 'narrow',\n"
+                                 .. "  new = function() return nn.sequential { nn.flatten(), nn.linear(100, 10) }\n"
+                                 .. "  end }\n")
+    code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q model=" .. dir .. "/m2.lua --out " .. dir .. "/narrow")
+    assert.are.equal(2, code, err)
+    assert.matches("^dpy%-lua: command line: model=[^\n]*: model 'narrow' %(.*/m2%.lua%) does not fit dataset "
+                   .. "'fashion_mnist' %(1×28×28 images%): torch: ", err)
     -- more outputs than classes train (cross entropy over 12 logits, 2 of them never a label)
     code, _, err = sh(BIN .. " run " .. dir .. "/one.lua -q 'model={\"cnn\",classes=12}' --out "
                       .. dir .. "/wide")
