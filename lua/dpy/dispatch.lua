@@ -612,6 +612,8 @@ function M.run_jobs(jobs, remotes, sessions, done, quiet)
         running[k] = nil
         for _, i in ipairs(r.indices) do busy[i] = nil end
         local summary = r.job:finish()
+        -- its last line: the job's end, as finish read it (the last poll's may be rounds behind)
+        bar:update(progress_text { [k] = r }, true)
         bar:done()
         done(k, r.job.cfg, r.job.opts, summary)
       end

@@ -38,9 +38,12 @@ return {
 
   it("runs the processes on the remotes and brings every result back, the numbers of a local run", function()
     remotes()
-    local code, out, err = dispatch("-q --out " .. dir .. "/d1")
+    local code, out, err = dispatch("--out " .. dir .. "/d1")
     assert.are.equal(0, code, err)
     assert.matches("4 nodes %(dpsgd, 3 processes%)", out)
+    -- the last progress line is the run's end, as the summary counts it (not the last poll's)
+    local mb = assert(out:match("\n  ([%d.]+) MB exchanged per"), out)
+    assert.matches("round 3/3  [^\n]*  " .. mb .. " MB exchanged per node  ETA 0:00\n$", err)
     local rc, _, lerr = sh(BIN .. " run " .. dir .. "/c.lua processes=3 --out " .. dir .. "/local")
     assert.are.equal(0, rc, lerr)
     for uid = 0, 3 do
