@@ -325,8 +325,10 @@ function M.table(runs)
   for _, run in ipairs(runs) do
     rows[#rows + 1] = {
       run.label, run.title,
-      run.accuracy_mean and string.format("%.4f +- %.4f (%d%s)", run.accuracy_mean, run.accuracy_std, run.honest,
-                                          run.group and " seeds" or "") or "-",
+      -- one evaluated node (a centralized run, a server) has no spread: no std, rather than a 0 read as one
+      run.accuracy_mean and string.format("%.4f%s (%d%s)", run.accuracy_mean,
+                                          run.honest > 1 and string.format(" +- %.4f", run.accuracy_std) or "",
+                                          run.honest, run.group and " seeds" or "") or "-",
       fmt(run.bytes_per_round and run.bytes_per_round / 1e6, "%.4f"), fmt(run.epsilon, "%.3f"),
       fmt(run.seconds_per_round, "%.3f"), marks_of(run),
     }

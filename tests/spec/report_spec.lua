@@ -129,6 +129,16 @@ describe("dpy-lua report", function()
                    .. "(r1, r2); build bbbb000000000002 (r3); build not recorded (r4)", out, 1, true)
   end)
 
+  -- one evaluated node (a centralized run, a server, eval_nodes = 1) has no spread to give: it said +- 0.0000
+  it("gives no std for a run of one evaluated node", function()
+    local dir = tmpdir()
+    local run = fake_run(dir .. "/out/one", { "run", "c.lua" }, { { 0.5, 0.7 } })
+    edit_json(run .. "/1.metrics.json", function(m) m.metrics.test_accuracy, m.metrics.test_loss = nil, nil end)
+    local t = report.table { assert(report.load(run)) }
+    assert.matches("\none%s+c%s+0%.5000 %(1%)%s+0%.0010", t)
+    assert.not_matches("%+%-", t)
+  end)
+
   it("gives a seeds row of private runs their epsilon, the largest: '-' says a run without DP", function()
     local dir = tmpdir()
     local runs = {}
@@ -240,7 +250,7 @@ describe("dpy-lua report", function()
     write_file(path, read_file(path):sub(1, 20))   -- truncated
     local run = assert(report.load(run_dir))
     local text = report.table { run }
-    assert.matches("0%.5000 %+%- 0%.0000 %(1%)[^\n]*1 node's metrics unreadable", text)
+    assert.matches("0%.5000 %(1%)[^\n]*1 node's metrics unreadable", text)
     assert.matches("r: warning: node 1's metrics unreadable: " .. path:gsub("%p", "%%%0") .. ": .", text)
   end)
 
