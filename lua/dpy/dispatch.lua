@@ -40,7 +40,12 @@ function M.load_remotes(path)
   local chunk, err = loadfile(path, "t", { os = { getenv = os.getenv }, tostring = tostring, tonumber = tonumber,
                                            string = string, math = math, ipairs = ipairs, pairs = pairs,
                                            table = table, type = type, error = error })
-  if not chunk then error("remotes: " .. err, 0) end
+  if not chunk then   -- none yet (a first dispatch): how to make one
+    local f = io.open(path)
+    if f then f:close() end
+    error("remotes: " .. err .. (f and "" or " (copy remotes.example.lua to remotes.lua and list the machines "
+                                 .. "there, or name the file with --remotes FILE)"), 0)
+  end
   local ok, t = pcall(chunk)
   if not ok then error("remotes: " .. tostring(t), 0) end
   if type(t) ~= "table" or type(t.remotes) ~= "table" or #t.remotes == 0 then

@@ -332,6 +332,12 @@ return {
     assert.are.equal(2, code, e)
     assert.matches("typed%.lua: remotes%[1%]: option 'base_port'", e)
     assert.is_nil(io.open(dir .. "/typed/manifest.json"))
+    -- none at all (a first dispatch, remotes.lua by default): says how to make one
+    local bare = tmpdir()
+    write_file(bare .. "/c.lua", TINY_RUN)
+    code, _, e = sh("cd " .. bare .. " && " .. BIN .. " dispatch c.lua --out " .. bare .. "/none")
+    assert.are.equal(2, code, e)
+    assert.matches("cannot open remotes%.lua: No such file or directory %(copy remotes%.example%.lua", e)
   end)
 
   it("refuses --jobs below 1 as --processes is refused (exit 2), before it reads a remote", function()
