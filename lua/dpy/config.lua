@@ -286,7 +286,19 @@ local function sandbox(values, dir, depth, included)
       if values[k] ~= nil then return values[k] end
       if SAFE[k] ~= nil then return SAFE[k] end
       if k == "include" then return include end
-      error(string.format("undefined variable '%s'", tostring(k)), 2)
+      local rule = M.SCHEMA[k]
+      if rule then   -- a key not set yet: its default is filled in after the config has run
+        local d = rule.default
+        error(string.format("config key '%s' is read before the config set it: a key reads as a variable once set "
+                            .. "(%s)", k, (type(d) == "number" or type(d) == "string" or type(d) == "boolean")
+                                and string.format("its default, %s, comes after the config has run", tostring(d))
+                                or "a default comes after the config has run"), 2)
+      end
+      local names = {}   -- the nearest name it may have meant: one set, a config key, a library
+      for _, t in ipairs { values, SAFE, M.SCHEMA } do
+        for n in pairs(t) do names[#names + 1] = n end
+      end
+      error(string.format("undefined variable '%s'%s", tostring(k), options.suggest(k, names)), 2)
     end,
     __newindex = function(_, k, v)
       local err, resolved = M.check(k, v, dir)

@@ -140,6 +140,12 @@ describe("config loading", function()
   it("refuses undefined variables and reports syntax errors", function()
     assert.matches(":1: undefined variable 'undefined_thing'", load_error("epochs = undefined_thing"))
     assert.matches(":1: syntax error near '2'", load_error("epochs 2"))
+    -- a misspelt name gets the nearest one; a config key read before the config set it says so
+    assert.matches(":2: undefined variable 'nodez' %(did you mean 'nodes'%?%)",
+                   load_error("nodes = 8\nrounds = nodez * 2"))
+    assert.matches(":2: config key 'batch_size' is read before the config set it: a key reads as a variable once "
+                   .. "set %(its default, 32, comes after the config has run%)",
+                   load_error("nodes = 8\nlocal_steps = 1000 // batch_size"))
   end)
 
   it("applies KEY=VALUE overrides, checked the same way", function()
