@@ -557,6 +557,13 @@ function M.repl_node(args)
   local node = require("dpy.node").build(ep, { config = a.config, dir = dir, seed = tostring(cfg.seed),
                                               overrides = table.concat(overrides, "\n") })
   rawset(_G, "node", node)
+  -- a node an action left out of the honest ones (label_flipping's poisoned) says so: it trains as they do
+  local h = require("dpy.honest").of_manifest({ actions = require("dpy.actions").manifest(cfg) }, cfg.nodes)
+  for _, g in ipairs(h and h.left_out or {}) do
+    for _, u in ipairs(g.uids) do
+      if u == uid then kind = string.format("%s; %s by %s", kind, g.key, g.action) end
+    end
+  end
   print(string.format("node %d of %d (%s): node:train([steps]), node:evaluate(), node.model, "
                       .. "node.optimizer, node.loader, node:neighbours(), node.endpoint", uid, cfg.nodes, kind))
   return 0
