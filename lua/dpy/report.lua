@@ -171,9 +171,11 @@ function M.load(dir)
         table.insert(per_round_bytes[e[1]], cumulative)
         sent[#sent + 1] = e[2]
       end
-      if m.wall_seconds then   -- (metrics without the series, not a run's own, say nothing of rounds)
+      -- (metrics without the series, not a run's own, say nothing of rounds; a node that failed in its
+      -- first round has round 0's ready_seconds alone)
+      if m.wall_seconds or m.ready_seconds then
         reached[uid] = 0
-        for _, e in ipairs(m.wall_seconds) do reached[uid] = math.max(reached[uid], e[1]) end
+        for _, e in ipairs(m.wall_seconds or {}) do reached[uid] = math.max(reached[uid], e[1]) end
       end
       local elapsed = 0
       for _, e in ipairs(m.wall_seconds or {}) do

@@ -225,8 +225,16 @@ describe("dpy-lua report", function()
     end)
     local done = fake_run(dir .. "/out/done", { "run", "c.lua", "rounds=3" }, acc)
     edit_json(done .. "/config.json", function(c) c.rounds = 3 end)
+    -- every node failed in round 1: their metrics hold round 0's ready_seconds alone
+    local early = fake_run(dir .. "/out/early", { "run", "c.lua", "rounds=3" }, acc)
+    edit_json(early .. "/config.json", function(c) c.rounds = 3 end)
+    for uid = 0, 1 do
+      edit_json(string.format("%s/%d.metrics.json", early, uid),
+                function(m) m.metrics = { ready_seconds = { { 0, 0.7 } } } end)
+    end
     local code, out, err = sh("cd " .. dir .. " && " .. BIN .. " report out/*")
     assert.are.equal(0, code, err)
+    assert.matches("\nearly%s+c rounds=3%s+[^\n]*unfinished: every node %(round 0 of 3 at most; see their logs%)", out)
     assert.matches("\nfailed%s+c rounds=5%s+[^\n]*unfinished: every node %(round 3 of 5 at most; see their logs%)", out)
     assert.matches("\none%s+c rounds=3%s+[^\n]*unfinished: node 1 %(round 2 of 3 at most; see their logs%)", out)
     assert.not_matches("\ndone[^\n]*unfinished", out)
