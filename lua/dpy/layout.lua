@@ -323,6 +323,24 @@ function M.check(cfg)
                           file and " (" .. file .. ")" or "", cut), 0)
     end
     checked.graph, checked.dynamic = g, registry.spec("graph", cfg.graph).dynamic
+    -- a robust rule that cannot aggregate the models of the graph's least neighbourhood would stop
+    -- every such node in round 1: a fixed graph's dpsgd round gives a node its own and its neighbours'
+    local rule_opts
+    rule, rule_opts = registry.options("sharing", cfg.sharing)
+    if rule.fits and alg.name == "dpsgd" and not checked.dynamic and not checked.directed then
+      local least, who = math.huge, 0
+      for u = 0, g.n - 1 do
+        local d = #(g.adj[u] or {})
+        if d < least then least, who = d, u end
+      end
+      local bad = rule.fits(rule_opts, least + 1)
+      if bad then
+        local at = config.where(cfg, "sharing")
+        error(string.format("%ssharing: %s: node %d has %d neighbour%s, so its rounds aggregate %d models: %s",
+                            at and at .. ": " or "", rule.name, who, least, least == 1 and "" or "s", least + 1,
+                            bad), 0)
+      end
+    end
   end
   local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
   if parts_n < 1 then error("nodes: " .. alg.name .. " needs at least 2 nodes (a server and a client)", 0) end

@@ -492,6 +492,9 @@ describe("dpy-lua run", function()
       { "'actions={{\"label_flipping\",nodes={1},map={[0]=10}}}'",
         "^dpy%-lua: actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9" },
       { "'sharing={\"multi_krum\",f=0,m=1<<40}'", "option 'm' must be at most 2147483647" },
+      { "'sharing={\"trimmed_mean\",f=3}'", "^dpy%-lua: command line: sharing={\"trimmed_mean\",f=3}: sharing: "
+        .. "trimmed_mean: node %d has 4 neighbours, so its rounds aggregate 5 models: trimmed_mean: n = 5, f = 3 is "
+        .. "outside what it tolerates %(n > 2f%)" },
       { "peer_timeout=1e300", "config key 'peer_timeout' must be a number > 0 and <= 1000000000, got 1e%+300" },
       { "threads=1e12", "config key 'threads' must be an integer >= 1 and <= 65536" },
     } do
