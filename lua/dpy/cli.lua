@@ -571,7 +571,8 @@ end
 
 --- dpy-lua report RUN_DIR... [--out DIR] [--format svg|png]: compares runs (see dpy.report).
 function M.report(args)
-  local p = argparse("dpy-lua report", "Compare runs: a table, and accuracy plots (gnuplot).")
+  local p = argparse("dpy-lua report", "Compare runs: a table, plots of accuracy against round, bytes, time "
+                       .. "and local steps and of loss (gnuplot), and report.html with all of it.")
   p:argument("runs", "Run directories (out/<timestamp>)."):args("+")
   p:option("--out", "Where the plots go (default: ./report, outside the runs' directory).")
   p:option("--format", "svg or png."):choices { "svg", "png" }:default("svg")

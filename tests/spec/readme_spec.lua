@@ -486,6 +486,11 @@ print("checked")
       assert.matches("^dpy%-lua %d", out)
     end
     assert.are.equal(2, (sh(BIN .. " run")), "a usage error exits 2")
+    -- report's line names what it writes, as the Commands table does: every plot and the page
+    local report = assert(top:match("\n  report [^\n]*\n[^\n]*\n[^\n]*\n[^\n]*"), top)
+    for _, what in ipairs { "round", "bytes", "time", "local steps", "loss", "report.html" } do
+      assert.truthy(report:find(what, 1, true), what .. ": " .. report)
+    end
   end)
 end)
 
