@@ -124,6 +124,7 @@ function M.load(dir)
       return nil, string.format("%s: not a run directory, but the jobs of a dispatch --jobs (%s): dpy-lua report "
                                 .. "%s/job-*", dir, table.concat(jobs, ", "), dir:gsub("/+$", ""))
     end
+    if not require("dpy.paths").is_dir(dir) then return nil, dir .. ": no such directory" end   -- a typo
     return nil, dir .. ": not a run directory (no readable config.json)"
   end
   local nodes = cfg.nodes == nil and 1 or type(cfg.nodes) == "number" and math.tointeger(cfg.nodes)

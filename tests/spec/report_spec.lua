@@ -249,6 +249,10 @@ describe("dpy-lua report", function()
     assert.is_nil(run)
     assert.matches("jobs: not a run directory, but the jobs of a dispatch %-%-jobs %(job%-1, job%-2%): "
                    .. "dpy%-lua report .*jobs/job%-%*", err)
+    -- a path that names nothing (a typo) says so, not that a config.json is missing
+    run, err = report.load(dir .. "/jbos")
+    assert.is_nil(run)
+    assert.matches("jbos: no such directory$", err)
   end)
 
   it("warns of a node whose metrics are unreadable, naming the file", function()
