@@ -234,7 +234,10 @@ function M.check(key, value, base, used)
     return nil, list
   end
   local err = options.check_value(value, s)
-  if err then return options.join(string.format("config key '%s'", key), err) end
+  if err then   -- a key's own check that names the key (churn: ..., churn[2]: ...) says it whole
+    if err:sub(1, #key) == key and err:find("^[:%[]", #key + 1) then return err end
+    return options.join(string.format("config key '%s'", key), err)
+  end
   value = options.normalize(value, s)
   if s.fields and type(value) == "table" then return check_paths(key, value, s.fields, base, used) end
   return nil, value

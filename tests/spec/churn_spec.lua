@@ -50,7 +50,9 @@ describe("a churn schedule", function()
       { { { uid = 1, leave = 2, rejion = 3 } }, "churn%[1%]: unknown option 'rejion' %(did you mean 'rejoin'%?%)" },
       { { 3 }, "churn%[1%]: a table { uid =, leave = %[, rejoin =%] } expected" },
       { { { uid = 1, leave = 2 }, fraction = 0.5 }, "got both %(key 'fraction'%)" },
-      { { fraction = 0.5 }, "churn: option 'leave_rounds' is required" },
+      -- the check's own words name the key: not "config key 'churn' churn: ..."
+      { { fraction = 0.5 }, "^churn: option 'leave_rounds' is required" },
+      { { { uid = 1, leave = 4, rejoin = 2 } }, "^churn%[1%]: rejoin %(2%) must come after leave %(4%)" },
       { { fraction = 0, leave_rounds = 1 }, "churn: option 'fraction' must be" },
     }
     local config = require "dpy.config"
