@@ -274,7 +274,17 @@ end
 -- or does not match the training set (M.check_splits), a partition that cannot be made. It builds the
 -- graph, both splits (mapped or shared files: milliseconds) and the partition (from the dataset's
 -- labels) to know; experiment.check runs it before anything is written and keeps its result for prepare.
+-- A refusal that names its key ("eval_nodes: ...", "actions[1]: ...") is named where the key was set.
+local check
 function M.check(cfg)
+  local ok, checked = pcall(check, cfg)
+  if ok then return checked end
+  local key = type(checked) == "string" and checked:match("^([%a_][%w_]*)[:%[]")
+  local at = key and config.SCHEMA[key] and config.where(cfg, key)
+  error(at and at .. ": " .. checked or checked, 0)
+end
+
+function check(cfg)
   if cfg.eval_nodes and cfg.eval_nodes > cfg.nodes and not config.is_effective(cfg) then   -- it evaluated them all
     error(string.format("eval_nodes: %d nodes to evaluate, the run has %d", cfg.eval_nodes, cfg.nodes), 0)
   end

@@ -71,10 +71,12 @@ describe("layout.check", function()
   it("refuses what a run would ignore, but reruns a run directory that recorded it", function()
     local config = require "dpy.config"
     local dir = tmpdir()
-    for key, why in pairs { ["algorithm = 'fedavg'\nround_timeout = 5"] = "^round_timeout: .*; fedavg waits by",
-                            ["fraction = 0.5"] = "^fraction: .*; dpsgd samples none",
-                            -- its server alone evaluated, the nodes asked for none
-                            ["algorithm = 'fedavg'\neval_nodes = 2"] = "^eval_nodes: .*; fedavg's server evaluates" } do
+    for key, why in pairs {
+      ["algorithm = 'fedavg'\nround_timeout = 5"] = "/c%.lua:4: round_timeout: .*; fedavg waits by",
+      ["fraction = 0.5"] = "/c%.lua:3: fraction: .*; dpsgd samples none",
+      -- its server alone evaluated, the nodes asked for none
+      ["algorithm = 'fedavg'\neval_nodes = 2"] = "/c%.lua:4: eval_nodes: .*; fedavg's server evaluates",
+    } do
       local text = "nodes = 4\ngraph = 'ring'\n" .. key .. "\ntrain_samples = 400\ntest_samples = 100\n"
       write_file(dir .. "/c.lua", text)
       local ok, err = pcall(layout.check, config.load(dir .. "/c.lua"))
@@ -101,10 +103,11 @@ describe("layout.check", function()
       assert.is_false(ok, text)
       return err
     end
-    assert.matches("^positive_classes: binary task: class 10 is not in 0%.%.9$",
+    assert.matches("/c%.lua:6: positive_classes: binary task: class 10 is not in 0%.%.9$",
                    refusal("task = 'binary'\npositive_classes = { 1, 10 }\n"))
-    assert.matches("^positive_classes: every class of fashion_mnist %(0%.%.9%) is positive: no sample would be "
-                   .. "negative$", refusal("task = 'binary'\npositive_classes = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9 }\n"))
+    assert.matches("/c%.lua:6: positive_classes: every class of fashion_mnist %(0%.%.9%) is positive: no sample "
+                   .. "would be negative$",
+                   refusal("task = 'binary'\npositive_classes = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9 }\n"))
     assert.matches("c.lua:6: config key 'positive_classes' must list one class or more",
                    refusal("task = 'binary'\npositive_classes = {}\n"))
     assert.matches("/c%.lua:7: partition: dirichlet gives node %d+ no training samples %(of 40%)",
@@ -125,15 +128,19 @@ describe("layout.check", function()
     assert.matches("c%.lua:6: stragglers: lognormal = 100 gives node %d a slowdown of [%d.e+]+ %(a number > 0 and "
                    .. "<= 1e9%)$", refusal("seed = 1\nstragglers = { lognormal = 100 }\n"))
     -- a label_flipping map outside the data's classes failed the poisoned nodes as they started (exit 1)
-    assert.matches("^actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9$",
+    assert.matches("/c%.lua:5: actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9$",
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { [0] = 10 } } }\n"))
-    assert.matches("^actions%[1%]: label_flipping: map%[x%] = 1: the data's classes are 0%.%.9$",
+    assert.matches("/c%.lua:5: actions%[1%]: label_flipping: map%[x%] = 1: the data's classes are 0%.%.9$",
                    refusal("actions = { { 'label_flipping', nodes = { 1 }, map = { x = 1 } } }\n"))
     -- more nodes evaluated than the run has evaluated them all
-    assert.matches("^eval_nodes: 5 nodes to evaluate, the run has 4$", refusal("eval_nodes = 5\n"))
+    assert.matches("/c%.lua:5: eval_nodes: 5 nodes to evaluate, the run has 4$", refusal("eval_nodes = 5\n"))
+    write_file(dir .. "/e.lua", "nodes = 4\ngraph = 'ring'\ntrain_samples = 400\ntest_samples = 100\n")
+    local okp, perr = pcall(function() return layout.check(config.load(dir .. "/e.lua", { "processes=5" })) end)
+    assert.is_false(okp)
+    assert.matches("^command line: processes=5: processes: 5 processes for 4 nodes", perr)
     -- a noise multiplier past the accountant's range hung every node's first epsilon (1e300) or gave NaN
-    assert.matches("^actions%[1%]: differential_privacy: option 'noise': the noise multiplier must be in %[1e%-100, "
-                   .. "1e100%] %(the accountant's range%), got 1e%+300$",
+    assert.matches("/c%.lua:5: actions%[1%]: differential_privacy: option 'noise': the noise multiplier must be in "
+                   .. "%[1e%-100, 1e100%] %(the accountant's range%), got 1e%+300$",
                    refusal("actions = { { 'differential_privacy', noise = 1e300 } }\n"))
     -- and a binary class given as an integral float is that class
     write_file(dir .. "/c.lua", "nodes = 4\ngraph = 'ring'\ntrain_samples = 400\ntest_samples = 100\n"
