@@ -113,6 +113,12 @@ end
 -- run must be replaced. option: the command's option that names dir (default --out; `dpy-lua
 -- node`: --dir).
 function M.claim(dir, force, option)
+  local up = dir   -- a file where the directory would be, or on its way there
+  while up ~= "" and up ~= "/" and up ~= "." and not paths.exists(up) do up = paths.dirname(up) end
+  if paths.exists(up) and not paths.is_dir(up) then
+    error(string.format("%s %s: a file, not a directory: choose another %s", option or "--out", up,
+                        option or "--out"), 0)
+  end
   local others = strays(dir)
   if #others > 0 then
     error(string.format("%s holds files that are no run's (%s%s): choose another %s (--force replaces a run, "

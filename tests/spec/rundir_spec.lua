@@ -176,6 +176,18 @@ describe("a run directory", function()
       assert.are.equal("-- mine\n", read_file(mine .. "/config.lua"))
       assert.is_false(exists(mine .. "/manifest.json"))
     end
+    -- a file where the directory would be, or on its way: a usage error before anything runs (it failed
+    -- after the config check, exit 1, "run failed: ... exists and is not a directory")
+    write_file(dir .. "/afile", "mine\n")
+    for _, out in ipairs { dir .. "/afile", dir .. "/afile/sub" } do
+      for _, force in ipairs { "", " --force" } do
+        local code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. out .. force .. " -q")
+        assert.are.equal(2, code, err)
+        assert.matches("--out " .. (dir .. "/afile"):gsub("%p", "%%%0") .. ": a file, not a directory: choose "
+                       .. "another %-%-out", err)
+        assert.are.equal("mine\n", read_file(dir .. "/afile"))
+      end
+    end
     -- a run with a file of someone else's beside it: --force replaces the run, not that file
     local code, _, err = sh(BIN .. " run " .. dir .. "/tiny.lua --out " .. dir .. "/run -q")
     assert.are.equal(0, code, err)
