@@ -341,6 +341,10 @@ describe("dpy-lua attach #e2e", function()
     code, _, e = sh(shell_quote(DPY_BIN) .. " attach " .. out .. " --uid 0")
     assert.are.equal(1, code)
     assert.matches("process 0 of .* does not answer", e)
+    -- a node the run never had is a usage error, ended run or not (it said "the run has ended", exit 1)
+    code, _, e = sh(shell_quote(DPY_BIN) .. " attach " .. out .. " --uid 30")
+    assert.are.equal(2, code, e)
+    assert.matches("--uid 30: no such node in .* %(nodes 0%-%d+%)", e)
     local live, pid = start_paused(TINY_RUN)
     -- two clients at once, each on its own node
     local client = require "dpy.attach.client"

@@ -72,12 +72,17 @@ function Client:close()
   end
 end
 
---- client.open(dir [, { ssh }]) -> client | nil, message: connected to every process of run dir;
--- processes on other hosts through `ssh` (the command, default "ssh").
+--- client.open(dir [, { ssh, uid }]) -> client | nil, message [, usage]: connected to every process of run
+-- dir; processes on other hosts through `ssh` (the command, default "ssh"). usage: uid is no node of
+-- the run (a usage error), said before any process is reached.
 function M.open(dir, opts)
   local manifest = metrics.read(dir .. "/manifest.json")
   if not manifest then return nil, dir .. " is not a run directory (no manifest.json)" end
   if not manifest.processes then return nil, dir .. " is a centralized run: it has no nodes to attach to" end
+  local uid, n = opts and opts.uid, math.tointeger(manifest.nodes)
+  if uid and n and (uid < 0 or uid >= n) then   -- a usage error, whether the run goes on or not
+    return nil, string.format("--uid %d: no such node in %s (nodes 0-%d)", uid, dir, n - 1), true
+  end
   local self = setmetatable({ dir = dir, conns = {}, where = {}, ended = {}, refused = {}, next_id = 0,
                               nodes = manifest.nodes,
                               tty = false, forwards = {}, ssh = opts and opts.ssh or "ssh" }, Client)
@@ -421,10 +426,10 @@ end
 
 --- client.main{ dir, uid } -> exit code
 function M.main(a)
-  local self, err = M.open(a.dir, { ssh = a.ssh })
+  local self, err, usage = M.open(a.dir, { ssh = a.ssh, uid = a.uid })
   if not self then
     io.stderr:write("dpy-lua attach: ", err, "\n")
-    return 1
+    return usage and 2 or 1
   end
   self.tty = require("dpy.host.core").isatty(0)
   if a.uid == nil then
