@@ -79,9 +79,9 @@ function M.open(dir, opts)
   local manifest = metrics.read(dir .. "/manifest.json")
   if not manifest then return nil, dir .. " is not a run directory (no manifest.json)" end
   if not manifest.processes then return nil, dir .. " is a centralized run: it has no nodes to attach to" end
-  local uid, n = opts and opts.uid, math.tointeger(manifest.nodes)
-  if uid and n and (uid < 0 or uid >= n) then   -- a usage error, whether the run goes on or not
-    return nil, string.format("--uid %d: no such node in %s (nodes 0-%d)", uid, dir, n - 1), true
+  local uid, count = opts and opts.uid, math.tointeger(manifest.nodes)
+  if uid and count and (uid < 0 or uid >= count) then   -- a usage error, whether the run goes on or not
+    return nil, string.format("--uid %d: no such node in %s (nodes 0-%d)", uid, dir, count - 1), true
   end
   local self = setmetatable({ dir = dir, conns = {}, where = {}, ended = {}, refused = {}, next_id = 0,
                               nodes = manifest.nodes,
