@@ -81,7 +81,11 @@ function M.decentralized_text(cfg, dir, s)
                   s.rounds > s.from and string.format(": %.3f s per round", s.seconds_per_round) or ""),
     "  " .. require("dpy.honest").describe(s.honest),
     s.evaluated > 0 and string.format("  final test accuracy over %d evaluated honest node%s: mean %.4f, min %.4f, "
-                                      .. "max %.4f", s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min, s.max)
+                                      .. "max %.4f%s", s.evaluated, s.evaluated == 1 and "" or "s", s.mean, s.min,
+                                      s.max,
+                                      -- an interrupted run's nodes: not one round's accuracies
+                                      s.eval_rounds and string.format(" (their last evaluations: rounds %.0f-%.0f)",
+                                                                      s.eval_rounds[1], s.eval_rounds[2]) or "")
       or "  no honest node was evaluated",
     s.server_mb and string.format("  %.2f MB exchanged per client, %.2f MB by the server ((sent + received) / 2; "
                                   .. "MB = 10^6 bytes)", s.mb_per_node, s.server_mb)

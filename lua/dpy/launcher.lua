@@ -196,6 +196,7 @@ function M.summarize(cfg, dir, seconds, from)
   local honest, why = require("dpy.honest").of_run(dir, cfg.nodes)
   if not honest then error(why, 0) end
   local accs, node_bytes, rounds = {}, 0, 0
+  local first_eval, last_eval = math.huge, -math.huge   -- the rounds of the nodes' last evaluations
   local diverged, trained, rejected = {}, 0, 0
   local server = layout.has_server(cfg) and 0 or nil   -- its traffic is counted apart from the clients'
   local server_bytes = 0
@@ -207,7 +208,9 @@ function M.summarize(cfg, dir, seconds, from)
       local at = metrics.diverged_at(s)
       if at then diverged[#diverged + 1] = { uid = u, round = at } end
       if honest.set[u] and s.test_accuracy and #s.test_accuracy > 0 then
-        accs[#accs + 1] = s.test_accuracy[#s.test_accuracy][2]
+        local last = s.test_accuracy[#s.test_accuracy]
+        accs[#accs + 1] = last[2]
+        first_eval, last_eval = math.min(first_eval, last[1]), math.max(last_eval, last[1])
       end
       local bytes = 0
       for _, e in ipairs(s.bytes_sent or {}) do bytes = bytes + e[2] end
@@ -230,6 +233,7 @@ function M.summarize(cfg, dir, seconds, from)
     end
   end
   return { honest = honest, evaluated = #accs, mean = #accs > 0 and sum / #accs or 0 / 0, min = lo, max = hi,
+           eval_rounds = first_eval < last_eval and { first_eval, last_eval } or nil,
            diverged = diverged, trained = trained, rejected = rejected, refused = refused,
            -- MB: 10^6 bytes; (sent + received) / 2 per node, the server apart
            mb_per_node = node_bytes / 2 / (cfg.nodes - (server and 1 or 0)) / 1e6,

@@ -303,6 +303,29 @@ describe("dpy-lua run", function()
     assert.are.equal("4 nodes (dpsgd, 2 processes), no round after round 2 in 3.0 s", line())
   end)
 
+  -- an interrupted run's nodes last evaluated in different rounds: their mean read as one round's
+  it("says when the final accuracies come from different rounds", function()
+    local cli, launcher = require "dpy.cli", require "dpy.launcher"
+    local dir = tmpdir()
+    local cfg = { nodes = 2, algorithm = "dpsgd", processes = 1 }
+    write_file(dir .. "/manifest.json", "{}")
+    local function node(uid, last)
+      local m = { test_accuracy = { { 46, 0.5 }, { last, 0.6 + uid / 10 } }, wall_seconds = {}, bytes_sent = {} }
+      write_file(string.format("%s/%d.metrics.json", dir, uid), metrics.json.encode { uid = uid, metrics = m })
+    end
+    local function text()
+      local summary = launcher.summarize(cfg, dir, 1)
+      summary.seconds, summary.from = 1, 0
+      return cli.decentralized_text(cfg, dir, summary)
+    end
+    node(0, 48)
+    node(1, 50)
+    assert.matches("final test accuracy over 2 evaluated honest nodes: mean 0%.6500, min 0%.6000, max 0%.7000 "
+                   .. "%(their last evaluations: rounds 48%-50%)", text())
+    node(0, 50)
+    assert.matches("max 0%.7000\n", text())
+  end)
+
   it("says how a failed process ended: its exit status, the signal that killed it, its last line", function()
     local launcher = require "dpy.launcher"
     assert.are.equal("process 1 exited with 1", launcher.exit_text("process 1", 1))
