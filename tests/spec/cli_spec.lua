@@ -7,6 +7,10 @@ local BIN = shell_quote(DPY_BIN)
 local TINY = "seed = 3\nbatch_size = 16\nmax_steps = 30\neval_every = 15\n"
           .. "train_samples = 2000\ntest_samples = 500\n"
 
+-- The pattern of a config check's refusal of a key set on the command line: named there (KEY=VALUE),
+-- then the key's own words (rest)
+local function at(key, rest) return "^dpy%-lua: command line: " .. key .. "=[^\n]-: " .. key .. rest end
+
 describe("dpy-lua as an interpreter", function()
   it("runs a script with lua's arg table and the dpy modules", function()
     local dir = tmpdir()
@@ -454,7 +458,8 @@ describe("dpy-lua run", function()
     local code, _, err = sh(BIN .. " run " .. dir .. "/c.lua -q local_epochs=1 processes=100 --out " .. dir .. "/o")
     assert.are.equal(2, code, err)
     assert.matches("^dpy%-lua: warning: local_steps = 5 %([^)]*c%.lua:3%) is ignored: local_epochs = 1 %(command "
-                   .. "line: local_epochs=1%) wins [^\n]*\ndpy%-lua: processes: 100 processes for 8 nodes", err)
+                   .. "line: local_epochs=1%) wins [^\n]*\ndpy%-lua: command line: processes=100: processes: 100 "
+                   .. "processes for 8 nodes", err)
   end)
 
   it("refuses what the config alone makes wrong before writing anything: exit 2, no directory #checks", function()
@@ -466,7 +471,7 @@ describe("dpy-lua run", function()
     for i, case in ipairs {
       { "'algorithm={\"epidemic\",s=7}' nodes=6", "^dpy%-lua: epidemic: s = 7 needs more than 6 nodes" },
       { "algorithm=async checkpoint_every=1", "^dpy%-lua: async: checkpoint_every is not supported" },
-      { "algorithm=ps reset_optimizer=true", "^dpy%-lua: reset_optimizer: .*not ps's" },
+      { "algorithm=ps reset_optimizer=true", at("reset_optimizer", ": .*not ps's") },
       { "'algorithm={\"fedavg\"}' 'sharing={\"median\"}'", "^dpy%-lua: fedavg: sharing 'median' does not apply" },
       { "'stragglers={factors={1,1,4}}'",
         "^dpy%-lua: command line: stragglers={factors={1,1,4}}: stragglers: factors lists 3 nodes, the config has 8" },
@@ -476,44 +481,44 @@ describe("dpy-lua run", function()
         "^dpy%-lua: command line: stragglers={slowdown=4}: stragglers: slowdown = 4 needs fraction %(" },
       { "'stragglers={lognormal=100}'",
         "^dpy%-lua: command line: stragglers={lognormal=100}: stragglers: lognormal = 100 gives node %d a slowdown" },
-      { "'churn={{uid=99,leave=1}}'", "^dpy%-lua: churn%[1%]: uid 99 is not a node of the run" },
+      { "'churn={{uid=99,leave=1}}'", at("churn", "%[1%]: uid 99 is not a node of the run") },
       { "partition=natural",
         "^dpy%-lua: command line: partition=natural: partition 'natural' needs a dataset with natural groups" },
       { "'partition={\"dirichlet\"}'", "partition: partitioner 'dirichlet': option 'alpha' is required" },
       { "'dataset={\"mnist\",dir=\"" .. dir .. "/none\"}'", "^dpy%-lua: dataset mnist: no train%-images" },
-      { "nodes=6 processes=7", "^dpy%-lua: processes: 7 processes for 6 nodes" },
-      { "processes=100", "^dpy%-lua: processes: 100 processes for 8 nodes" },
-      { "fraction=0.5", "^dpy%-lua: fraction: the share of clients .*; dpsgd samples none" },
-      { "algorithm=fedavg round_timeout=5", "^dpy%-lua: round_timeout: .*; fedavg waits by peer_timeout" },
+      { "nodes=6 processes=7", at("processes", ": 7 processes for 6 nodes") },
+      { "processes=100", at("processes", ": 100 processes for 8 nodes") },
+      { "fraction=0.5", at("fraction", ": the share of clients .*; dpsgd samples none") },
+      { "algorithm=fedavg round_timeout=5", at("round_timeout", ": .*; fedavg waits by peer_timeout") },
       { "sharing=secure_average round_timeout=5",
-        "^dpy%-lua: round_timeout: .*; dpsgd with sharing secure_average waits by peer_timeout" },
+        at("round_timeout", ": .*; dpsgd with sharing secure_average waits by peer_timeout") },
       { "sharing=secure_average 'sim_clock={step_seconds=1}'",
-        "^dpy%-lua: sim_clock: .*, not dpsgd with sharing secure_average\n" },
+        at("sim_clock", ": .*, not dpsgd with sharing secure_average\n") },
       { "sharing=secure_average 'churn={{uid=1,leave=1}}'",
-        "^dpy%-lua: churn: .*, not dpsgd with sharing secure_average\n" },
+        at("churn", ": .*, not dpsgd with sharing secure_average\n") },
       { "sharing=secure_average 'transforms={{\"uniform_asymmetric_quantization\",bits=8}}'",
-        "^dpy%-lua: transforms: secure aggregation .*; dpsgd with sharing secure_average would apply it to none" },
+        at("transforms", ": secure aggregation .*; dpsgd with sharing secure_average would apply it to none") },
       { "algorithm=secure_fedavg 'transforms={{\"zstd\"}}'",
-        "^dpy%-lua: transforms: .*; secure_fedavg would apply it to the server's broadcast alone" },
+        at("transforms", ": .*; secure_fedavg would apply it to the server's broadcast alone") },
       { "loss=nll", "^dpy%-lua: loss: nll takes log%-probabilities; model 'cnn' gives logits" },
       { "algorithm=fedavg 'actions={{\"label_flipping\",nodes={0,1}}}'",
-        "^dpy%-lua: actions%[1%]: label_flipping: nodes lists 0, not a training node %(1%.%.7%)" },
+        at("actions", "%[1%]: label_flipping: nodes lists 0, not a training node %(1%.%.7%)") },
       { "'graph={\"file\",path=\"" .. dir .. "/split.txt\"}'",
         "^dpy%-lua: command line: graph=[^\n]*: graph: the graph is not connected %(.*split%.txt%)" },
       { "algorithm=ps 'actions={\"differential_privacy\"}'",
-        "^dpy%-lua: actions%[1%]: differential_privacy: runs with dpsgd or fedavg" },
+        at("actions", "%[1%]: differential_privacy: runs with dpsgd or fedavg") },
       { "task=binary 'actions={\"differential_privacy\"}'",
-        "^dpy%-lua: actions%[1%]: differential_privacy: DP%-SGD supports" },
+        at("actions", "%[1%]: differential_privacy: DP%-SGD supports") },
       { "loss=mse 'actions={\"differential_privacy\"}'",
-        "^dpy%-lua: actions%[1%]: .*take cross_entropy or nll, not mse" },
+        at("actions", "%[1%]: .*take cross_entropy or nll, not mse") },
       -- each of these reached the nodes: failed them (exit 1, naming a framework file) or ran other than asked
-      { "task=binary 'positive_classes={10}'", "^dpy%-lua: positive_classes: binary task: class 10 is not in 0%.%.9" },
+      { "task=binary 'positive_classes={10}'", at("positive_classes", ": binary task: class 10 is not in 0%.%.9") },
       { "'partition={\"dirichlet\",alpha=0.01,min_size=0}' train_samples=40",
         "^dpy%-lua: command line: partition=[^\n]*: partition: dirichlet gives node %d no training samples %(of 40%)" },
       { "'graph={\"star\",center=8}'",
         "^dpy%-lua: command line: graph={\"star\",center=8}: graph: star: center 8 is not a node %(0%.%.7%)" },
       { "'actions={{\"label_flipping\",nodes={1},map={[0]=10}}}'",
-        "^dpy%-lua: actions%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9" },
+        at("actions", "%[1%]: label_flipping: map%[0%] = 10: the data's classes are 0%.%.9") },
       { "'sharing={\"multi_krum\",f=0,m=1<<40}'", "option 'm' must be at most 2147483647" },
       { "'sharing={\"trimmed_mean\",f=3}'", "^dpy%-lua: command line: sharing={\"trimmed_mean\",f=3}: sharing: "
         .. "trimmed_mean: node %d has 4 neighbours, so its rounds aggregate 5 models: trimmed_mean: n = 5, f = 3 is "
@@ -632,14 +637,14 @@ describe("dpy-lua run", function()
                                       .. "model = { 'mlp', hidden = { 8 } }\n")
     local function absent(path) return (sh("test -e " .. shell_quote(path))) ~= 0 end
     for i, case in ipairs {
-      { numpy_dir("corrupt", "garbage", npy({ 2 }, { 0, 1 })), "^dpy%-lua: dataset: .*/corrupt/tx%.npy: " },
+      { numpy_dir("corrupt", "garbage", npy({ 2 }, { 0, 1 })), at("dataset", ": .*/corrupt/tx%.npy: ") },
       { numpy_dir("labels", npy({ 2, 8, 8 }, pixels(128)), npy({ 2 }, { 0, 5 })),
-        "^dpy%-lua: dataset: .*/labels/ty%.npy: label 5 at index 1 is outside 0%.%.2 %(classes = 3, the largest "
-        .. "training label %+ 1%)\n$" },
+        at("dataset", ": .*/labels/ty%.npy: label 5 at index 1 is outside 0%.%.2 %(classes = 3, the largest "
+        .. "training label %+ 1%)\n$") },
       { numpy_dir("shape", npy({ 2, 4, 4 }, pixels(32)), npy({ 2 }, { 0, 1 })),
         "^dpy%-lua: dataset 'numpy': the test set's samples are 1×4×4, the training set's 1×8×8\n$" },
       { string.format("'dataset={\"image_folder\",root=\"%s\",test_dir=\"%s\"}'", folders .. "/train", dir .. "/test"),
-        "^dpy%-lua: dataset: image_folder: .*/test/bird: class folder 'bird' is not among root's classes" },
+        at("dataset", ": image_folder: .*/test/bird: class folder 'bird' is not among root's classes") },
       { string.format("'dataset={\"%s\"}'", dir .. "/two.lua"),
         "^dpy%-lua: dataset 'two' %(.*/two%.lua%): the test set has 3 classes, the training set 2\n$" },
     } do
