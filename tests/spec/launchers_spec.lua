@@ -152,11 +152,17 @@ describe("launchers #e2e", function()
 
   it("marks a run its launcher interrupted (srun passes Ctrl-C on): the manifest and rank 0's summary", function()
     local host = require "dpy.host.core"
+    -- 20 rounds: each signal comes within a second of a round the ranks finished (progress files are
+    -- written twice a second), 17 or more rounds before the end (a round takes 0.1 s at the least);
+    -- the last launch runs the rounds left (60 took 10-20 s more). stop_grace = 5: rank 0 waits that
+    -- long for the other ranks' last progress; rank 1 stopped while it connects writes none (the
+    -- default 15 s, every time)
+    local keys = "rounds=20 checkpoint_every=1 stop_grace=5"
     local pids = {}
     for r = 0, 1 do
       pids[r + 1] = assert(host.spawn({ "/bin/sh", "-c", string.format("SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=79 "
-                                        .. "exec %s node %s/c.lua rounds=60 checkpoint_every=1 --dir %s/int", r, BIN,
-                                        dir, dir) }, string.format("%s/int-%d.out", dir, r)))
+                                        .. "exec %s node %s/c.lua %s --dir %s/int", r, BIN, dir, keys,
+                                        dir) }, string.format("%s/int-%d.out", dir, r)))
     end
     for _ = 1, 600 do   -- until every rank has finished a round
       local a, b = read_file(dir .. "/int/progress-0.json"), read_file(dir .. "/int/progress-1.json")
@@ -176,8 +182,8 @@ describe("launchers #e2e", function()
     local from = manifest.interrupted.round
     for r = 0, 1 do
       pids[r + 1] = assert(host.spawn({ "/bin/sh", "-c", string.format("SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=81 "
-                                        .. "exec %s node %s/c.lua rounds=60 checkpoint_every=1 --resume auto --dir "
-                                        .. "%s/int", r, BIN, dir, dir) }, string.format("%s/int-%d.out", dir, r)))
+                                        .. "exec %s node %s/c.lua %s --resume auto --dir %s/int", r, BIN,
+                                        dir, keys, dir) }, string.format("%s/int-%d.out", dir, r)))
     end
     for _ = 1, 600 do   -- until rank 0 has recorded the resume
       local m = require("dpy.metrics").read(dir .. "/int/manifest.json")
@@ -197,8 +203,8 @@ describe("launchers #e2e", function()
     local resumed = {}
     for r = 0, 1 do
       resumed[#resumed + 1] = string.format("(SLURM_PROCID=%d SLURM_NTASKS=2 SLURM_JOB_ID=80 %s node %s/c.lua "
-                                            .. "rounds=60 checkpoint_every=1 --resume auto --dir %s/int "
-                                            .. "> %s/res-%d.out 2>&1)", r, BIN, dir, dir, dir, r)
+                                            .. "%s --resume auto --dir %s/int > %s/res-%d.out 2>&1)", r, BIN, dir,
+                                            keys, dir, dir, r)
     end
     local code = sh("(" .. table.concat(resumed, " & ") .. " & wait)")
     assert.are.equal(0, code, read_file(dir .. "/res-0.out"))
