@@ -83,9 +83,30 @@ end
 -- an executed dpy-lua costs 0.6-0.9 s of CPU before its first line, 2-3 s under the sanitizers,
 -- and the specs run hundreds (host.spawn; spawn.c executes it instead when this process has
 -- started threads). DPY_TEST_FORK=0 runs every command through the shell.
-local function forked(argv, dir, out, err)
+-- limit (seconds) and sig: as "timeout [-s SIG] LIMIT" runs it: sig at the limit, then exit 124
+-- (137 for KILL, as timeout(1) exits after a KILL).
+local function forked(argv, dir, out, err, limit, sig)
   local pid = host.spawn(argv, out, { err = err, dir = dir })
-  return pid and host.wait(pid)
+  if not pid or not limit then return pid and host.wait(pid) end
+  local deadline = host.clock() + limit
+  repeat
+    local code = host.wait(pid, true)
+    if code then return code end
+    host.sleep(0.02)
+  until host.clock() > deadline
+  host.kill(pid, sig)
+  host.wait(pid)
+  return sig == 9 and 137 or 124
+end
+
+local SIGNALS = { TERM = 15, KILL = 9 }
+-- "timeout [-s TERM|KILL] SECONDS WORD...": the words after, the limit and the signal; else nil.
+local function timeout_words(argv)
+  if not argv or argv[1] ~= "timeout" then return nil end
+  local sig, i = 15, 2
+  if argv[2] == "-s" then sig, i = SIGNALS[argv[3]], 4 end
+  local limit = tonumber(argv[i])
+  if sig and limit then return table.move(argv, i + 1, #argv, 1, {}), limit, sig end
 end
 
 local FORK = os.getenv("DPY_TEST_FORK") ~= "0"
@@ -97,7 +118,9 @@ if FORK then host.set_threads(1) end
 function sh(cmd)
   local out, err = os.tmpname(), os.tmpname()
   local argv, dir = command_words(cmd)
-  local code = FORK and argv and argv[1] == DPY_BIN and forked(argv, dir, out, err)
+  local limit, sig
+  if argv and argv[1] == "timeout" then argv, limit, sig = timeout_words(argv) end
+  local code = FORK and argv and argv[1] == DPY_BIN and forked(argv, dir, out, err, limit, sig)
   if not code then
     local ok, _, status = os.execute(string.format("(%s) >%s 2>%s", cmd, out, err))
     code = ok and 0 or status

@@ -379,4 +379,23 @@ describe("host.spawn", function()
     local executed = child_cpu { "/bin/sh", "-c", "exec " .. shell_quote(DPY_BIN) .. " -e " .. shell_quote(lua) }
     assert.is_true(forked < 0.25 * executed, string.format("forked %.3f s, executed %.3f s", forked, executed))
   end)
+
+  -- the specs' sh (tests/helpers/preload.lua): "timeout N dpy-lua ..." went through the shell, an
+  -- executed dpy-lua each (0.6-0.9 s of CPU loading libtorch; 4 s a command on a loaded machine)
+  it("is how the specs' sh runs timeout N dpy-lua ...: forked, with timeout's limit, signal and exit codes", function()
+    local B = shell_quote(DPY_BIN)
+    local parent = [[-e 'io.write(io.open("/proc/self/stat"):read("l"):match("^%d+ %b() %S+ (%d+)"), " ",
+                                  require("dpy.host.core").cwd())']]
+    local code, out = sh("cd /tmp && timeout 60 " .. B .. " " .. parent:gsub("\n%s*", ""))
+    assert.are.equal(0, code)
+    assert.are.equal(host.pid() .. " /tmp", out)   -- a child of this process: forked, in its directory
+    local sleep = " -e 'require(\"dpy.host.core\").sleep(60)'"
+    for _, case in ipairs { { "timeout 1", 124 }, { "timeout -s KILL 1", 137 } } do
+      local t0 = host.clock()
+      assert.are.equal(case[2], (sh(case[1] .. " " .. B .. sleep)), case[1])
+      assert.is_true(host.clock() - t0 < 20, case[1] .. ": " .. host.clock() - t0 .. " s")
+    end
+    code, out = sh("timeout 5 echo x")   -- another program: timeout(1) itself
+    assert.are.same({ 0, "x\n" }, { code, out })
+  end)
 end)
