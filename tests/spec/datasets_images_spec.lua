@@ -358,7 +358,9 @@ describe("data.core.unit_bytes (femnist's pixels to bytes)", function()
   end)
 end)
 
-describe("femnist's decoded splits in the dataset cache", function()
+-- each load in a process of its own (the cache is for the next process): multi-process scenarios,
+-- left out of the sanitizer run, whose C (data_cache.c) test_dataset runs there byte by byte
+describe("femnist's decoded splits in the dataset cache, process after process #e2e", function()
   -- A script printing a split's shape, a hash of each tensor's bytes and of the writers, and the
   -- default mean and std, as a new process loads it.
   local DIGEST = [[
