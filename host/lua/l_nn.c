@@ -335,6 +335,7 @@ static int m_share_initial(lua_State *L) {
 }
 
 void dpy_nn_forget_initial(void) {
+    dpy_module_forget_initial();
     pthread_mutex_lock(&initial_mu);
     initial_closed = 1;
     for (int k = 0; k < INITIAL_MAX; k++) {

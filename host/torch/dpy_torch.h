@@ -234,6 +234,8 @@ DPY_API dpy_err dpy_tensor_backward(const dpy_tensor *t, const dpy_tensor *grad)
 ** the initial weights and, for dropout, the masks; NULL uses libtorch's default generator. */
 DPY_API dpy_err dpy_module_new(dpy_module **out, const char *kind, const double *args, int nargs,
                                dpy_generator *gen) DPY_NOEXCEPT;
+/* Lets go of the layers' initial values kept for the next layer built alike (the nodes are built). */
+DPY_API void dpy_module_forget_initial(void) DPY_NOEXCEPT;
 /* A container of named children. sequential: forward runs them in order (every child must have
 ** a forward of its own); otherwise the container has no forward (a Lua module supplies it).
 ** Children are shared, not moved: the caller keeps its handles. */

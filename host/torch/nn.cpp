@@ -1,5 +1,6 @@
 // nn.cpp: layers, containers, parameter access and losses of dpy_torch.h.
 #include "guard.hpp"
+#include "initial_layers.hpp"
 #include "mix.hpp"
 
 #include <algorithm>
@@ -148,6 +149,20 @@ static dpy_module *make_layer(const std::string &kind, const layer_args &a,
     dpy_invalid("unknown layer '" + kind + "'");
 }
 
+// The layers whose construction draws their initial values (initial_layers.cpp), and one of them
+// as make_layer wraps it.
+static bool draws_initial(const std::string &kind) {
+    return kind == "linear" || kind == "conv2d" || kind == "embedding";
+}
+
+static dpy_module *wrap_drawn(const std::shared_ptr<nn::Module> &m) {
+    if (auto l = std::dynamic_pointer_cast<nn::LinearImpl>(m))
+        return wrap_layer(nn::Linear(l));
+    if (auto c = std::dynamic_pointer_cast<nn::Conv2dImpl>(m))
+        return wrap_layer(nn::Conv2d(c));
+    return wrap_layer(nn::Embedding(std::dynamic_pointer_cast<nn::EmbeddingImpl>(m)));
+}
+
 // The float32 values a layer of these arguments allocates (its parameters; batchnorm's running
 // statistics too), held to the tensor size cap as a tensor constructor is: nn.linear(1e6, 1e6)
 // took its 4 TB, or the OOM killer ended the run. A size <= 0 is left to libtorch, which names it.
@@ -212,15 +227,33 @@ dpy_err dpy_module_new(dpy_module **out, const char *kind, const double *args, i
         layer_args a{args, nargs, kind};
         check_size(kind, a);
         c10::optional<at::Generator> g;
-        if (gen)
+        std::string key;
+        if (gen) {
             g = gen->g;
-        std::lock_guard<std::mutex> lock(g_init_lock);
-        if (gen)
-            torch::manual_seed(dpy_generator_draw(gen));
-        *out = make_layer(kind, a, g);
+            uint64_t seed = dpy_generator_draw(gen);
+            if (draws_initial(kind)) {
+                key = initial_layer_key(kind, args, nargs, seed);
+                if (auto m = initial_layer_find(key))
+                    *out = wrap_drawn(m);
+            }
+            if (!*out) {
+                {
+                    std::lock_guard<std::mutex> lock(g_init_lock);
+                    torch::manual_seed(seed);
+                    *out = make_layer(kind, a, g);
+                }
+                if (!key.empty())
+                    initial_layer_keep(key, (*out)->m);
+            }
+        } else {
+            std::lock_guard<std::mutex> lock(g_init_lock);
+            *out = make_layer(kind, a, g);
+        }
         (*out)->kind = kind;
     });
 }
+
+void dpy_module_forget_initial(void) noexcept { initial_layers_forget(); }
 
 dpy_err dpy_module_container(dpy_module **out, const char *const *names,
                              dpy_module *const *children, size_t n, int sequential) noexcept {

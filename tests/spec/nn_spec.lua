@@ -237,6 +237,29 @@ describe("nn containers", function()
     assert.is_true(same(other, own + 1))
   end)
 
+  it("builds a layer drawn alike before from the values it drew: the same bytes, tensors of its own", function()
+    -- the process keeps a drawing layer's first values by kind, arguments and seed (initial_layers.cpp)
+    local function draw(seed)
+      tensor.manual_seed(seed)
+      return nn.sequential { nn.conv2d(1, 2, 3), nn.flatten(), nn.linear(8, 3), nn.linear(3, 2, { bias = false }) }
+    end
+    local function same(a, b) return a:ne(b):sum():item() == 0 end
+    local x = tensor.randn(2, 1, 4, 4)
+    local first = draw(41)
+    local values, out = first:get_flat(), first(x)
+    tensor.no_grad(function() for _, p in ipairs(first:parameters()) do p:add_(1) end end)   -- written after
+    local again = draw(41)
+    assert.is_true(same(again:get_flat(), values) and same(again(x), out))
+    assert.are.equal(#first:parameters(), #again:parameters())   -- the bias left out stays out
+    assert.is_false(same(draw(42):get_flat(), values))
+    -- its tensors are its own, forward uses them, and they take gradients
+    tensor.no_grad(function() for _, p in ipairs(again:parameters()) do p:zero_() end end)
+    assert.are.equal(0, again(x):abs():sum():item())
+    assert.is_true(same(draw(41):get_flat(), values))
+    again(x):sum():backward()
+    for _, p in ipairs(again:parameters()) do assert.is_not_nil(p:grad()) end
+  end)
+
   it("copies a shared model on write through a child module, a tied layer or the optimizer too", function()
     local function tied(seed)
       tensor.manual_seed(seed)
