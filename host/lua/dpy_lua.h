@@ -119,10 +119,11 @@ int luaopen_dpy_attach_core(lua_State *L);
 /* Called by main once the libraries are loaded: main_fn runs a command line as main does, on a
 ** fresh Lua state, in a child forked to run this program (dpy_spawn). */
 void dpy_spawn_init(int argc, char **argv, int (*main_fn)(int, char **));
-/* What a child gets: stdout to the file out, stderr to err (NULL: out too), descriptor fd
-** (>= 0) as its 3, the others this process holds staying here; it starts in dir (NULL: here). */
+/* What a child gets: stdout to the file out, stderr to err (NULL: out too), stdin from the file in
+** (NULL: this process's), descriptor fd (>= 0) as its 3, the others this process holds staying
+** here; it starts in dir (NULL: here). */
 typedef struct {
-    const char *out, *err, *dir;
+    const char *out, *err, *dir, *in;
     int fd;
 } dpy_spawn_io;
 /* Starts argv[0] with io: 0 and *pid, or an errno and *what, the path it concerns (NULL: io's fd). */

@@ -148,9 +148,10 @@ static int h_set_threads(lua_State *L) {
     return 0;
 }
 
-/* host.spawn(argv, out_path [, {fd =, err =, dir =}]) -> pid | nil, "what: why": runs argv[1] with stdout
-** and stderr to out_path (stderr to the path err when given), descriptor fd as its 3 (the others
-** this process holds stay here), in the directory dir (out and err are named from here); spawn.c */
+/* host.spawn(argv, out_path [, {fd =, err =, dir =, input =}]) -> pid | nil, "what: why": runs argv[1]
+** with stdout and stderr to out_path (stderr to the path err when given), stdin from the path input
+** (else this process's), descriptor fd as its 3 (the others this process holds stay here), in the
+** directory dir (out, err and input are named from here); spawn.c */
 static int h_spawn(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     dpy_spawn_io io = {.out = luaL_checkstring(L, 2), .fd = -1};
@@ -158,10 +159,13 @@ static int h_spawn(lua_State *L) {
         luaL_checktype(L, 3, LUA_TTABLE);
         for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1)) {   /* a misspelt option is named */
             const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
-            if (strcmp(k, "fd") && strcmp(k, "err") && strcmp(k, "dir"))
-                luaL_argerror(L, 3, lua_pushfstring(L, "unknown option '%s' (fd, err, dir)",
+            if (strcmp(k, "fd") && strcmp(k, "err") && strcmp(k, "dir") && strcmp(k, "input"))
+                luaL_argerror(L, 3, lua_pushfstring(L, "unknown option '%s' (fd, err, dir, input)",
                                                     luaL_tolstring(L, -2, NULL)));
         }
+        int in = lua_getfield(L, 3, "input");
+        luaL_argcheck(L, in == LUA_TNIL || in == LUA_TSTRING, 3, "input must be a path");
+        io.in = lua_tostring(L, -1);
         int isnum = 1;
         if (lua_getfield(L, 3, "fd") != LUA_TNIL)
             io.fd = (int)lua_tointegerx(L, -1, &isnum);

@@ -161,11 +161,12 @@ static void close_from(int first) {
 
 /* In the forked child: what an exec would have given it, then the command. Never returns. The
 ** files come from fork_child at 4 and above, so fd goes to 3 first, as posix_spawn's does. */
-static void run_child(char *const argv[], const int files[3], int fd, pid_t parent, const sigset_t *mask) {
+static void run_child(char *const argv[], const dpy_spawn_io *io, const int files[4], pid_t parent,
+                      const sigset_t *mask) {
     follow_parent(parent);
-    const int out = files[0], err = files[1], dir = files[2];
+    const int out = files[0], err = files[1], dir = files[2], in = files[3], fd = io->fd;
     if ((fd >= 0 && dup2(fd, 3) < 0) || dup2(out, 1) < 0 || dup2(err >= 0 ? err : 1, 2) < 0 ||
-        (dir >= 0 && fchdir(dir) != 0))
+        (in >= 0 && dup2(in, 0) < 0) || (dir >= 0 && fchdir(dir) != 0))
         _exit(127);
     close_from(fd >= 0 ? 4 : 3);
     signal(SIGINT, SIG_DFL);   /* the handlers the parent set (host.catch_interrupt, main.c) */
@@ -203,10 +204,11 @@ static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
     if (io->fd >= 0 && fcntl(io->fd, F_GETFD) < 0)
         return errno;
     const int out_flags = O_WRONLY | O_CREAT | O_TRUNC;
-    int files[3] = {-1, -1, -1}, rc = 0;   /* out, err, dir: opened here, relative paths named here */
+    int files[4] = {-1, -1, -1, -1}, rc = 0;   /* out, err, dir, in: opened here, relative paths named here */
     if ((files[0] = open_above_3(io->out, out_flags)) < 0 ||
         (io->err && (files[1] = open_above_3(io->err, out_flags)) < 0) ||
-        (io->dir && (files[2] = open_above_3(io->dir, O_PATH | O_DIRECTORY)) < 0))
+        (io->dir && (files[2] = open_above_3(io->dir, O_PATH | O_DIRECTORY)) < 0) ||
+        (io->in && (files[3] = open_above_3(io->in, O_RDONLY)) < 0))
         rc = errno;
     if (rc == 0) {
         fflush(NULL);   /* else the child writes this process's buffered output again */
@@ -215,14 +217,14 @@ static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         sigprocmask(SIG_SETMASK, &all, &old);
         pid_t self = getpid(), p = fork();
         if (p == 0)
-            run_child(argv, files, io->fd, self, &old);
+            run_child(argv, io, files, self, &old);
         sigprocmask(SIG_SETMASK, &old, NULL);
         if (p < 0)
             rc = -1;
         else
             *pid = p;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (files[i] >= 0)
             close(files[i]);
     return rc;
@@ -277,6 +279,8 @@ static int start(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         posix_spawn_file_actions_addopen(&fa, 2, io->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     else
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (io->in)
+        posix_spawn_file_actions_addopen(&fa, 0, io->in, O_RDONLY, 0);
     if (io->dir)   /* after the opens: relative paths name files here, as in the forked child */
         posix_spawn_file_actions_addchdir_np(&fa, io->dir);
     char **env = names_self(argv[0], io->dir) ? env_with_parent() : NULL;   /* it follows its parent */
@@ -295,11 +299,12 @@ static int start(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
 static const char *culprit(char *const argv[], const dpy_spawn_io *io) {
     if (io->fd >= 0 && fcntl(io->fd, F_GETFD) < 0)
         return NULL;
-    const char *paths[] = {io->out, io->err, io->dir};
-    for (int i = 0; i < 3; i++) {
+    const char *paths[] = {io->out, io->err, io->dir, io->in};
+    const int flags[] = {O_WRONLY | O_CREAT, O_WRONLY | O_CREAT, O_PATH | O_DIRECTORY, O_RDONLY};
+    for (int i = 0; i < 4; i++) {
         if (!paths[i])
             continue;
-        int f = open(paths[i], i < 2 ? O_WRONLY | O_CREAT | O_CLOEXEC : O_PATH | O_DIRECTORY | O_CLOEXEC, 0644);
+        int f = open(paths[i], flags[i] | O_CLOEXEC, 0644);
         if (f < 0)
             return paths[i];
         close(f);

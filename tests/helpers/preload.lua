@@ -71,12 +71,23 @@ local function plain_words(cmd)
   return words
 end
 
--- The words of "[cd /DIR && ]WORD ..." (plain_words) and DIR, an absolute path; else nil.
+-- The words of "[cd /DIR && ]WORD ... [< FILE]" (plain_words), DIR (an absolute path) and FILE;
+-- else nil.
 local function command_words(cmd)
+  local input
+  local head, file = cmd:match("^(.-)[ \t]+<[ \t]*([^ \t]+)[ \t]*$")
+  if head then
+    file = plain_words(file)
+    if not file or #file ~= 1 then return nil end
+    cmd, input = head, file[1]
+  end
   local cd, rest = cmd:match("^[ \t]*cd[ \t]+([^ \t]+)[ \t]+&&[ \t]+(.*)$")
-  if not cd then return plain_words(cmd) end
+  if not cd then return plain_words(cmd), nil, input end
   local dir = plain_words(cd)
-  if dir and #dir == 1 and dir[1]:sub(1, 1) == "/" then return plain_words(rest), dir[1] end
+  if dir and #dir == 1 and dir[1]:sub(1, 1) == "/" then   -- the input named from DIR, as after the cd
+    if input and input:sub(1, 1) ~= "/" then input = dir[1] .. "/" .. input end
+    return plain_words(rest), dir[1], input
+  end
 end
 
 -- Runs argv (DPY_BIN and its arguments) forked from this process, which has libtorch loaded:
@@ -85,8 +96,8 @@ end
 -- started threads). DPY_TEST_FORK=0 runs every command through the shell.
 -- limit (seconds) and sig: as "timeout [-s SIG] LIMIT" runs it: sig at the limit, then exit 124
 -- (137 for KILL, as timeout(1) exits after a KILL).
-local function forked(argv, dir, out, err, limit, sig)
-  local pid = host.spawn(argv, out, { err = err, dir = dir })
+local function forked(argv, dir, out, err, limit, sig, input)
+  local pid = host.spawn(argv, out, { err = err, dir = dir, input = input })
   if not pid or not limit then return pid and host.wait(pid) end
   local deadline = host.clock() + limit
   repeat
@@ -117,10 +128,10 @@ if FORK then host.set_threads(1) end
 --- Runs a shell command; returns its exit code, stdout and stderr.
 function sh(cmd)
   local out, err = os.tmpname(), os.tmpname()
-  local argv, dir = command_words(cmd)
+  local argv, dir, input = command_words(cmd)
   local limit, sig
   if argv and argv[1] == "timeout" then argv, limit, sig = timeout_words(argv) end
-  local code = FORK and argv and argv[1] == DPY_BIN and forked(argv, dir, out, err, limit, sig)
+  local code = FORK and argv and argv[1] == DPY_BIN and forked(argv, dir, out, err, limit, sig, input)
   if not code then
     local ok, _, status = os.execute(string.format("(%s) >%s 2>%s", cmd, out, err))
     code = ok and 0 or status

@@ -336,7 +336,21 @@ describe("host.spawn", function()
     assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { fd = "x" }) end,
                      "bad argument #3 to 'spawn' (fd must be an integer)")
     assert.has_error(function() host.spawn({ "/bin/true" }, dir .. "/o", { stderr = "x" }) end,
-                     "bad argument #3 to 'spawn' (unknown option 'stderr' (fd, err, dir))")
+                     "bad argument #3 to 'spawn' (unknown option 'stderr' (fd, err, dir, input))")
+  end)
+
+  it("gives the child its input file, forked or executed alike", function()
+    local dir = tmpdir()
+    write_file(dir .. "/in", "line one\n")
+    for _, argv in ipairs { { DPY_BIN, "-e", "io.write(io.read('l'), '|')" },   -- this program: forked
+                            { "/bin/sh", "-c", "read l; printf '%s|' \"$l\"" } } do
+      local pid = assert(host.spawn(argv, dir .. "/o", { input = dir .. "/in" }))
+      assert.are.equal(0, wait_exit(pid))
+      assert.are.equal("line one|", read_file(dir .. "/o"))
+      local none, err = host.spawn(argv, dir .. "/o", { input = dir .. "/missing" })
+      assert.is_nil(none)
+      assert.are.equal(dir .. "/missing: No such file or directory", err)
+    end
   end)
 
   it("gives the children of an executed child their whole command line as their title", function()
