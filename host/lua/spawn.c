@@ -161,10 +161,9 @@ static void close_from(int first) {
 
 /* In the forked child: what an exec would have given it, then the command. Never returns. The
 ** files come from fork_child at 4 and above, so fd goes to 3 first, as posix_spawn's does. */
-static void run_child(char *const argv[], const dpy_spawn_io *io, const int files[4], pid_t parent,
-                      const sigset_t *mask) {
+static void run_child(char *const argv[], const int files[4], int fd, pid_t parent, const sigset_t *mask) {
     follow_parent(parent);
-    const int out = files[0], err = files[1], dir = files[2], in = files[3], fd = io->fd;
+    const int out = files[0], err = files[1], dir = files[2], in = files[3];
     if ((fd >= 0 && dup2(fd, 3) < 0) || dup2(out, 1) < 0 || dup2(err >= 0 ? err : 1, 2) < 0 ||
         (in >= 0 && dup2(in, 0) < 0) || (dir >= 0 && fchdir(dir) != 0))
         _exit(127);
@@ -217,7 +216,7 @@ static int fork_child(char *const argv[], const dpy_spawn_io *io, pid_t *pid) {
         sigprocmask(SIG_SETMASK, &all, &old);
         pid_t self = getpid(), p = fork();
         if (p == 0)
-            run_child(argv, io, files, self, &old);
+            run_child(argv, files, io->fd, self, &old);
         sigprocmask(SIG_SETMASK, &old, NULL);
         if (p < 0)
             rc = -1;

@@ -227,27 +227,26 @@ dpy_err dpy_module_new(dpy_module **out, const char *kind, const double *args, i
         layer_args a{args, nargs, kind};
         check_size(kind, a);
         c10::optional<at::Generator> g;
-        std::string key;
+        uint64_t seed = 0;
+        std::string key;   // a layer drawn from a node's generator: its values may be kept
         if (gen) {
             g = gen->g;
-            uint64_t seed = dpy_generator_draw(gen);
+            seed = dpy_generator_draw(gen);
             if (draws_initial(kind)) {
                 key = initial_layer_key(kind, args, nargs, seed);
                 if (auto m = initial_layer_find(key))
                     *out = wrap_drawn(m);
             }
-            if (!*out) {
-                {
-                    std::lock_guard<std::mutex> lock(g_init_lock);
+        }
+        if (!*out) {
+            {
+                std::lock_guard<std::mutex> lock(g_init_lock);
+                if (gen)
                     torch::manual_seed(seed);
-                    *out = make_layer(kind, a, g);
-                }
-                if (!key.empty())
-                    initial_layer_keep(key, (*out)->m);
+                *out = make_layer(kind, a, g);
             }
-        } else {
-            std::lock_guard<std::mutex> lock(g_init_lock);
-            *out = make_layer(kind, a, g);
+            if (!key.empty())
+                initial_layer_keep(key, (*out)->m);
         }
         (*out)->kind = kind;
     });

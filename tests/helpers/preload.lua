@@ -142,6 +142,17 @@ function sh(cmd)
   return code, o, e
 end
 
+--- Waits (60 s at most) until every node that client (dpy.attach.client) reaches is paused: a
+-- run started with --paused, its nodes built.
+function wait_paused(client)
+  for _ = 1, 600 do
+    local list, all = client:node_list(), true
+    for _, n in ipairs(list) do all = all and n.state == "paused" end
+    if all and #list > 0 then return end
+    require("dpy.host.core").sleep(0.1)
+  end
+end
+
 --- Single-quotes s for the shell.
 function shell_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"

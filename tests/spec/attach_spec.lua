@@ -41,12 +41,7 @@ local function start_paused(config_text, extra, dir, opts)
     host.sleep(0.1)
   end
   assert(client, "the run's processes never listened: " .. tostring(read_file(dir .. "/run.out")))
-  for _ = 1, 600 do   -- every node at its first boundary
-    local all = true
-    for _, n in ipairs(client:node_list()) do all = all and n.state == "paused" end
-    if all then break end
-    host.sleep(0.1)
-  end
+  wait_paused(client)   -- every node at its first boundary
   client:close()
   return out, pid, dir .. "/run.out"
 end

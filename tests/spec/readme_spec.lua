@@ -357,15 +357,7 @@ print("checked")
         assert(client, place(b.line) .. ": the run never listened: " .. tostring(read_file(dir .. "/run.out")))
         -- attached as a person would be, once its nodes are built and paused (a forked attach is
         -- quicker than that: it found them "starting")
-        local function paused()
-          local list = client:node_list()
-          for _, n in ipairs(list) do if n.state ~= "paused" then return false end end
-          return #list > 0
-        end
-        for _ = 1, 600 do
-          if paused() then break end
-          host.sleep(0.1)
-        end
+        wait_paused(client)
         for _, c in ipairs(client.conns) do c:close() end
         local code, out, err = sh(words(attach) .. " < " .. dir .. "/in")
         assert.are.equal(0, code, err)
