@@ -837,6 +837,20 @@ static int e_uid(lua_State *L) {
     return 1;
 }
 
+/* ep:run(fn, ...) -> true | false, err with its traceback: calls fn(...) as the node's last work
+** (dpy_state_pcall_last): from its end on, the run's interrupt no longer raises in this node, so
+** that its last metrics and log line are written whole. */
+static int e_run(lua_State *L) {
+    checkep(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    int status = dpy_state_pcall_last(L, lua_gettop(L) - 2, 0);
+    lua_pushboolean(L, status == LUA_OK);
+    if (status == LUA_OK)
+        return 1;
+    lua_insert(L, -2);
+    return 2;
+}
+
 /* ep:send(to | {to, ...}, channel, round, tensor | string [, encoding]) -> true | nil, err
 ** Several receivers share one copy of the bytes; a tensor from model:get_flat() is that copy
 ** itself (no second one), and read-only once sent. encoding (a 32-bit id, 0 by default) names
@@ -1150,7 +1164,7 @@ static int e_tostring(lua_State *L) {
 static const luaL_Reg ep_methods[] = {
     {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
     {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
-    {"report", e_report}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
+    {"report", e_report}, {"run", e_run}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
     {"attach_send", e_attach_send}, {"attach_hold", e_attach_hold}, {"attach_eval", e_attach_eval},
     {"attach_alive", e_attach_alive},
     {NULL, NULL}};

@@ -54,8 +54,28 @@ int dpy_state_pcall(lua_State *L, int nargs, int nres) {
     return status;
 }
 
+int dpy_state_pcall_last(lua_State *L, int nargs, int nres) {
+    int status = dpy_state_pcall(L, nargs, nres);
+    dpy_state_of(L)->ending = 1;
+    lua_sethook(L, NULL, 0, 0);   /* one that came meanwhile; one still to come finds ending */
+    return status;
+}
+
+/* The interrupt raises at L's next call, return or instruction; not in the message handler of an
+** error under way (the error, being handled, would be replaced: it stays, and the interrupt waits
+** for the code that runs after), nor after the last protected call. */
 static void stop_hook(lua_State *L, lua_Debug *ar) {
-    (void)ar;
+    dpy_state *st = dpy_state_of(L);
+    if (st && st->ending) {
+        lua_sethook(L, NULL, 0, 0);
+        return;
+    }
+    if (ar->event != LUA_HOOKCOUNT && lua_getinfo(L, "f", ar)) {
+        int handling = lua_tocfunction(L, -1) == traceback;
+        lua_pop(L, 1);
+        if (handling)
+            return;
+    }
     lua_sethook(L, NULL, 0, 0);
     luaL_error(L, "interrupted!");
 }

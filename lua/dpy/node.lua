@@ -159,7 +159,8 @@ end
 -- resume = the round to resume from] }.
 function M.main(ep, args)
   local node = container.open(ep, args)
-  local ok, err = xpcall(run, debug.traceback, node, math.tointeger(tonumber(args.resume or "")))
+  -- the run's interrupt stops run, not the lines below: they write what it finished
+  local ok, err = ep:run(run, node, math.tointeger(tonumber(args.resume or "")))
   if not ok then
     -- what was finished stays readable; a node stopped before its checkpoint was restored has none
     -- of its own: the file holds the run it resumes, which a failed or interrupted resume keeps

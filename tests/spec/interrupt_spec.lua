@@ -84,11 +84,12 @@ describe("stopping a run", function()
 
   it("ends a run at once when a process fails while its peers are still connecting #e2e", function()
     -- run B's process 1 is killed as it starts, so B's processes 0 and 2 wait for a peer that never
-    -- comes: SIGTERM must end their wait, not SIGKILL. (Run A holding B's ports did this before the
-    -- launcher held them itself.)
+    -- comes: SIGTERM must end their wait, not SIGKILL, and not their 60 s connect timeout. (Run A
+    -- holding B's ports did this before the launcher held them itself.) Executed, not forked, its
+    -- processes take most of a second to load, so the kill below comes before they connect.
     local dir = tmpdir()
     write_file(dir .. "/b.lua", TINY_RUN .. "processes = 3\n")
-    write_file(dir .. "/bg.sh", string.format("timeout -s KILL 60 %s run %s/b.lua --out %s/b -q >/dev/null "
+    write_file(dir .. "/bg.sh", string.format("DPY_FORK=0 timeout -s KILL 60 %s run %s/b.lua --out %s/b -q >/dev/null "
                                               .. "2>%s/err; echo $? >%s/code\n", BIN, dir, dir, dir, dir))
     local t0 = host.clock()
     os.execute("sh " .. dir .. "/bg.sh &")
@@ -108,7 +109,9 @@ describe("stopping a run", function()
     local err = read_file(dir .. "/err") or ""
     assert.are.equal("1", (done or ""):match("%d+"), err)
     assert.matches("process 1 exited with 137", err)
-    assert.matches("exited with 143", err)   -- where the others are when it fails varies
+    -- still connecting, the others are sent SIGTERM; where the kill came after they connected (this
+    -- test's poll slowed by a loaded machine), they stop by themselves, which is right too
+    if not err:find("stopped when process 1 ended", 1, true) then assert.matches("exited with 143", err) end
     assert.not_matches("process [02] exited with 137", err)
     assert.is_true(seconds < 12, string.format("took %.1f s", seconds))
   end)
