@@ -804,6 +804,26 @@ describe("the container #e2e", function()
     assert.truthy(n and n > 0, out)
   end)
 
+  it("lets go of the modules only the build uses once the node is built; a later require loads them", function()
+    -- taken while the node is built (its action file loads then); a full collection at startup
+    -- frees what nothing holds but package.loaded
+    local code, _, err, out = run_config(TINY_RUN .. action([[
+      local build = setmetatable({ package.loaded["dpy.config"], package.loaded["dpy.layout"] }, { __mode = "v" })
+      local taken = build[1] ~= nil and build[2] ~= nil
+      return { startup = function(n)
+        collectgarbage()
+        collectgarbage()
+        n.metrics:add("taken", 0, taken and 1 or 0)
+        n.metrics:add("held", 0, (build[1] and 1 or 0) + (build[2] and 1 or 0))
+        n.metrics:add("loads_again", 0, require("dpy.config").load and require("dpy.layout").node_process and 1 or 0)
+      end }]]))
+    assert.are.equal(0, code, err)
+    local m = node_metrics(out, 1)
+    assert.are.same({ { 0, 1 } }, m.taken)
+    assert.are.same({ { 0, 0 } }, m.held)
+    assert.are.same({ { 0, 1 } }, m.loads_again)
+  end)
+
   it("names the old outgoing list instead of stacking modifiers round after round", function()
     local code, _, err = run_config(TINY_RUN .. action(
       "return { pre_exchange = function(n) table.insert(n.outgoing, function(f) return f end) end }"))
