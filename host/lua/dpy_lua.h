@@ -23,7 +23,7 @@ typedef struct dpy_state {
     size_t tensor_floor;            /* tensor_live after the last GC nudge (or lower since) */
     size_t tensor_peak;             /* largest tensor_live seen */
     size_t tensor_live;             /* bytes held by live tensor boxes */
-    int ending;                     /* its last protected call returned: no interrupt raises */
+    int last;                       /* 1 while its last protected call runs, 2 after: none raises */
 } dpy_state;
 
 /* Creates a Lua state counting its heap into st, with the bindings preloaded and package.path
@@ -34,7 +34,7 @@ dpy_state *dpy_state_of(lua_State *L);
 int dpy_state_pcall(lua_State *L, int nargs, int nres);
 /* dpy_state_pcall for a node's last work under the run's interrupt: once it has returned, an
 ** interrupt no longer raises in L, so that what the node writes after it (its metrics, its log's
-** last line) is written whole. */
+** last line) is written whole. Once per state: a second call raises an error. */
 int dpy_state_pcall_last(lua_State *L, int nargs, int nres);
 /* Asks the running Lua code to stop with "interrupted!" (safe from a signal handler on the thread
 ** that runs L; from another thread, lua_sethook's walk of L's call frames races with L's own calls). */

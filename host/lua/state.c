@@ -55,9 +55,13 @@ int dpy_state_pcall(lua_State *L, int nargs, int nres) {
 }
 
 int dpy_state_pcall_last(lua_State *L, int nargs, int nres) {
+    dpy_state *st = dpy_state_of(L);
+    if (st->last)
+        return luaL_error(L, "the node's last work runs once (it has begun)");
+    st->last = 1;
     int status = dpy_state_pcall(L, nargs, nres);
-    dpy_state_of(L)->ending = 1;
-    lua_sethook(L, NULL, 0, 0);   /* one that came meanwhile; one still to come finds ending */
+    st->last = 2;
+    lua_sethook(L, NULL, 0, 0);   /* one that came meanwhile; one still to come finds last == 2 */
     return status;
 }
 
@@ -66,7 +70,7 @@ int dpy_state_pcall_last(lua_State *L, int nargs, int nres) {
 ** for the code that runs after), nor after the last protected call. */
 static void stop_hook(lua_State *L, lua_Debug *ar) {
     dpy_state *st = dpy_state_of(L);
-    if (st && st->ending) {
+    if (st && st->last == 2) {
         lua_sethook(L, NULL, 0, 0);
         return;
     }

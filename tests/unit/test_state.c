@@ -19,6 +19,11 @@ static int interrupt_me(lua_State *L) {
     return 0;
 }
 
+static int last_again(lua_State *L) {
+    lua_pushcfunction(L, interrupt_me);
+    return dpy_state_pcall_last(L, 0, 0);
+}
+
 /* Runs code (a chunk returning a function) protected by call: its status, the message left in msg */
 static int run(lua_State *L, const char *code, int (*call)(lua_State *, int, int), char *msg, size_t len) {
     if (luaL_loadstring(L, code) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK) {
@@ -77,11 +82,15 @@ int main(void) {
     CHECK(after(L) == 5050);
     lua_close(L);
 
-    /* one that comes once the last call returned: nothing raises */
+    /* one that comes once the last call returned: nothing raises; and the last call runs once */
     L = open_state(&st);
     CHECK(run(L, "return function() end", dpy_state_pcall_last, msg, sizeof msg) == LUA_OK);
     dpy_state_interrupt(L);
     CHECK(after(L) == 5050);
+    lua_pushcfunction(L, last_again);
+    CHECK(lua_pcall(L, 0, 0, 0) == LUA_ERRRUN);
+    CHECK_CONTAINS(lua_tostring(L, -1), "the node's last work runs once");
+    lua_pop(L, 1);
     lua_close(L);
 
     /* any other protected call keeps its error too, and the interrupt stays for the code after */
