@@ -139,6 +139,7 @@ static int interruptible_call(lua_State *L, int nargs, int nres) {
     signal(SIGINT, on_sigint);
     int status = dpy_state_pcall(L, nargs, nres);
     signal(SIGINT, SIG_DFL);
+    lua_sethook(L, NULL, 0, 0);   /* a Ctrl-C held back while its error was handled was for this call */
     return status;
 }
 

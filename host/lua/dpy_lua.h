@@ -24,6 +24,7 @@ typedef struct dpy_state {
     size_t tensor_peak;             /* largest tensor_live seen */
     size_t tensor_live;             /* bytes held by live tensor boxes */
     int last;                       /* 1 while its last protected call runs, 2 after: none raises */
+    int unwinding;                  /* an error under way to a dpy_state_pcall: no interrupt raises */
 } dpy_state;
 
 /* Creates a Lua state counting its heap into st, with the bindings preloaded and package.path

@@ -843,6 +843,8 @@ static int e_uid(lua_State *L) {
 static int e_run(lua_State *L) {
     checkep(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
+    if (L != t_node_state)   /* the REPL's node, a coroutine: no interrupt of theirs to end */
+        return luaL_error(L, "ep:run: only the node's own thread runs its rounds (dpy.node)");
     int status = dpy_state_pcall_last(L, lua_gettop(L) - 2, 0);
     lua_pushboolean(L, status == LUA_OK);
     if (status == LUA_OK)

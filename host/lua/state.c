@@ -34,7 +34,12 @@ const char *dpy_lua_dir(void) { return g_lua_dir[0] ? g_lua_dir : NULL; }
 
 dpy_state *dpy_state_of(lua_State *L) { return *(dpy_state **)lua_getextraspace(L); }
 
+/* The message handler of dpy_state_pcall: from here until that call returns, an error is under way
+** (the handler, then the unwinding's __close calls), and an interrupt waits (stop_hook). */
 static int traceback(lua_State *L) {
+    dpy_state *st = dpy_state_of(L);
+    if (st)
+        st->unwinding = 1;
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
@@ -49,7 +54,11 @@ int dpy_state_pcall(lua_State *L, int nargs, int nres) {
     int base = lua_gettop(L) - nargs;
     lua_pushcfunction(L, traceback);
     lua_insert(L, base);
+    dpy_state *st = dpy_state_of(L);
+    int unwinding = st ? st->unwinding : 0;   /* an outer call's, when this one runs in its __close */
     int status = lua_pcall(L, nargs, nres, base);
+    if (st)
+        st->unwinding = unwinding;
     lua_remove(L, base);
     return status;
 }
@@ -65,16 +74,18 @@ int dpy_state_pcall_last(lua_State *L, int nargs, int nres) {
     return status;
 }
 
-/* The interrupt raises at L's next call, return or instruction; not in the message handler of an
-** error under way (the error, being handled, would be replaced: it stays, and the interrupt waits
-** for the code that runs after), nor after the last protected call. */
+/* The interrupt raises at L's next call, return or instruction; not while an error is under way
+** (it would replace the error: the error stays, and the interrupt waits for the code that runs
+** after), nor after the last protected call. */
 static void stop_hook(lua_State *L, lua_Debug *ar) {
     dpy_state *st = dpy_state_of(L);
     if (st && st->last == 2) {
         lua_sethook(L, NULL, 0, 0);
         return;
     }
-    if (ar->event != LUA_HOOKCOUNT && lua_getinfo(L, "f", ar)) {
+    if (st && st->unwinding)
+        return;
+    if (ar->event == LUA_HOOKCALL && lua_getinfo(L, "f", ar)) {   /* the handler's call: before it marks */
         int handling = lua_tocfunction(L, -1) == traceback;
         lua_pop(L, 1);
         if (handling)

@@ -7,14 +7,13 @@
 -- tensor`, a modifier of the model vector the node sends (see dpy.container). The container
 -- builds the actions of a config in order, after every other component.
 local registry = require "dpy.registry"
-local layout = require "dpy.layout"
 
 local M = {}
 
 --- The nodes an attack action picks (sorted uids, the same in every process): opts.nodes, or a
 -- seeded fraction of the training nodes (opts.fraction, opts.seed or the run's seed).
 function M.choose_nodes(opts, cfg, what)
-  local first = layout.has_server(cfg) and 1 or 0   -- not the server
+  local first = require("dpy.layout").has_server(cfg) and 1 or 0   -- not the server (a build-only module)
   if opts.nodes then
     for _, u in ipairs(opts.nodes) do
       if math.type(u) ~= "integer" or u < first or u >= cfg.nodes then

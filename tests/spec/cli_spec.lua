@@ -749,6 +749,7 @@ describe("dpy-lua repl", function()
   it("shows a node's neighbours as integers, and leaves no directory behind #e2e", function()
     local code, out, err = sh("printf 'node:neighbours()\\nhelp(node)\\n"
                               .. "print(table.concat(require(\"dpy.help\").complete(\"node.tr\"), \" \"))\\n"
+                              .. "print(select(2, pcall(node.endpoint.run, node.endpoint, print)))\\n"
                               .. "require(\"dpy.host.core\").pid()\\n' | " .. BIN
                               .. " repl " .. REPO .. "/configs/0_baseline.lua --uid 1")
     assert.are.equal(0, code, err)
@@ -759,6 +760,8 @@ describe("dpy-lua repl", function()
       assert.truthy(help:find(name, 1, true), help)
     end
     assert.matches("\nnode%.train node%.train_set node%.trainer\n", out)
+    -- ep:run is the node thread's own (it turns the run's interrupt off after it): not the prompt's
+    assert.matches("ep:run: only the node's own thread runs its rounds", out)
     local pid = assert(out:match("\n(%d+)\n$"), out)   -- the prompt's process: its scratch directory is gone
     assert.is_nil(io.open("/tmp/dpy-repl-" .. pid), "/tmp/dpy-repl-" .. pid .. " is left")
   end)
@@ -772,6 +775,16 @@ describe("dpy-lua repl", function()
     code, out, err = sh("printf 'node.uid\\n' | " .. BIN .. " repl " .. dir .. "/c.lua --uid 2")
     assert.are.equal(0, code, err)
     assert.matches("^node 2 of 4 %(dpsgd%): ", out)
+  end)
+
+  it("reports a script's own error when Ctrl-C comes while the error is handled, and nothing after", function()
+    local dir = tmpdir()
+    write_file(dir .. "/s.lua", [[
+      local h = require "dpy.host.core"
+      error(setmetatable({}, { __tostring = function() h.kill(h.pid(), 2); h.sleep(0.2); return "mine" end }))]])
+    local code, _, err = sh(BIN .. " " .. dir .. "/s.lua")
+    assert.are.equal(1, code)
+    assert.are.equal("dpy-lua: mine\n", err)
   end)
 
   it("interrupts a long computation on Ctrl-C and keeps the prompt", function()

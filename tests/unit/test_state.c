@@ -82,6 +82,25 @@ int main(void) {
     CHECK(after(L) == 5050);
     lua_close(L);
 
+    /* ... and so does one whose function closes a to-be-closed value (a tensor's __close, in C) as
+    ** the error unwinds, and one whose error object's __tostring the handler calls */
+    L = open_state(&st);
+    lua_pushcfunction(L, interrupted_then_fails);
+    lua_setglobal(L, "fails");
+    lua_pushcfunction(L, interrupt_me);
+    lua_setglobal(L, "c_function");
+    CHECK(run(L, "return function() local x <close> = setmetatable({}, { __close = c_function }) fails() end",
+              dpy_state_pcall_last, msg, sizeof msg) == LUA_ERRRUN);
+    CHECK_CONTAINS(msg, "boom");
+    lua_close(L);
+    L = open_state(&st);
+    lua_pushcfunction(L, interrupt_me);
+    lua_setglobal(L, "c_function");
+    CHECK(run(L, "return function() error(setmetatable({}, { __tostring = function() c_function() return 'own' end })) end",
+              dpy_state_pcall, msg, sizeof msg) == LUA_ERRRUN);
+    CHECK_CONTAINS(msg, "own");
+    lua_close(L);
+
     /* one that comes once the last call returned: nothing raises; and the last call runs once */
     L = open_state(&st);
     CHECK(run(L, "return function() end", dpy_state_pcall_last, msg, sizeof msg) == LUA_OK);
