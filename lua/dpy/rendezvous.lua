@@ -161,24 +161,24 @@ function M.join(cfg, dir, rank, size, run_id, prepare, timeout, text)
   end
   local port = require("dpy.layout").base_port(cfg, run_id) + rank
   local deadline = host.clock() + timeout
-  local written = false
+  local mine   -- this rank's address, once written
   while true do
     -- rank 0 first: the others may need its host to find their own address
     local rank0 = rank > 0 and (read(rdv .. "/0") or ""):match("^(.*):%d+$")
-    if not written and (rank == 0 or rank0) then
-      local me = M.advertise(rank0 or nil)
-      assert(host.write_atomic(string.format("%s/%d", rdv, rank), string.format("%s:%d", me, port)))
-      written = true
+    if not mine and (rank == 0 or rank0) then
+      mine = string.format("%s:%d", M.advertise(rank0 or nil), port)
+      assert(host.write_atomic(string.format("%s/%d", rdv, rank), mine))
     end
     local addresses, missing = {}, {}
     for r = 0, size - 1 do
-      local a = read(string.format("%s/%d", rdv, r))
+      local a = r == rank and mine or read(string.format("%s/%d", rdv, r))
       if a then addresses[r + 1] = a elseif r ~= rank then missing[#missing + 1] = r end   -- we wait for 0
     end
     local failed = read(rdv .. "/failed")
     if failed then error("rank 0: " .. failed, 0) end
     local ready = read(rdv .. "/ready") == tostring(run_id)
-    if #missing == 0 and ready then return addresses end
+    -- not before its own is written: rank 0's may come after this pass looked for it above
+    if mine and #missing == 0 and ready then return addresses end
     if host.clock() > deadline then never_arrived(rdv, dir, missing, timeout) end
     local sig = host.interrupted()   -- (the caller caught the signals)
     if sig then error({ interrupted = sig }, 0) end

@@ -1,5 +1,6 @@
 -- Runs started by the launchers clusters already have: mpirun (Open MPI from Debian) and the
 -- environment srun (Slurm) gives each task.
+local host = require "dpy.host.core"
 local BIN = shell_quote(DPY_BIN)
 
 local function same_numbers(a, b)
@@ -227,6 +228,28 @@ describe("rendezvous", function()
     assert.are.equal("rendezvous: this machine's name 'no-such-host.invalid' does not resolve, and no interface "
                      .. "reaches rank 0 (rank0.invalid): set DPY_HOST to an address of this machine that the other "
                      .. "ranks reach", err)
+  end)
+
+  it("hands a rank every address, its own too, when rank 0's comes in the middle of a pass", function()
+    -- rank 1 looked for rank 0's address (not there: it could not write its own yet), then read
+    -- every rank's file, rank 0's now there and its own still not, and returned a list with a hole
+    -- (CI: "bad argument #-1 to 'start' (string expected, got nil)")
+    local dir = tmpdir()
+    local rdv = rendezvous.path(dir, 7)
+    assert(host.mkdir_p(rdv))
+    write_file(rdv .. "/0", "127.0.0.1:4000")
+    write_file(rdv .. "/ready", "7")
+    local open, first = io.open, true
+    io.open = function(path, ...)   -- rank 0's file missing at the first look only
+      if path == rdv .. "/0" and first then first = false; return nil, "not yet" end
+      return open(path, ...)
+    end
+    local ok, addresses = pcall(rendezvous.join, { port = 5000 }, dir, 1, 2, 7, nil, 5)
+    io.open = open
+    assert.is_true(ok, addresses)
+    assert.are.equal(2, #addresses)
+    assert.are.equal("127.0.0.1:4000", addresses[1])
+    assert.matches("^.+:5001$", addresses[2])
   end)
 
   it("runs dpy-lua run inside a job of mpirun or Slurm as on its own: its processes are no ranks #e2e", function()
