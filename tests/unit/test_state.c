@@ -51,12 +51,19 @@ static lua_Integer after(lua_State *L) {
     return s;
 }
 
+/* A state with the globals fails (interrupt, then an error "boom") and c_function (interrupt) */
 static lua_State *open_state(dpy_state *st) {
     char err[256];
     memset(st, 0, sizeof *st);
     lua_State *L = dpy_state_open(st, NULL, err, sizeof err);
-    if (!L)
+    if (!L) {
         fprintf(stderr, "dpy_state_open: %s\n", err);
+        exit(1);
+    }
+    lua_pushcfunction(L, interrupted_then_fails);
+    lua_setglobal(L, "fails");
+    lua_pushcfunction(L, interrupt_me);
+    lua_setglobal(L, "c_function");
     return L;
 }
 
@@ -66,7 +73,6 @@ int main(void) {
 
     /* it stops the code running */
     lua_State *L = open_state(&st);
-    CHECK(L != NULL);
     CHECK(run(L, "return function(interrupt) interrupt() while true do end end", dpy_state_pcall_last, msg,
               sizeof msg) == LUA_ERRRUN);
     CHECK_CONTAINS(msg, "interrupted!");
@@ -74,8 +80,6 @@ int main(void) {
 
     /* one that comes while the node's error is handled keeps the error; nothing raises after */
     L = open_state(&st);
-    lua_pushcfunction(L, interrupted_then_fails);
-    lua_setglobal(L, "fails");
     CHECK(run(L, "return function() fails() end", dpy_state_pcall_last, msg, sizeof msg) == LUA_ERRRUN);
     CHECK_CONTAINS(msg, "boom");
     CHECK(strstr(msg, "interrupted!") == NULL);
@@ -85,17 +89,11 @@ int main(void) {
     /* ... and so does one whose function closes a to-be-closed value (a tensor's __close, in C) as
     ** the error unwinds, and one whose error object's __tostring the handler calls */
     L = open_state(&st);
-    lua_pushcfunction(L, interrupted_then_fails);
-    lua_setglobal(L, "fails");
-    lua_pushcfunction(L, interrupt_me);
-    lua_setglobal(L, "c_function");
     CHECK(run(L, "return function() local x <close> = setmetatable({}, { __close = c_function }) fails() end",
               dpy_state_pcall_last, msg, sizeof msg) == LUA_ERRRUN);
     CHECK_CONTAINS(msg, "boom");
     lua_close(L);
     L = open_state(&st);
-    lua_pushcfunction(L, interrupt_me);
-    lua_setglobal(L, "c_function");
     CHECK(run(L, "return function() error(setmetatable({}, { __tostring = function() c_function() return 'own' end })) end",
               dpy_state_pcall, msg, sizeof msg) == LUA_ERRRUN);
     CHECK_CONTAINS(msg, "own");
@@ -114,8 +112,6 @@ int main(void) {
 
     /* any other protected call keeps its error too, and the interrupt stays for the code after */
     L = open_state(&st);
-    lua_pushcfunction(L, interrupted_then_fails);
-    lua_setglobal(L, "fails");
     CHECK(run(L, "return function() fails() end", dpy_state_pcall, msg, sizeof msg) == LUA_ERRRUN);
     CHECK_CONTAINS(msg, "boom");
     CHECK(after(L) == -1);
