@@ -1,9 +1,9 @@
 /*
 ** repl.c: the interactive prompt. Line editing and history through GNU readline when stdin is a
 ** terminal (plain lines otherwise, so it can be driven through a pipe); multi-line input as
-** lua.c does it; expression values printed with dpy.pretty; errors printed, the prompt goes on;
-** Ctrl-C interrupts a running computation and returns to the prompt; Tab completes names, fields
-** and methods (dpy.help).
+** lua.c does it, an unfinished expression ("1 +") too; expression values printed with
+** dpy.pretty; errors printed, the prompt goes on; Ctrl-C interrupts a running computation and
+** returns to the prompt; Tab completes names, fields and methods (dpy.help).
 */
 #define _DEFAULT_SOURCE
 #include <errno.h>
@@ -52,54 +52,57 @@ static char *read_line(int tty, const char *prompt) {
     return buf;
 }
 
-static int incomplete(lua_State *L, int status) {
+/* Whether a load's error (at index idx) says its chunk ended before it was complete. */
+static int incomplete(lua_State *L, int status, int idx) {
     if (status != LUA_ERRSYNTAX)
         return 0;
     size_t len;
-    const char *msg = lua_tolstring(L, -1, &len);
+    const char *msg = lua_tolstring(L, idx, &len);
     size_t mark = sizeof(EOF_MARK) - 1;
     return len >= mark && strcmp(msg + len - mark, EOF_MARK) == 0;
 }
 
-/* Compiles "return <line>" so that expressions print their values. */
-static int load_as_expression(lua_State *L, const char *code) {
-    const char *ret = lua_pushfstring(L, "return %s", code);
+/* Compiles "return <src>" so that expressions print their values. Leaves the function or the
+** error message on the stack. */
+static int load_as_expression(lua_State *L, const char *src) {
+    const char *ret = lua_pushfstring(L, "return %s", src);
     int status = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
     lua_remove(L, -2);
-    if (status != LUA_OK)
-        lua_pop(L, 1);
     return status;
 }
 
-/* Reads a whole chunk (more lines while it is incomplete) and leaves it compiled on the stack.
-** Returns -1 at end of input, else the load status (an error message on the stack). */
+/* Reads a whole chunk and leaves it compiled on the stack: an expression if it compiles as one,
+** else a statement. While either form is unfinished ("1 +", "for i = 1, 3 do") it reads more
+** lines. Returns -1 at end of input, else the load status (an error message on the stack: the
+** expression's when the input began as an unfinished expression, else the statement's). */
 static int load_chunk(lua_State *L, int tty) {
     char *line = read_line(tty, "> ");
     if (line == NULL)
         return -1;
-    const char *code = line[0] == '=' ? line + 1 : line;   /* "=expr" as in Lua 5.1 */
-    if (load_as_expression(L, code) == LUA_OK) {
-        free(line);
-        return LUA_OK;
-    }
-    luaL_Buffer b;
-    lua_pushstring(L, line);
+    lua_pushstring(L, line[0] == '=' ? line + 1 : line);   /* "=expr" as in Lua 5.1 */
     free(line);
+    int began_as_expression = -1;   /* known after the first line */
     for (;;) {
         size_t len;
         const char *src = lua_tolstring(L, -1, &len);
-        int status = luaL_loadbuffer(L, src, len, "=stdin");
-        if (!incomplete(L, status)) {
+        int expr = load_as_expression(L, src);
+        if (expr == LUA_OK) {
             lua_remove(L, -2);   /* the source */
-            return status;
+            return LUA_OK;
         }
-        lua_pop(L, 1);
-        char *more = read_line(tty, ">> ");
-        if (more == NULL) {   /* end of input inside a chunk: report it as incomplete */
-            status = luaL_loadbuffer(L, src, len, "=stdin");
-            lua_remove(L, -2);
-            return status;
+        int stmt = luaL_loadbuffer(L, src, len, "=stdin");   /* stack: source, expr's error, stmt's result */
+        int expr_open = incomplete(L, expr, -2), stmt_open = incomplete(L, stmt, -1);
+        if (began_as_expression < 0)
+            began_as_expression = expr_open && !stmt_open;
+        char *more = NULL;
+        if (stmt == LUA_OK || !(expr_open || stmt_open) || (more = read_line(tty, ">> ")) == NULL) {
+            int use_expr = stmt != LUA_OK && began_as_expression;
+            lua_remove(L, use_expr ? -1 : -2);   /* the other form's result */
+            lua_remove(L, -2);                    /* the source */
+            return use_expr ? expr : stmt;
         }
+        lua_pop(L, 2);
+        luaL_Buffer b;
         luaL_buffinit(L, &b);
         lua_pushvalue(L, -2);
         luaL_addvalue(&b);

@@ -150,6 +150,12 @@ void dpy_heap_trim(void);
 void dpy_heap_keep_freed(int keep);
 /* Whether freed pages are kept now (a keep 1 without its keep 0). */
 int dpy_heap_keeps_freed(void);
+/* What freed pages do when no keep 1 holds: stay for reuse (a script's or the REPL's: no decay),
+** or go back after the decay malloc_conf sets (a run's process: what its nodes' start freed).
+** For every arena, made or to be made; before any keep 1. Nothing under glibc. */
+void dpy_heap_decay_by_default(int decay);
+/* How long freed pages stay before they go back, in ms, into *ms (-1: kept); 0, or -1 under glibc. */
+int dpy_heap_decay_ms(long *ms);
 /* A new jemalloc arena's index, or -1 (glibc's malloc, or a failure). */
 int dpy_heap_new_arena(void);
 /* Makes the calling thread allocate from that arena (-1: nothing changes). */

@@ -88,6 +88,30 @@ void dpy_heap_keep_freed(int keep) {
     pthread_mutex_unlock(&keep_mu);
 }
 
+void dpy_heap_decay_by_default(int decay) {
+    if (!mallctl)
+        return;
+    ssize_t ms = -1;
+    size_t len = sizeof ms;
+    if (decay && mallctl("opt.dirty_decay_ms", &ms, &len, NULL, 0) != 0)
+        ms = 10000;
+    pthread_mutex_lock(&keep_mu);
+    mallctl("arenas.dirty_decay_ms", NULL, NULL, &ms, sizeof ms);
+    unsigned count = arena_count();
+    for (unsigned i = 0; i < count; i++)
+        swap_decay(i, ms, NULL);
+    pthread_mutex_unlock(&keep_mu);
+}
+
+int dpy_heap_decay_ms(long *ms) {
+    ssize_t v;
+    size_t len = sizeof v;
+    if (!mallctl || mallctl("arenas.dirty_decay_ms", &v, &len, NULL, 0) != 0)
+        return -1;
+    *ms = (long)v;
+    return 0;
+}
+
 int dpy_heap_keeps_freed(void) {
     pthread_mutex_lock(&keep_mu);
     int k = keepers > 0;

@@ -77,7 +77,7 @@ static int h_isatty(lua_State *L) {
     return 1;
 }
 
-/* host.memory() -> { lua_bytes, tensor_live, tensor_peak, rss } (bytes) */
+/* host.memory() -> { lua_bytes, tensor_live, tensor_peak, rss (bytes), keeps_freed, decay_ms } */
 static int h_memory(lua_State *L) {
     dpy_state *st = dpy_state_of(L);
     long rss_pages = 0;
@@ -88,7 +88,7 @@ static int h_memory(lua_State *L) {
             rss_pages = 0;
         fclose(f);
     }
-    lua_createtable(L, 0, 5);
+    lua_createtable(L, 0, 6);
     lua_pushinteger(L, (lua_Integer)st->lua_bytes);
     lua_setfield(L, -2, "lua_bytes");
     lua_pushinteger(L, (lua_Integer)st->tensor_live);
@@ -99,6 +99,11 @@ static int h_memory(lua_State *L) {
     lua_setfield(L, -2, "rss");
     lua_pushboolean(L, dpy_heap_keeps_freed());
     lua_setfield(L, -2, "keeps_freed");
+    long decay;
+    if (dpy_heap_decay_ms(&decay) == 0) {
+        lua_pushinteger(L, decay);
+        lua_setfield(L, -2, "decay_ms");
+    }
     return 1;
 }
 

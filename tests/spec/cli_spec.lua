@@ -728,6 +728,16 @@ describe("dpy-lua repl", function()
     assert.matches("{ a = 1 }", out)
   end)
 
+  it("continues an unfinished expression on the next line, as it does a statement", function()
+    local dir = tmpdir()
+    write_file(dir .. "/in.txt", "1 +\n2\nx = 10 *\n3\nx\nprint(\n4)\n(1 +\n)\n7 *\n")
+    local code, out, err = sh(BIN .. " repl < " .. dir .. "/in.txt")
+    assert.are.equal(0, code)
+    assert.are.equal("3\n30\n4\n", out)
+    -- an expression that cannot be finished is named as one; one the input ends inside, too
+    assert.are.equal("stdin:2: unexpected symbol near ')'\nstdin:1: unexpected symbol near <eof>\n", err)
+  end)
+
   it("completes names, fields and methods with Tab on a terminal, and help lists a value's API", function()
     local dir = tmpdir()
     -- a terminal (script(1)): Tab completes tensor.ze to tensor.zeros, and x:num to x:numel. The

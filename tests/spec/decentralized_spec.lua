@@ -94,8 +94,12 @@ describe("decentralized runs", function()
     if require("dpy.host.core").versions().allocator ~= "jemalloc" then
       pending("glibc's malloc (the sanitizer build): nothing is kept") return
     end
-    local probe = action_config("keeps", "post_train", [[
+    local keeps = action_config("keeps", "post_train", [[
       if node.uid == 1 then node.log:write("round %d keeps_freed %s", r, host.memory().keeps_freed) end]])
+    -- node 1 is built before nodes 2 and 3: its process still decays what it frees
+    local decays = action_config("decays", "init", [[
+      if node.uid == 1 then node.log:write("built, decay_ms %d", host.memory().decay_ms) end]])
+    local probe = string.format("actions = { %s, %s }\n", keeps:match("{ (.-) }"), decays:match("{ (.-) }"))
     for setting, want in pairs { [""] = { 3 }, ["release_memory = true\n"] = {} } do
       local code, _, err, out = run(TINY .. probe .. setting)
       assert.are.equal(0, code, err)
@@ -103,7 +107,22 @@ describe("decentralized runs", function()
       for r = want[1] or 1, 3 do
         assert.matches("round " .. r .. " keeps_freed " .. tostring(want[1] ~= nil), log, 1, true)
       end
+      -- a run's process gives back what its nodes' start frees, though this script keeps (below)
+      -- and the run is forked from it
+      assert.matches("built, decay_ms 10000", log, 1, true)
     end
+  end)
+
+  -- A script keeps what it frees for its next steps, as a run's rounds do (a DP-SGD step took 1.1x
+  -- with freed pages decaying: bench/dpsgd.lua).
+  it("keeps freed pages in a script and the REPL", function()
+    if require("dpy.host.core").versions().allocator ~= "jemalloc" then
+      pending("glibc's malloc (the sanitizer build): nothing is kept") return
+    end
+    assert.are.equal(-1, require("dpy.host.core").memory().decay_ms)   -- this runner is a script
+    local code, out = sh("echo 'require(\"dpy.host.core\").memory().decay_ms' | " .. BIN .. " repl")
+    assert.are.equal(0, code)
+    assert.are.equal("-1\n", out)
   end)
 
   -- The same in this process: kept from the end of the last local node's build (its first slot)
