@@ -1,9 +1,8 @@
 // per_sample_conv.cpp: the batched forms of a conv2d's per-sample weight gradients, on the cnn's
 // two convolutions (batch 32), against the per-sample passes (one forward and backward each):
-//   strided:  im2col by a strided view of the padded input, one copy, one batched matmul (what
-//             host/torch/per_sample.cpp does)
+//   strided:  im2col by a strided view of the padded input, one copy, one batched matmul
 //   grouped:  the input as Cin x B x H x W convolved with the output gradients as B*Cout kernels,
-//             groups = B (Rochette, Manoel, Tramel 2019)
+//             groups = B (Rochette, Manoel, Tramel 2019; what host/torch/per_sample.cpp does)
 //   unfold:   torch's unfold (im2col), then a batched matmul (Opacus)
 // Each is checked against the passes (within 1e-5 of their largest value). CPU time, median of 7.
 // usage: bench_per_sample_conv [THREADS = 1]
