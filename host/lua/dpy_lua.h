@@ -151,8 +151,10 @@ void dpy_heap_keep_freed(int keep);
 /* Whether freed pages are kept now (a keep 1 without its keep 0). */
 int dpy_heap_keeps_freed(void);
 /* What freed pages do when no keep 1 holds: stay for reuse (a script's or the REPL's: no decay),
-** or go back after the decay malloc_conf sets (a run's process: what its nodes' start freed).
-** For every arena, made or to be made; before any keep 1. Nothing under glibc. */
+** or go back after the decay malloc_conf sets (a run's process: what its nodes' start freed); a
+** dirty_decay_ms in the environment's MALLOC_CONF holds for both. For every arena, made or to be
+** made; a command's start (it forgets the keep 1s of the process it was forked from). Nothing
+** under glibc. */
 void dpy_heap_decay_by_default(int decay);
 /* How long freed pages stay before they go back, in ms, into *ms (-1: kept); 0, or -1 under glibc. */
 int dpy_heap_decay_ms(long *ms);

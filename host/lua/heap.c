@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -91,11 +92,17 @@ void dpy_heap_keep_freed(int keep) {
 void dpy_heap_decay_by_default(int decay) {
     if (!mallctl)
         return;
+    const char *conf = getenv("MALLOC_CONF");   /* a decay the user set holds everywhere */
     ssize_t ms = -1;
     size_t len = sizeof ms;
-    if (decay && mallctl("opt.dirty_decay_ms", &ms, &len, NULL, 0) != 0)
+    if ((decay || (conf && strstr(conf, "dirty_decay_ms"))) &&
+        mallctl("opt.dirty_decay_ms", &ms, &len, NULL, 0) != 0)
         ms = 10000;
     pthread_mutex_lock(&keep_mu);
+    keepers = 0;   /* a command's start: a group of the process it was forked from keeps nothing here */
+    free(saved);
+    saved = NULL;
+    nsaved = 0;
     mallctl("arenas.dirty_decay_ms", NULL, NULL, &ms, sizeof ms);
     unsigned count = arena_count();
     for (unsigned i = 0; i < count; i++)

@@ -3,9 +3,10 @@
 // from one forward and one backward to the layers' outputs, as in Opacus: a linear layer's
 // per-sample weight gradient is the outer product of the gradient at its output and its input; a
 // conv2d's is that gradient correlated with the input, all samples in one grouped convolution
-// (Rochette et al. 2019: on the cnn 1.6-1.9x faster than the input's patches times the gradient
-// by a batched matmul, which runs on small BLAS products, and 2.2-2.5x faster than libtorch's
-// unfold; bench/per_sample_conv.cpp).
+// (Rochette et al. 2019). On the cnn, on an Intel CPU with AVX-512, that is 1.5-1.9x faster than
+// the input's patches times the gradient by a batched matmul (small BLAS products) and 2.2-2.5x
+// faster than libtorch's unfold; on an AMD machine under load it was 1.15-1.25x slower than the
+// patches (bench/per_sample_conv.cpp).
 // Any other module gets one small forward and backward per sample, still in one C++ call.
 #include "guard.hpp"
 

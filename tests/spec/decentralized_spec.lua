@@ -123,6 +123,10 @@ describe("decentralized runs", function()
     local code, out = sh("echo 'require(\"dpy.host.core\").memory().decay_ms' | " .. BIN .. " repl")
     assert.are.equal(0, code)
     assert.are.equal("-1\n", out)
+    -- unless the user set a decay
+    code, out = sh("MALLOC_CONF=dirty_decay_ms:5000 " .. BIN .. " -e 'print(require(\"dpy.host.core\").memory().decay_ms)'")
+    assert.are.equal(0, code)
+    assert.are.equal("5000\n", out)
   end)
 
   -- The same in this process: kept from the end of the last local node's build (its first slot)

@@ -276,8 +276,8 @@ describe("DP-SGD", function()
     tensor.manual_seed(5)
     local m = nn.sequential {
       nn.conv2d(2, 4, 3, { padding = 1 }), nn.relu(), nn.maxpool2d(2),
-      -- a stride other than the dilation, neither dividing the padded input
-      nn.conv2d(4, 6, 3, { stride = 2, dilation = 3, padding = 2, groups = 2 }), nn.tanh(),
+      -- a stride other than the dilation, and one that leaves rows of the padded input unread
+      nn.conv2d(4, 6, 3, { stride = 3, dilation = 2, padding = 2, groups = 2 }), nn.tanh(),
       nn.conv2d(6, 3, 2, { bias = false }), nn.flatten(), nn.linear(3 * 1 * 2, 4),
     }
     local x, y = tensor.randn(5, 2, 12, 16), tensor.new({ 0, 3, 1, 2, 3 }, "int64")
