@@ -124,7 +124,8 @@ describe("decentralized runs", function()
     assert.are.equal(0, code)
     assert.are.equal("-1\n", out)
     -- unless the user set a decay
-    code, out = sh("MALLOC_CONF=dirty_decay_ms:5000 " .. BIN .. " -e 'print(require(\"dpy.host.core\").memory().decay_ms)'")
+    code, out = sh("MALLOC_CONF=dirty_decay_ms:5000 " .. BIN
+                   .. " -e 'print(require(\"dpy.host.core\").memory().decay_ms)'")
     assert.are.equal(0, code)
     assert.are.equal("5000\n", out)
   end)
