@@ -34,6 +34,9 @@ void dpy_heap_trim(void) {
         malloc_trim(0);
 }
 
+/* main.c's malloc_conf decay, where jemalloc does not say */
+#define CONFIGURED_DECAY_MS 10000
+
 static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
 static int keepers;             /* keep 1s without their keep 0 (under keep_mu) */
 static ssize_t saved_default;   /* what arenas were made with before the first keeper */
@@ -65,7 +68,7 @@ void dpy_heap_keep_freed(int keep) {
         ssize_t never = -1;
         size_t len = sizeof saved_default;
         if (mallctl("arenas.dirty_decay_ms", &saved_default, &len, &never, sizeof never) != 0)
-            saved_default = 10000;
+            saved_default = CONFIGURED_DECAY_MS;
         unsigned count = arena_count();
         saved = calloc(count ? count : 1, sizeof *saved);
         nsaved = saved ? count : 0;
@@ -97,7 +100,7 @@ void dpy_heap_decay_by_default(int decay) {
     size_t len = sizeof ms;
     if ((decay || (conf && strstr(conf, "dirty_decay_ms"))) &&
         mallctl("opt.dirty_decay_ms", &ms, &len, NULL, 0) != 0)
-        ms = 10000;
+        ms = CONFIGURED_DECAY_MS;
     pthread_mutex_lock(&keep_mu);
     keepers = 0;   /* a command's start: a group of the process it was forked from keeps nothing here */
     free(saved);
