@@ -546,17 +546,14 @@ end)
 -- client reaches it through ssh, here the test OpenSSH server on loopback (tests/ssh/sshd), the
 -- processes saying they run on "127.0.0.1" (DPY_ATTACH_HOST), a name that is not this host's.
 describe("dpy-lua attach to processes on another host #e2e", function()
-  local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
   local keys, ssh
   after_each(stop_started)
   setup(function()
     keys = tmpdir() .. "/keys"
-    local port = 45000 + math.random(0, 9999)
-    local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port)
-    assert.are.equal(0, code, err)
+    local port = start_sshd(keys)
     ssh = string.format("ssh -p %d -i %s -o UserKnownHostsFile=%s", port, keys .. "/user_key", keys .. "/known_hosts")
   end)
-  teardown(function() sh(SSHD .. " stop " .. keys) end)
+  teardown(function() stop_sshd(keys) end)
 
   it("pauses, steps and changes a run whose processes say they run elsewhere, through ssh", function()
     local out, pid, log = start_paused(CONFIG, "processes=2", nil, { env = { "DPY_ATTACH_HOST=127.0.0.1" }, ssh = ssh })

@@ -2,7 +2,6 @@
 -- keys made for the test, its host key in a test known_hosts), reached as two "remotes": the
 -- same server under the names 127.0.0.1 and localhost.
 local BIN = shell_quote(DPY_BIN)
-local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
 
 describe("dpy-lua dispatch", function()
   local dir, keys, port
@@ -27,14 +26,12 @@ return {
   setup(function()
     dir = tmpdir()
     keys = dir .. "/keys"
-    port = 45000 + math.random(0, 9999)
-    local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port)
-    assert.are.equal(0, code, err)
+    port = start_sshd(keys)
     write_file(dir .. "/tiny.lua", TINY_RUN)
     write_file(dir .. "/c.lua", "include 'tiny.lua'\n")   -- dispatch uploads what a config includes
   end)
 
-  teardown(function() sh(SSHD .. " stop " .. keys) end)
+  teardown(function() stop_sshd(keys) end)
 
   it("runs the processes on the remotes and brings every result back, the numbers of a local run", function()
     remotes()

@@ -52,16 +52,14 @@ end
         return
       end
       local keys = dir .. "/keys-" .. listen:gsub(":", "")
-      local port = 45000 + math.random(0, 9999)
-      local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port .. " " .. listen)
-      assert.are.equal(0, code, err)
+      local port = start_sshd(keys, listen)
       local ok, run = pcall(function()
         local rc, out, cerr = connect(keys, port, "localhost")
         assert.matches("^::1", cerr, "the hosts file puts ::1 first")
         assert.are.equal(0, rc, cerr)
         assert.are.equal(("0 connected\n"):rep(3), out)
       end)
-      sh(SSHD .. " stop " .. keys)
+      stop_sshd(keys)
       assert(ok, run)
     end)
   end
@@ -85,6 +83,35 @@ end
   end)
 end)
 
+describe("the test OpenSSH server (tests/ssh/sshd)", function()
+  it("listens below the system's range for outgoing connections, and on another port while one is taken", function()
+    -- a port drawn in that range was once held by a connection's own end: sshd could not bind it
+    local low = tonumber((read_file("/proc/sys/net/ipv4/ip_local_port_range") or "32768"):match("%d+"))
+    local a, b = tmpdir() .. "/a", tmpdir() .. "/b"
+    local held = start_sshd(a, "127.0.0.1")
+    local ok, err = pcall(function()
+      assert.is_true(held >= 1024 and held < low, tostring(held))
+      local code, out, e = sh("SSHD_FIRST_PORT=" .. held .. " " .. SSHD .. " start " .. b .. " auto 127.0.0.1")
+      assert.are.equal(0, code, e)
+      local port = math.tointeger(tonumber(out:match("%d+")))
+      assert.is_true(port ~= held and port >= 1024 and port < low, tostring(port))
+      -- the server there is b's: its host key is the one b's known_hosts names for that port
+      local rc, said, serr = sh(string.format("ssh -p %d -i %s -o UserKnownHostsFile=%s -o BatchMode=yes "
+                                              .. "-o StrictHostKeyChecking=yes 127.0.0.1 echo reached", port,
+                                              b .. "/user_key", b .. "/known_hosts"))
+      assert.are.equal(0, rc, serr)
+      assert.are.equal("reached\n", said)
+      -- a port given and taken is refused, naming the server's log
+      local code2, _, e2 = sh(SSHD .. " start " .. tmpdir() .. "/c " .. held .. " 127.0.0.1")
+      assert.are.equal(1, code2)
+      assert.matches("sshd did not start; see .*sshd.log", e2)
+    end)
+    stop_sshd(a)
+    stop_sshd(b)
+    assert(ok, err)
+  end)
+end)
+
 describe("dpy.ssh.core.exec_all", function()
   local ssh = require "dpy.ssh.core"
   local host = require "dpy.host.core"
@@ -92,11 +119,9 @@ describe("dpy.ssh.core.exec_all", function()
 
   setup(function()
     keys = tmpdir() .. "/keys"
-    port = 45000 + math.random(0, 9999)
-    local code, _, err = sh(SSHD .. " start " .. keys .. " " .. port .. " 127.0.0.1")
-    assert.are.equal(0, code, err)
+    port = start_sshd(keys, "127.0.0.1")
   end)
-  teardown(function() sh(SSHD .. " stop " .. keys) end)
+  teardown(function() stop_sshd(keys) end)
 
   local function session()
     return assert(ssh.connect { host = "127.0.0.1", port = port, identity = keys .. "/user_key",
