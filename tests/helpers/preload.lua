@@ -158,19 +158,19 @@ function shell_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
---- start_sshd(dir [, address...]) -> port: the test OpenSSH server (tests/ssh/sshd) with its keys
+--- start_sshd(dir [, address...]) -> port: the test OpenSSH server (SSHD, tests/ssh/sshd) with its keys
 -- in dir, on a port below the system's range for outgoing connections, another while one is taken
 -- (a port drawn in that range was once held by a connection's own end, and the spec failed)
+SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
 function start_sshd(dir, ...)
-  local code, out, err = sh(string.format("%s start %s auto %s", shell_quote(REPO .. "/tests/ssh/sshd"),
-                                          shell_quote(dir), table.concat({ ... }, " ")))
+  local code, out, err = sh(string.format("%s start %s auto %s", SSHD, shell_quote(dir), table.concat({ ... }, " ")))
   assert(code == 0, err)
   return assert(math.tointeger(tonumber(out:match("%d+"))), out)
 end
 
 --- stop_sshd(dir): stops the server start_sshd started with dir
 function stop_sshd(dir)
-  sh(string.format("%s stop %s", shell_quote(REPO .. "/tests/ssh/sshd"), shell_quote(dir)))
+  sh(string.format("%s stop %s", SSHD, shell_quote(dir)))
 end
 
 --- Waits for process pid (host.spawn) to exit, at most seconds (default 120); returns its exit

@@ -3,7 +3,6 @@
 -- /etc/hosts maps localhost to ::1 and 127.0.0.1; the spec gives dpy-lua that file in a private
 -- mount namespace of its own (unshare), so the machine's /etc/hosts is never touched.
 local BIN = shell_quote(DPY_BIN)
-local SSHD = shell_quote(REPO .. "/tests/ssh/sshd")
 
 local DEBIAN_HOSTS = "127.0.0.1\tlocalhost\n127.0.1.1\tdebian\n\n"
                      .. "# The following lines are desirable for IPv6 capable hosts\n"
