@@ -22,10 +22,11 @@ local simclock = require "dpy.simclock"
 
 local M = {}
 
--- Modules only a node's build uses (loading and checking its config, reading the run's layout):
--- required where used, and let go of once the node is built, 92 KiB of a node's Lua state of 470.
--- A later require loads them again; none registers anything as it loads.
-local BUILD_ONLY = { "dpy.config", "dpy.layout", "dpy.contracts" }
+-- Modules only a node's build uses (loading and checking its config, reading graph.json and
+-- partition.pt): required where used, and let go of once the node is built. A later require loads
+-- them again; none registers anything as it loads. The launcher's own, dpy.layout (its checks) and
+-- dpy.graph (the builders), a node of a fixed graph never loads: 40 KB of bytecode a node.
+local BUILD_ONLY = { "dpy.config", "dpy.layout_files", "dpy.contracts" }
 
 --- The events an action may handle, in the order a run fires them.
 M.EVENTS = { init = true, startup = true, pre_train = true, post_train = true,
@@ -167,7 +168,7 @@ end
 
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
 function M.evaluates(cfg, uid)
-  if require("dpy.layout").has_server(cfg) then return uid == 0 end
+  if registry.spec("algorithm", cfg.algorithm).server then return uid == 0 end
   if not cfg.eval_nodes or cfg.eval_nodes >= cfg.nodes then return true end
   local all = {}
   for u = 0, cfg.nodes - 1 do all[u + 1] = u end
@@ -231,7 +232,7 @@ end
 -- args = { config, dir, seed, overrides, t0 } (see l_nodes.c).
 function M.build(ep, args)
   local uid = ep:uid()
-  local layout = require "dpy.layout"
+  local files = require "dpy.layout_files"
   local cfg = require("dpy.config").load(args.config, split_lines(args.overrides), { either_kind = true })
   if args.seed then cfg.seed = math.tointeger(tonumber(args.seed)) end
   local c = { uid = uid, cfg = cfg, dir = args.dir, endpoint = ep }
@@ -247,11 +248,12 @@ function M.build(ep, args)
   if cfg.task == "binary" then c.task = trainer.binary(cfg.positive_classes, c.train_set.classes) end
   c.model = M.model(cfg, c.train_set)
   tensor.manual_seed(cfg.seed * 1000003 + uid + 1)
-  local server = layout.has_server(cfg)
+  local algorithm = registry.spec("algorithm", cfg.algorithm)
+  local server = algorithm.server == true
   c.is_server = server and uid == 0
   if not c.is_server then
     local parts_n = server and cfg.nodes - 1 or cfg.nodes
-    c.indices = layout.load_part(args.dir, server and uid or uid + 1, parts_n)
+    c.indices = files.load_part(args.dir, server and uid or uid + 1, parts_n)
     c.loader = data.loader(c.train_set, { batch_size = cfg.batch_size, indices = c.indices })
   end
   c.optimizer = registry.build("optimizer", cfg.optimizer, { model = c.model, config = cfg })
@@ -260,8 +262,7 @@ function M.build(ep, args)
                               task = c.task }
     c.local_steps = cfg.local_epochs and cfg.local_epochs * #c.loader or cfg.local_steps
   end
-  local algorithm = registry.spec("algorithm", cfg.algorithm)
-  if algorithm.graph then c.graph = layout.load_graph(args.dir) end
+  if algorithm.graph then c.graph = files.load_graph(args.dir) end
   if algorithm.graph or algorithm.sharing then   -- sharing: a rule without a config graph (epidemic)
     c.sharing = registry.build("sharing", cfg.sharing, node)
   end

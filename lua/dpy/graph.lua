@@ -1,10 +1,10 @@
 --- dpy.graph: topologies. A graph is { n = nodes, adj = { [uid] = sorted list of neighbour
 -- uids } } over uids 0 .. n - 1, undirected. Every generator is seeded and deterministic, so all
--- nodes build the same graph without talking.
+-- nodes build the same graph without talking. The graphs a config names are in lua/dpy/graphs/.
 local random = require "dpy.random"
 local tensor = require "dpy.tensor"
 local options = require "dpy.options"
-local registry = require "dpy.registry"
+local mixing = require "dpy.mixing"
 
 local M = {}
 
@@ -412,17 +412,8 @@ function M.connected(g)
   end
 end
 
---- graph.metropolis_hastings(g, u) -> { [v] = weight } for u and its neighbours:
--- w_uv = 1 / (1 + max(deg u, deg v)), w_uu = 1 - sum of the others (a doubly stochastic matrix)
-function M.metropolis_hastings(g, u)
-  local w, du, sum = {}, #g.adj[u], 0
-  for _, v in ipairs(g.adj[u]) do
-    w[v] = 1 / (1 + math.max(du, #g.adj[v]))
-    sum = sum + w[v]
-  end
-  w[u] = 1 - sum
-  return w
-end
+--- graph.metropolis_hastings(g, u): see dpy.mixing (a run's nodes use that module without this one)
+M.metropolis_hastings = mixing.metropolis_hastings
 
 --- graph.spectral_gap(g) -> 1 - |lambda_2| of the Metropolis-Hastings mixing matrix W: how fast
 -- plain averaging mixes. |lambda_2|: the largest modulus among W's eigenvalues but the top one (1),
@@ -556,63 +547,6 @@ function M.edges(g)
   local e = 0
   for u = 0, g.n - 1 do e = e + #g.adj[u] end
   return e // 2
-end
-
--- {==== config components: graph = { "regular", degree = 4 } ====}
-
-local DEGREE = { type = "integer", min = 1, default = 4, doc = "neighbours per node" }
-
-local GRAPHS = {
-  ring = { options = {}, build = function(n) return M.ring(n) end },
-  full = { options = {}, build = function(n) return M.full(n) end },
-  star = { options = { center = { type = "integer", min = 0, doc = "the hub (0)" } },
-           build = function(n, c) return M.star(n, c.center) end },
-  torus = { options = { rows = { type = "integer", min = 1, doc = "rows (about sqrt(n))" },
-                        wrap = { type = "boolean", doc = "wrap around the edges (true)" } },
-            build = function(n, c)
-              local rows = c.rows or math.floor(math.sqrt(n))
-              if n % rows ~= 0 then error(string.format("torus: %d nodes do not fill %d rows", n, rows), 0) end
-              return M.torus(rows, n // rows, c.wrap)
-            end },
-  regular = { options = { degree = DEGREE }, build = function(n, c, seed) return M.regular(n, c.degree, seed) end },
-  erdos_renyi = { options = { p = { type = "number", above = 0, max = 1, default = 0.1, doc = "edge probability" } },
-                  build = function(n, c, seed) return M.erdos_renyi(n, c.p, seed) end },
-  small_world = { options = { k = { type = "integer", min = 2, default = 4, doc = "ring neighbours per node" },
-                              beta = { type = "number", min = 0, max = 1, default = 0.1,
-                                       doc = "rewiring probability" } },
-                  build = function(n, c, seed) return M.small_world(n, c.k, c.beta, seed) end },
-  file = { options = { path = { type = "path", required = true, exists = "file",
-                                doc = "a DecentralizePy graph file (graph.from_file)" },
-                       format = { one_of = { "edges", "adjacency" },
-                                  doc = "its format; default: the one its content allows" },
-                       directed = { type = "boolean", default = false,
-                                    doc = "its lines are arcs: 'u v' (or node u's line) lists whom u sends to; "
-                                          .. "for a rule that takes a directed graph" } },
-           build = function(n, c, _, _, ctx)
-             local g = M.from_file(c.path, c.format, n, "the config's nodes", c.directed)
-             if g.n ~= n then error(string.format("graph file %s has %d nodes, the config %d", c.path, g.n, n), 0) end
-             local u, v
-             if c.directed and not ctx.directed then u, v = M.one_way(g) end
-             if u then
-               error(string.format("graph file %s (directed = true): node %d sends to %d, but %d not to %d, which %s",
-                                   c.path, u, v, v, u, ctx.undirected or "a rule of links both ways cannot use"), 0)
-             end
-             return g
-           end },
-  -- a fresh seeded d-regular graph every round: build(n, cfg, seed, round)
-  dynamic = { options = { degree = DEGREE },
-              build = function(n, c, seed, round)
-                return M.regular(n, c.degree, (seed or 0) * 1000003 + (round or 0))
-              end },
-}
-
-for name, spec in pairs(GRAPHS) do
-  registry.register {
-    kind = "graph", name = name, options = spec.options,
-    dynamic = name == "dynamic",
-    doc = "graph." .. name,
-    new = function(cfg, ctx) return spec.build(ctx.nodes, cfg, ctx.seed, ctx.round, ctx) end,
-  }
 end
 
 return M

@@ -60,7 +60,7 @@ end
 -- a fixed graph.
 local function slot_ranks(cfg, dir, uids)
   if not layout.algorithm(cfg).graph then return nil end
-  local g = layout.load_graph(dir)
+  local g = require("dpy.layout_files").load_graph(dir)
   local order = not g.dynamic and not g.directed and graph.frontier_order(g)
   if not order then return nil end
   local ranks = {}

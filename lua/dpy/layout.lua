@@ -1,11 +1,11 @@
 --- dpy.layout: what the launcher and every process of a decentralized run derive from the config:
 -- which process hosts which node, the tcp addresses, and the graph and partition files written
--- once into the run directory (graph.json, partition.pt) that every node reads.
+-- once into the run directory (graph.json, partition.pt; dpy.layout_files) that every node reads.
 local tensor = require "dpy.tensor"
 local registry = require "dpy.registry"
-local graph = require "dpy.graph"
 local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
+local files = require "dpy.layout_files"
 local simclock = require "dpy.simclock"
 local churn = require "dpy.churn"
 local config = require "dpy.config"
@@ -322,6 +322,7 @@ function check(cfg)
     local ok, g = pcall(registry.build, "graph", cfg.graph, ctx)
     -- named where the graph was set, or, the default graph, the nodes (a regular graph of too few)
     if not ok then config_error("graph", g, config.where(cfg, "graph") or config.where(cfg, "nodes")) end
+    local graph = require "dpy.graph"   -- here and in write only: a node, which reads the graph, need not load it
     checked.directed = ctx.directed and graph.one_way(g) ~= nil or nil
     local connected, cut = graph.connected(g)
     if not connected then   -- named with its file: a graph file's, or a user's graph component's
@@ -394,20 +395,15 @@ end
 function M.write(dir, checked)
   local info = {}
   local g = checked.graph
+  local graph = require "dpy.graph"
   if g then
-    M.write_graph(dir, g, checked.dynamic, checked.directed)
+    files.write_graph(dir, g, checked.dynamic, checked.directed)
     -- a directed graph has no symmetric mixing matrix: no spectral gap to give
     info.edges = not checked.directed and graph.edges(g) or nil
     -- O(n^3): 0.1 s at 512 nodes, 0.5-1 at 1024
     info.spectral_gap = not checked.directed and g.n <= 512 and graph.spectral_gap(g) or nil
   end
-  local offsets, flat = { 0 }, {}
-  for i, p in ipairs(checked.parts) do
-    offsets[i + 1] = offsets[i] + p:numel()
-    flat[i] = p
-  end
-  local packed = tensor.cat { tensor.new(offsets, "int64"), tensor.cat(flat) }
-  assert(packed:save(dir .. "/partition.pt"))
+  files.write_parts(dir, checked.parts)
   return info
 end
 
@@ -415,89 +411,6 @@ end
 -- partition.pt into dir, from checked (what layout.check returned for cfg), else checking cfg first.
 function M.prepare(cfg, dir, checked)
   return M.write(dir, checked or M.check(cfg))
-end
-
--- graph.json holds one line per node, padded to one width, after a first line that gives it:
--- node u's list is at a known offset, and a node reads only the lists it uses (at 8192 nodes
--- every node decoding all of them was O(n^2) time in all and a MiB of Lua heap a node). Whitespace
--- in JSON: any reader still decodes it whole. Past 64 MiB padded (a dense graph) it is compact.
-local PADDED_MAX = 64 << 20
-
---- layout.write_graph(dir, g [, dynamic [, directed]]): dir/graph.json, { n, adj = the lists by uid
--- + 1, dynamic, directed }.
-function M.write_graph(dir, g, dynamic, directed)
-  local lists, width = {}, 0
-  for u = 0, g.n - 1 do
-    lists[u + 1] = metrics.json.encode(g.adj[u])
-    width = math.max(width, #lists[u + 1] + 2)   -- the list, "," or " ", "\n"
-  end
-  local path = dir .. "/graph.json"
-  if width * g.n > PADDED_MAX then
-    local adj = {}
-    for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
-    require("dpy.paths").write(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic,
-                                                           directed = directed }))
-    return
-  end
-  local out = { string.format('{"n":%d,%s%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "",
-                              directed and '"directed":true,' or "", width) }
-  for u = 1, g.n do
-    out[u + 1] = lists[u] .. (u < g.n and "," or " ") .. string.rep(" ", width - #lists[u] - 2) .. "\n"
-  end
-  out[#out + 1] = "]}\n"
-  require("dpy.paths").write(path, table.concat(out))
-end
-
-local function decode_list(s)
-  local list = {}
-  for v in s:gmatch("%d+") do list[#list + 1] = math.tointeger(tonumber(v)) end
-  return list
-end
-
---- The graph written by prepare: { n, adj = { [uid] = neighbours }, dynamic, directed }. A padded file's
--- lists are read as they are first indexed (so pairs() over adj sees only those read so far).
-function M.load_graph(dir)
-  local path = dir .. "/graph.json"
-  local f, err = io.open(path, "rb")
-  if not f then error(err, 0) end
-  local head = f:read("l") or ""
-  f:close()
-  local width = math.tointeger(tonumber(head:match('"width":(%d+)')))
-  if not width then
-    local t = assert(metrics.read(path))
-    local adj = {}
-    for i, list in ipairs(t.adj) do   -- uids as integers (JSON numbers decode as floats)
-      local uids = {}
-      for j, v in ipairs(list) do uids[j] = math.tointeger(v) end
-      adj[i - 1] = uids
-    end
-    return { n = math.tointeger(t.n), adj = adj, dynamic = t.dynamic, directed = t.directed }
-  end
-  local n, base = math.tointeger(tonumber(head:match('"n":(%d+)'))), #head + 1
-  local adj = setmetatable({}, { __index = function(t, key)
-    local u = math.tointeger(key)
-    if not u or u < 0 or u >= n then return nil end
-    local h, why = io.open(path, "rb")
-    if not h then error(why, 0) end
-    assert(h:seek("set", base + u * width))
-    local list = decode_list(assert(h:read(width)))
-    h:close()
-    t[u] = list
-    return list
-  end })
-  return { n = n, adj = adj, dynamic = head:find('"dynamic":true', 1, true) and true or nil,
-           directed = head:find('"directed":true', 1, true) and true or nil }
-end
-
---- The int64 sample indices of training part k (1-based) from partition.pt, read once per
--- process (tensor.load_shared). Every view is closed at once, and the part cloned: nothing of
--- the node's keeps the whole partition alive.
-function M.load_part(dir, k, parts_n)
-  local packed <close> = assert(tensor.load_shared(dir .. "/partition.pt"))
-  local bounds <close> = packed:narrow(0, k - 1, 2)
-  local a, b = table.unpack(bounds:totable())
-  local part <close> = packed:narrow(0, parts_n + 1 + a, b - a)
-  return part:clone()
 end
 
 return M

@@ -18,7 +18,7 @@ M.KINDS = {
   dataset = { folder = "datasets" }, model = { folder = "models" },
   optimizer = { module = "dpy.optim" }, sharing = { folder = "sharing", module = "dpy.sharing.robust" },
   aggregator = { module = "dpy.aggregators" }, attack = { module = "dpy.byzantine.attacks" },
-  graph = { module = "dpy.graph" }, partitioner = { module = "dpy.partitioners" },
+  graph = { folder = "graphs" }, partitioner = { module = "dpy.partitioners" },
   transform = { module = "dpy.transforms" },
 }
 

@@ -4,7 +4,7 @@
 -- over the fixtures' expected pixels.
 local registry = require "dpy.registry"
 local partition = require "dpy.partition"
-local layout = require "dpy.layout"
+local layout_files = require "dpy.layout_files"
 local data = require "dpy.data"
 local data_core = require "dpy.data.core"
 local cjson = require "cjson"
@@ -603,9 +603,9 @@ describe("a decentralized run on femnist, one writer per node #e2e", function()
       "dataset = { 'femnist', dir = " .. string.format("%q", F .. "/femnist") .. " }",
       "partition = 'natural'", "model = 'mlp'", "eval_every = 1", "peer_timeout = 20" }, "\n"))
     assert.are.equal(0, code, (out or "") .. (err or ""))
-    assert.are.same({ 2, 3, 4 }, layout.load_part(run, 1, 3):totable())
-    assert.are.same({ 0, 1 }, layout.load_part(run, 2, 3):totable())
-    assert.are.same({ 5, 6, 7, 8 }, layout.load_part(run, 3, 3):totable())
+    assert.are.same({ 2, 3, 4 }, layout_files.load_part(run, 1, 3):totable())
+    assert.are.same({ 0, 1 }, layout_files.load_part(run, 2, 3):totable())
+    assert.are.same({ 5, 6, 7, 8 }, layout_files.load_part(run, 3, 3):totable())
     assert.is_not_nil(node_metrics(run, 2).test_accuracy)
   end)
 end)

@@ -1,7 +1,8 @@
--- The run directory's graph.json (dpy.layout): one padded line per node, so that a node reads the
+-- The run directory's graph.json (dpy.layout_files): one padded line per node, so that a node reads the
 -- adjacency lists it uses and not the whole graph (at 8192 nodes every node decoding every list
 -- was O(n^2) time in all and a MiB of Lua heap a node); still JSON that any reader decodes whole.
 local layout = require "dpy.layout"
+local files = require "dpy.layout_files"
 local graph = require "dpy.graph"
 local cjson = require "cjson"
 local tensor = require "dpy.tensor"
@@ -13,8 +14,8 @@ describe("layout's graph file", function()
 
   it("gives every node's list as the graph has it, reading a list only when it is asked for", function()
     local g = graph.regular(64, 4, 7)
-    layout.write_graph(dir, g)
-    local back = layout.load_graph(dir)
+    files.write_graph(dir, g)
+    local back = files.load_graph(dir)
     assert.equal(64, back.n)
     assert.is_nil(back.dynamic)
     assert.is_nil(rawget(back.adj, 5))   -- nothing read yet
@@ -28,17 +29,17 @@ describe("layout's graph file", function()
 
   it("is JSON that decodes whole to the same graph", function()
     local g = graph.ring(5)
-    layout.write_graph(dir, g, true)
+    files.write_graph(dir, g, true)
     local t = cjson.decode(read_file(dir .. "/graph.json"))
     assert.equal(5, t.n)
     assert.is_true(t.dynamic)
     assert.same({ { 1, 4 }, { 0, 2 }, { 1, 3 }, { 2, 4 }, { 0, 3 } }, t.adj)
-    assert.is_true(layout.load_graph(dir).dynamic)
+    assert.is_true(files.load_graph(dir).dynamic)
   end)
 
   it("still reads a compact graph.json (a run directory written before)", function()
     write_file(dir .. "/graph.json", '{"n":3,"adj":[[1],[0,2],[1]]}')
-    local back = layout.load_graph(dir)
+    local back = files.load_graph(dir)
     assert.equal(3, back.n)
     assert.same({ 0, 2 }, back.adj[1])
     assert.same({ 1 }, back.adj[2])
@@ -164,7 +165,7 @@ describe("layout's partition file", function()
     for u = 0, n - 1 do
       local off = p:totable()
       assert.same(parts[u + 1]:totable(), p:narrow(0, n + 1 + off[u + 1], off[u + 2] - off[u + 1]):totable())
-      assert.same(parts[u + 1]:totable(), layout.load_part(dir, u + 1, n):totable())
+      assert.same(parts[u + 1]:totable(), files.load_part(dir, u + 1, n):totable())
     end
     os.execute("rm -rf '" .. dir .. "'")
   end)

@@ -2,7 +2,7 @@
 -- graph neighbours and combines it with theirs through the run's sharing rule (by default the
 -- Metropolis-Hastings average). A neighbour that failed keeps its weight with the node.
 local registry = require "dpy.registry"
-local graph = require "dpy.graph"
+local mixing = require "dpy.mixing"
 local host = require "dpy.host.core"
 local exchange = require "dpy.exchange"
 
@@ -24,7 +24,7 @@ local function round(node, r)
   if #peers > 0 then exchange.send_model(node, peers, r, flat) end
   flat:free()   -- before the wait: at the barrier a node holds only the bytes it sent
   node.endpoint:release()
-  local w = graph.metropolis_hastings(g, node.uid)
+  local w = mixing.metropolis_hastings(g, node.uid)
   local got, weights, kept = {}, {}, 0
   local deadline = exchange.deadline(node, true)   -- one for all the peers: they are waited for together
   for _, v in ipairs(peers) do

@@ -6,13 +6,13 @@
 -- node keeps its own model for the round. With one neighbour the sum is that neighbour's model.
 -- It runs its own messages: dpsgd hands it the round's exchange (exchange, not combine).
 local registry = require "dpy.registry"
-local graph = require "dpy.graph"
+local mixing = require "dpy.mixing"
 local crypto = require "dpy.crypto.core"
 local secagg = require "dpy.secagg"
 local exchange = require "dpy.exchange"
 
 local function masked_round(o, node, r, g, peers)
-  local w = graph.metropolis_hastings(g, node.uid)
+  local w = mixing.metropolis_hastings(g, node.uid)
   local flat = node.model:get_flat()
   local shared = exchange.modified(node, flat, r)
   local inputs = {}
