@@ -24,8 +24,8 @@ local M = {}
 
 -- Modules only a node's build uses (loading and checking its config, reading graph.json and
 -- partition.pt): required where used, and let go of once the node is built. A later require loads
--- them again; none registers anything as it loads. The launcher's own, dpy.layout (its checks) and
--- dpy.graph (the builders), a node of a fixed graph never loads: 40 KB of bytecode a node.
+-- them again; none registers anything as it loads. A node of a fixed graph never loads the
+-- launcher's dpy.layout (its checks) and dpy.graph (the builders): 41 KB of bytecode a node.
 local BUILD_ONLY = { "dpy.config", "dpy.layout_files", "dpy.contracts" }
 
 --- The events an action may handle, in the order a run fires them.
@@ -168,7 +168,7 @@ end
 
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
 function M.evaluates(cfg, uid)
-  if registry.spec("algorithm", cfg.algorithm).server then return uid == 0 end
+  if registry.spec("algorithm", cfg.algorithm).server == true then return uid == 0 end
   if not cfg.eval_nodes or cfg.eval_nodes >= cfg.nodes then return true end
   local all = {}
   for u = 0, cfg.nodes - 1 do all[u + 1] = u end

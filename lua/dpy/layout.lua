@@ -3,6 +3,7 @@
 -- once into the run directory (graph.json, partition.pt; dpy.layout_files) that every node reads.
 local tensor = require "dpy.tensor"
 local registry = require "dpy.registry"
+local graph = require "dpy.graph"
 local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
 local files = require "dpy.layout_files"
@@ -322,7 +323,6 @@ function check(cfg)
     local ok, g = pcall(registry.build, "graph", cfg.graph, ctx)
     -- named where the graph was set, or, the default graph, the nodes (a regular graph of too few)
     if not ok then config_error("graph", g, config.where(cfg, "graph") or config.where(cfg, "nodes")) end
-    local graph = require "dpy.graph"   -- here and in write only: a node, which reads the graph, need not load it
     checked.directed = ctx.directed and graph.one_way(g) ~= nil or nil
     local connected, cut = graph.connected(g)
     if not connected then   -- named with its file: a graph file's, or a user's graph component's
@@ -395,7 +395,6 @@ end
 function M.write(dir, checked)
   local info = {}
   local g = checked.graph
-  local graph = require "dpy.graph"
   if g then
     files.write_graph(dir, g, checked.dynamic, checked.directed)
     -- a directed graph has no symmetric mixing matrix: no spectral gap to give

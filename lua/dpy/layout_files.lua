@@ -25,8 +25,7 @@ function M.write_graph(dir, g, dynamic, directed)
   if width * g.n > PADDED_MAX then
     local adj = {}
     for u = 0, g.n - 1 do adj[u + 1] = g.adj[u] end
-    paths.write(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic,
-                                                           directed = directed }))
+    paths.write(path, metrics.json.encode({ n = g.n, adj = adj, dynamic = dynamic, directed = directed }))
     return
   end
   local out = { string.format('{"n":%d,%s%s"width":%d,"adj":[\n', g.n, dynamic and '"dynamic":true,' or "",

@@ -2,7 +2,7 @@
 local registry = require "dpy.registry"
 
 return registry.register {
-  kind = "graph", name = "torus", doc = "a grid, each node linked to its 4 neighbours, wrapped around (graph.torus)",
+  kind = "graph", name = "torus", doc = "a grid, each node linked to its 4 neighbours (graph.torus)",
   options = { rows = { type = "integer", min = 1, doc = "rows (about sqrt(n))" },
               wrap = { type = "boolean", doc = "wrap around the edges (true)" } },
   new = function(cfg, ctx)
