@@ -13,7 +13,7 @@ local M = {}
 --- The nodes an attack action picks (sorted uids, the same in every process): opts.nodes, or a
 -- seeded fraction of the training nodes (opts.fraction, opts.seed or the run's seed).
 function M.choose_nodes(opts, cfg, what)
-  local first = registry.spec("algorithm", cfg.algorithm).server == true and 1 or 0   -- not the server
+  local first = require("dpy.container").has_server(cfg) and 1 or 0   -- not the server
   if opts.nodes then
     for _, u in ipairs(opts.nodes) do
       if math.type(u) ~= "integer" or u < first or u >= cfg.nodes then

@@ -166,9 +166,12 @@ function Node:fire(event, ...)
   end
 end
 
+--- Whether node 0 is a server that does not train (fedavg, ps): the algorithm's spec says.
+function M.has_server(cfg) return registry.spec("algorithm", cfg.algorithm, 2).server == true end
+
 --- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
 function M.evaluates(cfg, uid)
-  if registry.spec("algorithm", cfg.algorithm).server == true then return uid == 0 end
+  if M.has_server(cfg) then return uid == 0 end
   if not cfg.eval_nodes or cfg.eval_nodes >= cfg.nodes then return true end
   local all = {}
   for u = 0, cfg.nodes - 1 do all[u + 1] = u end
@@ -248,8 +251,7 @@ function M.build(ep, args)
   if cfg.task == "binary" then c.task = trainer.binary(cfg.positive_classes, c.train_set.classes) end
   c.model = M.model(cfg, c.train_set)
   tensor.manual_seed(cfg.seed * 1000003 + uid + 1)
-  local algorithm = registry.spec("algorithm", cfg.algorithm)
-  local server = algorithm.server == true
+  local server = M.has_server(cfg)
   c.is_server = server and uid == 0
   if not c.is_server then
     local parts_n = server and cfg.nodes - 1 or cfg.nodes
@@ -262,6 +264,7 @@ function M.build(ep, args)
                               task = c.task }
     c.local_steps = cfg.local_epochs and cfg.local_epochs * #c.loader or cfg.local_steps
   end
+  local algorithm = registry.spec("algorithm", cfg.algorithm)
   if algorithm.graph then c.graph = files.load_graph(args.dir) end
   if algorithm.graph or algorithm.sharing then   -- sharing: a rule without a config graph (epidemic)
     c.sharing = registry.build("sharing", cfg.sharing, node)

@@ -7,6 +7,7 @@
 -- process that fails to stop, or stops answering, is sent SIGTERM and then SIGKILL, stop_grace
 -- seconds apart.
 local nodes_core = require "dpy.nodes.core"
+local container = require "dpy.container"
 local graph = require "dpy.graph"
 local host = require "dpy.host.core"
 local layout = require "dpy.layout"
@@ -198,7 +199,7 @@ function M.summarize(cfg, dir, seconds, from)
   local accs, node_bytes, rounds = {}, 0, 0
   local first_eval, last_eval = math.huge, -math.huge   -- the rounds of the nodes' last evaluations
   local diverged, trained, rejected = {}, 0, 0
-  local server = layout.has_server(cfg) and 0 or nil   -- its traffic is counted apart from the clients'
+  local server = container.has_server(cfg) and 0 or nil   -- its traffic is counted apart from the clients'
   local server_bytes = 0
   for u = 0, cfg.nodes - 1 do
     local m = metrics.read(string.format("%s/%d.metrics.json", dir, u))
@@ -247,7 +248,7 @@ end
 -- progress_line to count the whole run's traffic, as the summary does
 function M.resumed_base(cfg, dir, from)
   local base = { from = from, sent = 0, received = 0 }
-  local server = layout.has_server(cfg) and 0 or nil
+  local server = container.has_server(cfg) and 0 or nil
   local checkpoint = require "dpy.checkpoint"
   for u = 0, cfg.nodes - 1 do
     local ck = u ~= server and checkpoint.read(checkpoint.path(dir, u, from))
@@ -278,7 +279,7 @@ function M.progress_line(cfg, p, start, base)
   local elapsed = host.clock() - start
   local eta = done > from and (cfg.rounds - done) * elapsed / (done - from) or 0 / 0
   -- as the summary's: (sent + received) / 2 per node, a server's left out (g:progress(0) leaves it out)
-  local server = layout.has_server(cfg)
+  local server = container.has_server(cfg)
   local sent = p.sent + (base and base.sent or 0)
   local received = (p.received or p.sent) + (base and base.received or 0)
   return string.format("round %d/%d  mean test accuracy %s  %.2f MB exchanged per %s  ETA %s", done,
@@ -288,7 +289,7 @@ function M.progress_line(cfg, p, start, base)
 end
 
 -- g:progress() of a process's nodes, a server's traffic left out (the summary counts it apart)
-local function group_progress(cfg, group) return group:progress(layout.has_server(cfg) and 0 or nil) end
+local function group_progress(cfg, group) return group:progress(container.has_server(cfg) and 0 or nil) end
 
 local function spawn_children(cfg, opts)
   local children = {}

@@ -7,6 +7,7 @@ local graph = require "dpy.graph"
 local metrics = require "dpy.metrics"
 local host = require "dpy.host.core"
 local files = require "dpy.layout_files"
+local container = require "dpy.container"
 local simclock = require "dpy.simclock"
 local churn = require "dpy.churn"
 local config = require "dpy.config"
@@ -110,8 +111,6 @@ function M.graph_context(cfg, round)
   return ctx
 end
 
---- Whether node 0 is a server that does not train (fedavg, ps): the algorithm's spec says.
-function M.has_server(cfg) return M.algorithm(cfg).server == true end
 
 local function limit(t, n)
   if not n or not t then return t end
@@ -194,7 +193,7 @@ local function try_model(cfg, train)
   local x, y = data.loader(train, { batch_size = n, indices = first, shuffle = false }):next()
   y:free()
   local what = samples_text(x)
-  local ok, model = pcall(require("dpy.container").model, cfg, train)
+  local ok, model = pcall(container.model, cfg, train)
   if not ok then
     x:free()
     return tostring(model), what, true
@@ -353,7 +352,7 @@ function check(cfg)
       end
     end
   end
-  local parts_n = M.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
+  local parts_n = container.has_server(cfg) and cfg.nodes - 1 or cfg.nodes
   if parts_n < 1 then error("nodes: " .. alg.name .. " needs at least 2 nodes (a server and a client)", 0) end
   local ok, train = pcall(registry.build, "dataset", cfg.dataset, { train = true })
   if not ok then config_error("dataset", train) end
@@ -379,7 +378,7 @@ function check(cfg)
   if not ok then config_error("partition", parts, config.where(cfg, "partition")) end
   for k, part in ipairs(parts) do   -- a node without samples failed its loader as it started
     if part:numel() == 0 then
-      local uid = M.has_server(cfg) and k or k - 1
+      local uid = container.has_server(cfg) and k or k - 1
       local at = config.where(cfg, "partition")
       error(string.format("%spartition: %s gives node %d no training samples (of %d): a node without data cannot "
                           .. "train", at and at .. ": " or "", registry.spec("partitioner", cfg.partition).name, uid,

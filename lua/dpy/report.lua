@@ -148,7 +148,7 @@ function M.load(dir)
   local per_round_acc, per_round_bytes, per_round_loss, time_at, steps_at = {}, {}, {}, {}, {}
   run.simulated = false
   -- bytes are a participating node's: a server's (FedAvg, ps) are left out, as in the run's summary
-  local ok, server = pcall(function() return require("dpy.layout").has_server(cfg) and 0 or nil end)
+  local ok, server = pcall(function() return require("dpy.container").has_server(cfg) and 0 or nil end)
   server = ok and server or nil
   local diverged, lossy = {}, 0   -- nodes whose loss went NaN or Inf ({ uid, round }), nodes with a loss
   local reached = {}   -- uid -> the last round its metrics record
