@@ -6,7 +6,9 @@
 ** lines and tracebacks), and every state loads that bytecode, which is ~8x faster than parsing.
 ** An entry is checked against the file's size and mtime at each load, so a changed file is
 ** compiled afresh. A missing file or a file that does not compile goes to Lua's own searcher,
-** so the messages are Lua's.
+** so the messages are Lua's. Where a framework module (dpy.*) lies is also found once per process
+** and path: package.searchpath opens each candidate file to test it, ~50 opens and closes per
+** node (lua/ comes first in package.path, so no file can appear ahead of what was found).
 */
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,8 +26,17 @@ typedef struct chunk {
     size_t len;
 } chunk;
 
+/* Where package.searchpath found a framework module; key: "<name>\n<package.path>" (the name
+** first, so keys differ early). */
+typedef struct found {
+    struct found *next;
+    char *key;
+    char *file;
+} found;
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static chunk *g_chunks;   /* under g_mu; entries are never freed, only added or replaced */
+static found *g_found;    /* under g_mu; likewise */
 
 typedef struct { char *p; size_t len, cap; int failed; } dump_buf;
 
@@ -98,18 +109,69 @@ static void store(lua_State *L, const char *file, const struct stat *st) {
     pthread_mutex_unlock(&g_mu);
 }
 
-/* package.searchers[2]'s stand-in; upvalue 1: Lua's own searcher. */
-static int searcher(lua_State *L) {
-    const char *name = luaL_checkstring(L, 1);
+/* The file remembered for key; NULL when none. */
+static const char *found_file(const char *key) {
+    pthread_mutex_lock(&g_mu);
+    found *f = g_found;
+    while (f && strcmp(f->key, key) != 0)
+        f = f->next;
+    pthread_mutex_unlock(&g_mu);
+    return f ? f->file : NULL;   /* never freed: readable unlocked */
+}
+
+static void remember(const char *key, const char *file) {
+    found *f = calloc(1, sizeof *f);
+    char *k = f ? strdup(key) : NULL, *v = k ? strdup(file) : NULL;
+    if (!v) {   /* best effort: memory */
+        free(k);
+        free(f);
+        return;
+    }
+    f->key = k;
+    f->file = v;
+    pthread_mutex_lock(&g_mu);   /* newest first: a moved module's new place is found first */
+    f->next = g_found;
+    g_found = f;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* Pushes the file package.searchpath finds for name, or nil. */
+static void search_path(lua_State *L, const char *name) {
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "searchpath");
     lua_pushstring(L, name);
     lua_getfield(L, -3, "path");
-    int found = lua_isfunction(L, -3) && lua_isstring(L, -1) && lua_pcall(L, 2, 1, 0) == LUA_OK &&
-                lua_isstring(L, -1);
+    if (!lua_isfunction(L, -3) || !lua_isstring(L, -1) || lua_pcall(L, 2, 1, 0) != LUA_OK ||
+        !lua_isstring(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+    lua_remove(L, -2);   /* package */
+}
+
+/* package.searchers[2]'s stand-in; upvalue 1: Lua's own searcher. */
+static int searcher(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    int framework = strncmp(name, "dpy.", 4) == 0;
+    const char *key = NULL, *file = NULL;
     struct stat st;
-    const char *file = found ? lua_tostring(L, -1) : NULL;
-    if (file && stat(file, &st) == 0) {
+    if (framework) {
+        lua_getglobal(L, "package");
+        lua_getfield(L, -1, "path");
+        key = lua_pushfstring(L, "%s\n%s", name, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+        file = found_file(key);
+        if (file && stat(file, &st) != 0)
+            file = NULL;   /* gone: search again */
+    }
+    if (!file) {
+        search_path(L, name);
+        file = lua_tostring(L, -1);
+        if (file && stat(file, &st) != 0)
+            file = NULL;
+        if (file && framework)
+            remember(key, file);
+    }
+    if (file) {
         if (load_cached(L, file, &st))
             goto loaded;
         if (luaL_loadfilex(L, file, NULL) == LUA_OK) {

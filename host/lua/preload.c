@@ -1,5 +1,7 @@
-/* preload.c: registers the bindings in package.preload, in the manner of linit.c. */
+/* preload.c: registers the bindings in package.preload, in the manner of linit.c, and lua-cjson,
+** linked in, so that no state searches the path for it. */
 #include "dpy_lua.h"
+#include <lua-cjson.h>
 
 static const luaL_Reg BINDINGS[] = {
     {"dpy.tensor.core", luaopen_dpy_tensor_core},
@@ -15,6 +17,7 @@ static const luaL_Reg BINDINGS[] = {
     {"dpy.ssh.core", luaopen_dpy_ssh_core},
     {"dpy.crypto.core", luaopen_dpy_crypto_core},
     {"dpy.attach.core", luaopen_dpy_attach_core},
+    {"cjson", luaopen_cjson},
     {NULL, NULL}};
 
 void dpy_preload_bindings(lua_State *L) {

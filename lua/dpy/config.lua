@@ -245,10 +245,13 @@ end
 
 -- require finds a config's own modules (DIR/?.lua, DIR/?/init.lua) before any other: a searcher
 -- ahead of Lua's own, over the directories of the configs loaded so far, that remembers each file
--- it loads (the run directory and dispatch carry them).
+-- it loads (the run directory and dispatch carry them). The framework's own modules (dpy.*) are
+-- not looked for there: a config cannot shadow them, and a node's ~50 requires open no files
+-- that are not there.
 local config_dirs, required = {}, {}
 
 local function config_searcher(name)
+  if name:find("^dpy%.") then return nil end
   for _, dir in ipairs(config_dirs) do
     local path = package.searchpath(name, dir .. "/?.lua;" .. dir .. "/?/init.lua")
     if path then

@@ -68,15 +68,21 @@ end
 -- (which registers a family: sharing's robust rules); without a name, the module and every file
 -- of the folder. A name found by its file or the module lists no folder, so a node's start-up
 -- reads no directory.
+local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks often; a look opens the file)
+
 local function load_builtins(kind, name)
   local home = M.KINDS[kind]
   local module = home.folder and "dpy." .. home.folder .. "."
   if module and name and not loaded_kinds[kind] then
+    local seen = looked_up[kind] or {}
+    looked_up[kind] = seen
+    if seen[name] then return end
     if type(name) == "string" and name:match("^[%w_]+$") and package.searchpath(module .. name, package.path) then
       require(module .. name)
     elseif home.module then
       require(home.module)
     end
+    seen[name] = true   -- once it loaded: a file that raised raises again
     return
   end
   if home.module then require(home.module) end

@@ -1,5 +1,6 @@
 -- require through the process's cache of compiled modules (host/lua/chunks.c): a module loads as
--- from its file, with its file's name and lines in errors, and a changed file is compiled afresh.
+-- from its file, with its file's name and lines in errors, and a changed file is compiled afresh;
+-- where a framework module (dpy.*) lies is remembered, but a module gone is looked for again.
 describe("require (modules compiled once per process)", function()
   local dir, saved_path
   before_each(function()
@@ -9,7 +10,7 @@ describe("require (modules compiled once per process)", function()
   end)
   after_each(function()
     package.path = saved_path
-    for _, m in ipairs { "chunks_a", "chunks_bad", "chunks_err" } do package.loaded[m] = nil end
+    for _, m in ipairs { "chunks_a", "chunks_bad", "chunks_err", "dpy.chunks_moved" } do package.loaded[m] = nil end
     os.execute("rm -rf '" .. dir .. "'")
   end)
 
@@ -47,5 +48,48 @@ describe("require (modules compiled once per process)", function()
     assert.is_false(ok)
     assert.truthy(err:find("module 'chunks_none' not found:", 1, true))
     assert.truthy(err:find("no file '" .. dir .. "/chunks_none.lua'", 1, true))
+  end)
+
+  it("looks for a framework module again when its file is gone, and sees a changed one", function()
+    local later = tmpdir()
+    os.execute("mkdir -p '" .. dir .. "/dpy' '" .. later .. "/dpy'")
+    package.path = package.path .. ";" .. later .. "/?.lua"
+    write_file(dir .. "/dpy/chunks_moved.lua", "return { v = 1 }\n")
+    write_file(later .. "/dpy/chunks_moved.lua", "return { v = 2 }\n")
+    assert.equal(1, fresh("dpy.chunks_moved").v)
+    write_file(dir .. "/dpy/chunks_moved.lua", "return { v = 11 }\n")
+    assert.equal(11, fresh("dpy.chunks_moved").v)
+    os.remove(dir .. "/dpy/chunks_moved.lua")
+    local m, file = fresh("dpy.chunks_moved")
+    assert.equal(2, m.v)
+    assert.equal(later .. "/dpy/chunks_moved.lua", file)
+    os.execute("rm -rf '" .. later .. "'")
+    local ok, err = pcall(fresh, "dpy.chunks_moved")
+    assert.is_false(ok)
+    assert.truthy(err:find("module 'dpy.chunks_moved' not found:", 1, true))
+  end)
+
+  it("finds lua-cjson without searching any path (it is linked in)", function()
+    local path, cpath, loaded = package.path, package.cpath, package.loaded.cjson
+    package.path, package.cpath, package.loaded.cjson = "", "", nil
+    local ok, cjson = pcall(require, "cjson")
+    package.path, package.cpath, package.loaded.cjson = path, cpath, loaded
+    assert.is_true(ok, cjson)
+    assert.equal('{"a":[1,2]}', cjson.encode({ a = { 1, 2 } }))
+  end)
+
+  it("does not look for the framework's modules in a config's directory", function()
+    local conf = tmpdir()   -- not on package.path, as dir is
+    os.execute("mkdir -p '" .. conf .. "/dpy'")
+    write_file(conf .. "/dpy/mixing.lua", "return { shadow = true }\n")
+    write_file(conf .. "/cfg.lua", 'include "' .. REPO .. '/configs/0_baseline.lua"\nrounds = 1\n')
+    require("dpy.config").load(conf .. "/cfg.lua")
+    local saved = package.loaded["dpy.mixing"]
+    package.loaded["dpy.mixing"] = nil
+    local ok, m, file = pcall(require, "dpy.mixing")
+    package.loaded["dpy.mixing"] = saved
+    assert.is_true(ok, m)
+    assert.is_nil(m.shadow)
+    assert.equal(REPO .. "/lua/dpy/mixing.lua", file)
   end)
 end)
