@@ -558,8 +558,7 @@ function M.repl_node(args)
     uids = { uid }, attach = true, run_id = 1, slots = 1, args = {},
   }
   if not group then error(ep, 0) end
-  local node = require("dpy.node").build(ep, { config = a.config, dir = dir, seed = tostring(cfg.seed),
-                                              overrides = table.concat(overrides, "\n") })
+  local node = require("dpy.node").build(ep, { config = require("dpy.container").config_text(cfg), dir = dir })
   rawset(_G, "node", node)
   -- a node an action left out of the honest ones (label_flipping's poisoned) says so: it trains as they do
   local h = require("dpy.honest").of_manifest({ actions = require("dpy.actions").manifest(cfg) }, cfg.nodes)

@@ -8,6 +8,7 @@ local registry = require "dpy.registry"
 local options = require "dpy.options"
 local paths = require "dpy.paths"
 local churn = require "dpy.churn"
+local config_modules = require "dpy.config_modules"
 
 local M = {}
 
@@ -243,35 +244,9 @@ function M.check(key, value, base, used)
   return nil, value
 end
 
--- require finds a config's own modules (DIR/?.lua, DIR/?/init.lua) before any other: a searcher
--- ahead of Lua's own, over the directories of the configs loaded so far, that remembers each file
--- it loads (the run directory and dispatch carry them). The framework's own modules (dpy.*) are
--- not looked for there: a config cannot shadow them, and a node's ~50 requires open no files
--- that are not there.
-local config_dirs, required = {}, {}
-
-local function config_searcher(name)
-  if name:find("^dpy%.") then return nil end
-  for _, dir in ipairs(config_dirs) do
-    local path = package.searchpath(name, dir .. "/?.lua;" .. dir .. "/?/init.lua")
-    if path then
-      local chunk, err = loadfile(path, "t")
-      if not chunk then error(err, 0) end
-      required[#required + 1] = path
-      return chunk, path
-    end
-  end
-  return "\n\tno file in the config's directory"
-end
-
-local function add_config_dir(dir)
-  for _, d in ipairs(config_dirs) do if d == dir then return end end
-  if #config_dirs == 0 then table.insert(package.searchers, 2, config_searcher) end
-  config_dirs[#config_dirs + 1] = dir
-end
-
 local load_into
 local WHERE = setmetatable({}, { __mode = "k" })   -- values -> key -> "file:line" of its last setting
+local DIRS = setmetatable({}, { __mode = "k" })    -- values -> the directories of its files, in load order
 local EFFECTIVE = setmetatable({}, { __mode = "k" })   -- values loaded from a run directory's record
 local SET = setmetatable({}, { __mode = "k" })   -- values -> the keys its files and command line set
 
@@ -347,7 +322,9 @@ function load_into(path, values, depth, included)
   local source = f:read("a")
   f:close()
   local dir = paths.absolute(paths.dirname(path))
-  add_config_dir(dir)
+  config_modules.add(dir)
+  local own = DIRS[values]   -- a list, and a set of the same
+  if not own[dir] then own[dir], own[#own + 1] = true, dir end
   local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, dir, depth, included))
   if not chunk then error(lerr, 0) end
   local ok, result = pcall(chunk)
@@ -372,7 +349,7 @@ function M.files(values, path, included)
   local used = {}
   for k, v in pairs(values) do M.check(k, v, dir, used) end
   local function under(p) return p:sub(1, #dir + 1) == dir .. "/" end
-  for _, p in ipairs(required) do
+  for _, p in ipairs(config_modules.required()) do
     if under(p) then used[#used + 1] = p end   -- another config's modules are not this one's
   end
   table.sort(used)
@@ -394,7 +371,7 @@ end
 function M.load(path, overrides, opts)
   local values, included = {}, {}
   local where = {}
-  WHERE[values] = where
+  WHERE[values], DIRS[values] = where, {}
   local source = load_into(path, values, 0, included)
   for _, o in ipairs(overrides or {}) do
     local key, value = M.parse_override(o)
@@ -485,9 +462,14 @@ function M.where(cfg, key) return (WHERE[cfg] or {})[key] end
 function M.copy(cfg)
   local copy = {}
   for k, v in pairs(cfg) do copy[k] = v end
-  WHERE[copy], SET[copy], EFFECTIVE[copy] = WHERE[cfg], SET[cfg], EFFECTIVE[cfg]
+  WHERE[copy], SET[copy], EFFECTIVE[copy], DIRS[copy] = WHERE[cfg], SET[cfg], EFFECTIVE[cfg], DIRS[cfg]
   return copy
 end
+
+--- config.dirs(cfg) -> the directories of the files cfg was loaded from, in load order (a node's
+-- require looks there for the config's own modules, dpy.config_modules); {} for a table
+-- config.load did not make
+function M.dirs(cfg) return { table.unpack(DIRS[cfg] or {}) } end
 
 --- Whether cfg was loaded from a run directory's config.effective.lua (a rerun or --resume): it
 -- runs as it ran, keys a later version refuses included.

@@ -114,8 +114,7 @@ function M.host_process(cfg, p, opts, tick)
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
     latency = f.latency, latency_max = f.latency_max, bandwidth = f.bandwidth, bandwidth_min = f.bandwidth_min,
     attach_socket = M.attach_socket(opts.dir, p), paused = opts.paused and (opts.resume or 0) or nil,
-    args = { config = opts.config, dir = opts.dir, seed = tostring(cfg.seed), t0 = tostring(opts.t0 or ""),
-             overrides = table.concat(opts.overrides or {}, "\n"),
+    args = { config = container.config_text(cfg), dir = opts.dir, t0 = tostring(opts.t0 or ""),
              resume = opts.resume and tostring(opts.resume) or nil },
   }
   if not group then
