@@ -7,8 +7,9 @@
 ** An entry is checked against the file's size and mtime at each load, so a changed file is
 ** compiled afresh. A missing file or a file that does not compile goes to Lua's own searcher,
 ** so the messages are Lua's. Where a framework module (dpy.*) lies is also found once per process
-** and path: package.searchpath opens each candidate file to test it, ~50 opens and closes per
-** node (lua/ comes first in package.path, so no file can appear ahead of what was found).
+** and path: package.searchpath opens each candidate file to test it, ~30 opens and closes a node.
+** A file put ahead of the one found, later in the process, is not seen; in a node's path lua/'s
+** ?.lua comes first, where every framework module but the folders' init.lua lies.
 */
 #include <pthread.h>
 #include <stdlib.h>
@@ -135,18 +136,21 @@ static void remember(const char *key, const char *file) {
     pthread_mutex_unlock(&g_mu);
 }
 
-/* Pushes the file package.searchpath finds for name, or nil. */
+/* Pushes the file package.searchpath finds for name, or nil; nothing else. */
 static void search_path(lua_State *L, const char *name) {
+    int top = lua_gettop(L);
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "searchpath");
     lua_pushstring(L, name);
     lua_getfield(L, -3, "path");
-    if (!lua_isfunction(L, -3) || !lua_isstring(L, -1) || lua_pcall(L, 2, 1, 0) != LUA_OK ||
-        !lua_isstring(L, -1)) {
-        lua_pop(L, 1);
+    if (lua_isfunction(L, -3) && lua_isstring(L, -1) && lua_pcall(L, 2, 1, 0) == LUA_OK &&
+        lua_isstring(L, -1)) {
+        lua_replace(L, top + 1);   /* over package */
+        lua_settop(L, top + 1);
+    } else {
+        lua_settop(L, top);
         lua_pushnil(L);
     }
-    lua_remove(L, -2);   /* package */
 }
 
 /* package.searchers[2]'s stand-in; upvalue 1: Lua's own searcher. */

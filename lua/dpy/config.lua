@@ -246,7 +246,9 @@ end
 
 local load_into
 local WHERE = setmetatable({}, { __mode = "k" })   -- values -> key -> "file:line" of its last setting
-local DIRS = setmetatable({}, { __mode = "k" })    -- values -> the directories of its files, in load order
+-- values -> what a node needs to load as the config did: { dirs = the directories of its files,
+-- requires = the names its files required }, each in order, each a list and a set of the same
+local MODULES = setmetatable({}, { __mode = "k" })
 local EFFECTIVE = setmetatable({}, { __mode = "k" })   -- values loaded from a run directory's record
 local SET = setmetatable({}, { __mode = "k" })   -- values -> the keys its files and command line set
 
@@ -262,9 +264,15 @@ local function sandbox(values, dir, depth, included)
     included[#included + 1] = { path = path, full = full }
     load_into(full, values, depth + 1, included)
   end
+  local function recorded_require(name)   -- SAFE's require, the name kept for the nodes (config.modules)
+    local requires = MODULES[values].requires
+    if type(name) == "string" and not requires[name] then requires[name], requires[#requires + 1] = true, name end
+    return require(name)
+  end
   return setmetatable({}, {
     __index = function(_, k)
       if values[k] ~= nil then return values[k] end
+      if k == "require" then return recorded_require end
       if SAFE[k] ~= nil then return SAFE[k] end
       if k == "include" then return include end
       local rule = M.SCHEMA[k]
@@ -323,8 +331,8 @@ function load_into(path, values, depth, included)
   f:close()
   local dir = paths.absolute(paths.dirname(path))
   config_modules.add(dir)
-  local own = DIRS[values]   -- a list, and a set of the same
-  if not own[dir] then own[dir], own[#own + 1] = true, dir end
+  local dirs = MODULES[values].dirs
+  if not dirs[dir] then dirs[dir], dirs[#dirs + 1] = true, dir end
   local chunk, lerr = load(source, "@" .. path, "t", sandbox(values, dir, depth, included))
   if not chunk then error(lerr, 0) end
   local ok, result = pcall(chunk)
@@ -371,7 +379,7 @@ end
 function M.load(path, overrides, opts)
   local values, included = {}, {}
   local where = {}
-  WHERE[values], DIRS[values] = where, {}
+  WHERE[values], MODULES[values] = where, { dirs = {}, requires = {} }
   local source = load_into(path, values, 0, included)
   for _, o in ipairs(overrides or {}) do
     local key, value = M.parse_override(o)
@@ -462,14 +470,18 @@ function M.where(cfg, key) return (WHERE[cfg] or {})[key] end
 function M.copy(cfg)
   local copy = {}
   for k, v in pairs(cfg) do copy[k] = v end
-  WHERE[copy], SET[copy], EFFECTIVE[copy], DIRS[copy] = WHERE[cfg], SET[cfg], EFFECTIVE[cfg], DIRS[cfg]
+  WHERE[copy], SET[copy], EFFECTIVE[copy], MODULES[copy] = WHERE[cfg], SET[cfg], EFFECTIVE[cfg], MODULES[cfg]
   return copy
 end
 
---- config.dirs(cfg) -> the directories of the files cfg was loaded from, in load order (a node's
--- require looks there for the config's own modules, dpy.config_modules); {} for a table
--- config.load did not make
-function M.dirs(cfg) return { table.unpack(DIRS[cfg] or {}) } end
+--- config.modules(cfg) -> { dirs = the directories of the files cfg was loaded from, requires =
+-- the modules those files required }, each in order: a node that reads back the launcher's values
+-- looks for the config's own modules there (dpy.config_modules) and requires the same, so that
+-- what they register is there as when the config ran; empty for a table config.load did not make
+function M.modules(cfg)
+  local m = MODULES[cfg] or { dirs = {}, requires = {} }
+  return { dirs = { table.unpack(m.dirs) }, requires = { table.unpack(m.requires) } }
+end
 
 --- Whether cfg was loaded from a run directory's config.effective.lua (a rerun or --resume): it
 -- runs as it ran, keys a later version refuses included.

@@ -2,14 +2,14 @@
 -- any other: a searcher ahead of Lua's own, over the directories of the configs loaded so far,
 -- that remembers each file it loads (the run directory and dispatch carry them). The launcher
 -- adds a config's directories as it loads the config, a node those the launcher hands it. The
--- framework's own modules (dpy.*) are not looked for there: a config cannot shadow them, and a
+-- framework's own modules (dpy, dpy.*) are not looked for there: a config cannot shadow them, and a
 -- node's ~30 requires open no files that are not there.
 local M = {}
 
 local dirs, required = {}, {}
 
 local function searcher(name)
-  if name:find("^dpy%.") then return nil end
+  if name == "dpy" or name:find("^dpy%.") then return nil end
   for _, dir in ipairs(dirs) do
     local path = package.searchpath(name, dir .. "/?.lua;" .. dir .. "/?/init.lua")
     if path then

@@ -155,8 +155,8 @@ local function run(node, resume)
   node.log:write("done: %d rounds", cfg.rounds)
 end
 
---- The entry point of a node thread (see l_nodes.c): args = { config, dir, seed, overrides [,
--- resume = the round to resume from] }.
+--- The entry point of a node thread (see l_nodes.c): args = { config (container.config_text), dir,
+-- t0 [, resume = the round to resume from] }.
 function M.main(ep, args)
   local node = container.open(ep, args)
   -- the run's interrupt stops run, not the lines below: they write what it finished

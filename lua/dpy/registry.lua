@@ -64,11 +64,12 @@ local function dpy_dir()
   return path and path:match("^(.*)/registry%.lua$")
 end
 
+local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks often; a look opens the file)
+
 -- Loads the built-ins of kind: for one name, its file in the kind's folder, else the kind's module
 -- (which registers a family: sharing's robust rules); without a name, the module and every file
 -- of the folder. A name found by its file or the module lists no folder, so a node's start-up
 -- reads no directory.
-local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks often; a look opens the file)
 
 local function load_builtins(kind, name)
   local home = M.KINDS[kind]
@@ -82,7 +83,7 @@ local function load_builtins(kind, name)
     elseif home.module then
       require(home.module)
     end
-    seen[name] = true   -- once it loaded: a file that raised raises again
+    seen[name] = true   -- once its file or the module loaded: one that raised raises again
     return
   end
   if home.module then require(home.module) end

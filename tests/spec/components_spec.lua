@@ -254,6 +254,26 @@ describe("a user's components", function()
     assert.are.equal(2 * (6370 * 4 + 40), m.bytes_sent[1][2])
   end)
 
+  it("registered by a module the config requires reach the nodes, and an included config's modules are found",
+     function()
+    -- the nodes read back the launcher's values: they require what the config's files required
+    -- (here reg, which registers a model by name) and search the included config's directory
+    local dir = files {
+      ["exp/c.lua"] = 'include "../base/b.lua"\nrequire "reg"\nmodel = "tiny_by_name"\n',
+      ["exp/reg.lua"] = (USER["models/tiny.lua"]:gsub('name = "tiny"', 'name = "tiny_by_name"')),
+      ["base/b.lua"] = TINY_RUN .. 'dataset = { "data/slice.lua", dir = "/usr/share/datasets/fashion-mnist" }\n',
+      ["base/data/slice.lua"] = USER["data/slice.lua"],
+      ["base/util.lua"] = USER["util.lua"],
+    }
+    for _, p in ipairs { 1, 2 } do
+      local code, _, err = sh("cd / && " .. shell_quote(DPY_BIN) .. " run " .. dir .. "/exp/c.lua --out " .. dir
+                              .. "/out" .. p .. " -q processes=" .. p)
+      assert.are.equal(0, code, err)
+      -- the tiny model's bytes: 784 x 8 + 8 + 8 x 10 + 10 values to each of 2 neighbours
+      assert.are.equal(2 * (6370 * 4 + 40), node_metrics(dir .. "/out" .. p, 1).bytes_sent[1][2])
+    end
+  end)
+
   it("are validated at config load, with the config's file and line", function()
     local err = load_error("nodes = 4\nmodel = 'models/nothere.lua'\n")
     assert.matches("c.lua:2: model: cannot read model file .*/models/nothere.lua", err)

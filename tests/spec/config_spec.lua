@@ -259,4 +259,34 @@ describe("config warnings", function()
     assert.is_true(config.is_effective(effective))
     assert.is_true(config.is_effective(config.copy(effective)))
   end)
+
+  -- a node reads back the launcher's values (container.config_text) instead of loading the files
+  it("reads back, as a node does, every config of configs/ as loaded, with its directories and requires", function()
+    local container = require "dpy.container"
+    local p = io.popen("find '" .. REPO .. "/configs' -name '*.lua' | sort")
+    local checked = 0
+    for path in p:lines() do
+      local ok, cfg = pcall(config.load, path, { "seed=-7", "fraction=0.1" }, { either_kind = true })
+      if ok then   -- scripts (byzantine sweeps, make_data) are no configs
+        local back = load("return " .. container.config_text(cfg), "=(config)", "t", {})()
+        assert.are.same(cfg, back.values, path)
+        assert.are.equal(math.type(cfg.fraction), math.type(back.values.fraction))
+        assert.are.same(config.modules(cfg).dirs, back.dirs)
+        checked = checked + 1
+      end
+    end
+    p:close()
+    assert.is_true(checked >= 15, tostring(checked))
+    local dir = tmpdir()
+    os.execute("mkdir -p '" .. dir .. "/base' '" .. dir .. "/exp'")
+    write_file(dir .. "/base/b.lua", "nodes = 4\nfraction = 0.1 + 0.2\n")
+    write_file(dir .. "/exp/mod_for_cfg.lua", "return {}\n")
+    write_file(dir .. "/exp/c.lua", 'include "../base/b.lua"\nrequire "mod_for_cfg"\nrequire "mod_for_cfg"\n')
+    local cfg = config.load(dir .. "/exp/c.lua")
+    local back = load("return " .. container.config_text(cfg), "=(config)", "t", {})()
+    assert.are.equal(0.1 + 0.2, back.values.fraction)   -- bit for bit: 0.30000000000000004
+    assert.are.same({ dir .. "/exp", dir .. "/base" }, back.dirs)
+    assert.are.same({ "mod_for_cfg" }, back.requires)
+    assert.are.same(back.dirs, config.modules(config.copy(cfg)).dirs)
+  end)
 end)
