@@ -24,9 +24,10 @@ local simclock = require "dpy.simclock"
 local M = {}
 
 -- Modules only a node's build uses (reading graph.json and partition.pt, the contracts' checks):
--- required where used, and let go of once the node is built. A later require loads
--- them again; none registers anything as it loads. A node of a fixed graph never loads the
--- launcher's dpy.layout (its checks) and dpy.graph (the builders): 41 KB of bytecode a node.
+-- required where used, and let go of once the node is built. A later require loads them again;
+-- none registers anything as it loads. A node of a fixed graph never loads the launcher's
+-- dpy.config (it reads back the values, M.config_text), dpy.layout (its checks) and dpy.graph (the
+-- builders): 63 KB of bytecode a node.
 local BUILD_ONLY = { "dpy.layout_files", "dpy.contracts" }
 
 --- The events an action may handle, in the order a run fires them.

@@ -70,7 +70,6 @@ local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks 
 -- (which registers a family: sharing's robust rules); without a name, the module and every file
 -- of the folder. A name found by its file or the module lists no folder, so a node's start-up
 -- reads no directory.
-
 local function load_builtins(kind, name)
   local home = M.KINDS[kind]
   local module = home.folder and "dpy." .. home.folder .. "."
