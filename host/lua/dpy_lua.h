@@ -67,7 +67,8 @@ const char *dpy_build_id(char *err, size_t errlen);
 #define DPY_TF_READONLY 1u   /* shared (the dataset, bytes other nodes read): in-place ops refuse */
 #define DPY_TF_SENDABLE 2u   /* exactly a dpy_fabric_buffer: sent without a copy, read-only after */
 
-typedef struct { dpy_tensor *h; unsigned flags; } dpy_tensor_box;
+/* counted: what the box added to its state's tensor_live (dpy_tensor_filled), taken back when freed */
+typedef struct { dpy_tensor *h; unsigned flags; size_t counted; } dpy_tensor_box;
 
 dpy_tensor *dpy_checktensor(lua_State *L, int arg);
 dpy_tensor *dpy_testtensor(lua_State *L, int arg);

@@ -21,6 +21,7 @@ dpy_tensor_box *dpy_newtensor(lua_State *L) {
     dpy_tensor_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     b->h = NULL;
     b->flags = 0;
+    b->counted = 0;
     luaL_setmetatable(L, DPY_TENSOR_MT);
     return b;
 }
@@ -35,14 +36,16 @@ void *dpy_push_empty(lua_State *L, size_t n, dpy_dtype dtype) {
 }
 
 /*
-** Lua's GC cannot see tensor memory: count the bytes of every tensor handed to Lua, and collect
-** once 64 MiB more are live than after the last collection, so loops that forget :free() stay
-** bounded. Tensors freed by hand never trigger it: a full collection costs milliseconds, and in
-** a run every node would pay it in the same round.
+** Lua's GC cannot see tensor memory: count the bytes each tensor handed to Lua alone holds, and
+** collect once 64 MiB more are live than after the last collection, so loops that forget :free()
+** stay bounded. Tensors freed by hand never trigger it: a full collection costs milliseconds, and
+** in a run every node would pay it in the same round. Views, and the data the process shares,
+** count nothing: collecting their boxes frees no memory.
 */
 void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b) {
     dpy_state *st = dpy_state_of(L);
-    st->tensor_live += dpy_tensor_nbytes(b->h);
+    b->counted = dpy_tensor_own_bytes(b->h);
+    st->tensor_live += b->counted;
     if (st->tensor_live > st->tensor_peak)
         st->tensor_peak = st->tensor_live;
     if (st->tensor_live > st->tensor_floor + GC_NUDGE_BYTES) {
@@ -103,7 +106,7 @@ static int t_free(lua_State *L) {
     dpy_tensor_box *b = luaL_checkudata(L, 1, DPY_TENSOR_MT);
     if (b->h) {
         dpy_state *st = dpy_state_of(L);
-        size_t n = dpy_tensor_nbytes(b->h);
+        size_t n = b->counted;
         st->tensor_live = st->tensor_live > n ? st->tensor_live - n : 0;
         if (st->tensor_live < st->tensor_floor)
             st->tensor_floor = st->tensor_live;

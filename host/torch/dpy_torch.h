@@ -119,6 +119,9 @@ DPY_API int64_t dpy_tensor_size(const dpy_tensor *t, int dim) DPY_NOEXCEPT;
 DPY_API int64_t dpy_tensor_numel(const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API dpy_dtype dpy_tensor_dtype(const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API size_t dpy_tensor_nbytes(const dpy_tensor *t) DPY_NOEXCEPT;
+/* The bytes that freeing t would free: its storage's, where t is that storage's only holder, else
+** 0 (a view, a tensor a cache or another box holds too); nbytes for a tensor without storage. */
+DPY_API size_t dpy_tensor_own_bytes(const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API int dpy_tensor_is_cuda(const dpy_tensor *t) DPY_NOEXCEPT;
 /* Writes "cpu" or "cuda:N" into buf. */
 DPY_API void dpy_tensor_device(const dpy_tensor *t, char *buf, size_t len) DPY_NOEXCEPT;

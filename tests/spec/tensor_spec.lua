@@ -494,6 +494,25 @@ describe("tensor memory", function()
     assert.is_true(live < 160 * 2 ^ 20, string.format("%.0f MiB still live", live / 2 ^ 20))
   end)
 
+  -- A node's build viewed the process's 47 MB of training images (unsqueeze) after its box of
+  -- them: counted twice, they passed the nudge's 64 MiB, and every node ran a full collection.
+  it("counts only what a box alone holds: views and the data the process shares add nothing", function()
+    local host = require "dpy.host.core"
+    local function live() collectgarbage("collect") return host.memory().tensor_live end
+    local x <close> = tensor.zeros(1024, 1024)   -- 4 MiB of its own
+    local before = live()
+    local views = { x:view(-1), x:unsqueeze(0), x:narrow(0, 0, 512), x:t(), x:reshape { 512, 2048 } }
+    local ds = require("dpy.data").fashion_mnist { train = false }   -- read once a process
+    local images = ds.images:squeeze(1)
+    assert.are.equal(before, live())
+    local y <close> = x + 1
+    assert.are.equal(before + 4 * 2 ^ 20, live())
+    y:free()
+    for _, v in ipairs(views) do v:free() end
+    assert.are.equal(before, live())
+    assert.are.equal(10000, images:size(0))
+  end)
+
   it("frees the copies C functions make for their own use at once, not at the next GC", function()
     -- a transposed tensor is not contiguous: the encoder works on a 4 MiB copy of it each call
     local host = require "dpy.host.core"
