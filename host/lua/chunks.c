@@ -85,12 +85,26 @@ static int load_cached(lua_State *L, const char *file, const struct stat *st) {
     return 1;
 }
 
-/* Keeps the compiled function on top of the stack in the cache (best effort: memory). */
-static void store(lua_State *L, const char *file, const struct stat *st) {
+/* Keeps the compiled function on top of the stack in the cache (best effort: memory). A framework
+** module's dump is kept without its locals' names (strip_locals.c), and the function on the stack
+** is replaced by the one loaded from it: this state's copy is then as every other state's. */
+static void store(lua_State *L, const char *file, const struct stat *st, int framework) {
     dump_buf b = {0};
     if (lua_dump(L, dump_writer, &b, 0) != 0 || b.failed) {
         free(b.p);
         return;
+    }
+    char *stripped = framework ? malloc(b.len) : NULL;
+    size_t len = stripped ? dpy_strip_locals(b.p, b.len, stripped) : 0;
+    if (len && luaL_loadbufferx(L, stripped, len, file, "b") == LUA_OK) {
+        lua_remove(L, -2);   /* the compiled function: the stripped one in its place */
+        free(b.p);
+        b.p = stripped;
+        b.len = len;
+    } else {
+        if (len)
+            lua_pop(L, 1);   /* the message: the full dump is kept */
+        free(stripped);
     }
     chunk *c = calloc(1, sizeof *c);
     char *name = c ? strdup(file) : NULL;
@@ -179,7 +193,7 @@ static int searcher(lua_State *L) {
         if (load_cached(L, file, &st))
             goto loaded;
         if (luaL_loadfilex(L, file, NULL) == LUA_OK) {
-            store(L, file, &st);
+            store(L, file, &st, framework);
             goto loaded;
         }
     }
