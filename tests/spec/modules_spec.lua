@@ -10,7 +10,10 @@ describe("require (modules compiled once per process)", function()
   end)
   after_each(function()
     package.path = saved_path
-    for _, m in ipairs { "chunks_a", "chunks_bad", "chunks_err", "dpy.chunks_moved", "chunks_locals", "dpy.chunks_locals" } do package.loaded[m] = nil end
+    for _, m in ipairs { "chunks_a", "chunks_bad", "chunks_err", "dpy.chunks_moved", "chunks_locals",
+                         "dpy.chunks_locals" } do
+      package.loaded[m] = nil
+    end
     os.execute("rm -rf '" .. dir .. "'")
   end)
 
