@@ -103,6 +103,10 @@ dpy_generator *dpy_checkgenerator(lua_State *L, int arg);
 dpy_generator *dpy_optgenerator(lua_State *L, int arg);
 
 struct dpy_module *dpy_checkmodule(lua_State *L, int arg);
+/* Pushes the list of the module at arg's parameters for an optimizer, as m:parameters() but left
+** on the values the process lends to layers drawn alike (the optimizer's first step copies those):
+** a node's model is built on them, and shares the process's initial copy before it trains. */
+int dpy_push_optimized_params(lua_State *L, int arg);
 
 int luaopen_dpy_tensor_core(lua_State *L);
 int luaopen_dpy_generator_core(lua_State *L);

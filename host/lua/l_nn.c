@@ -117,12 +117,24 @@ static int m_forward(lua_State *L) {
 static int m_call(lua_State *L) { return m_forward(L); }
 
 static void own_buffer(lua_State *L, dpy_module *m);
+static int push_params(lua_State *L, dpy_module *m);
 
 /* m:parameters() -> { dpy.Tensor... } sharing the module's storage (the module's alone first: the
 ** caller may write them) */
 static int m_parameters(lua_State *L) {
     dpy_module *m = dpy_checkmodule(L, 1);
     own_buffer(L, m);
+    return push_params(L, m);
+}
+
+int dpy_push_optimized_params(lua_State *L, int arg) {
+    dpy_module *m = dpy_checkmodule(L, arg);
+    if (dpy_module_reads_shared(m, dpy_fabric_release, dpy_fabric_buffer_shared, 0))
+        own_buffer(L, m);
+    return push_params(L, m);
+}
+
+static int push_params(lua_State *L, dpy_module *m) {
     size_t n = dpy_module_nparams(m);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
@@ -226,9 +238,10 @@ static int m_grad_flat(lua_State *L) {
 ** (m:mix, m:set_flat, m:own_flat) moves them to a new buffer first: copy on write. */
 
 /* Whether any of m's parameters lies in a buffer that others still read (local receivers of what
-** m, or the model m is a child of, sent; the nodes that share the initial model). */
+** m, or the model m is a child of, sent; the nodes that share the initial model), or in the values
+** the process lends to layers drawn alike (initial_layers.cpp). */
 static int read_by_others(dpy_module *m) {
-    return dpy_module_reads_shared(m, dpy_fabric_release, dpy_fabric_buffer_shared);
+    return dpy_module_reads_shared(m, dpy_fabric_release, dpy_fabric_buffer_shared, 1);
 }
 
 /* m's parameters in a buffer no one else reads: moved, values and all, when others do. */

@@ -38,12 +38,18 @@ static int optbool(lua_State *L, int t, const char *k) {
 
 /*
 ** optim.core.new(kind, params, opts) -> dpy.Optimizer
-** kind: "sgd" | "adam" | "adamw"; params: list of dpy.Tensor; opts: lr, momentum, dampening,
-** weight_decay, nesterov, betas = {b1, b2}, eps, amsgrad (the Lua side checks the key names).
+** kind: "sgd" | "adam" | "adamw"; params: a dpy.Module or a list of dpy.Tensor; opts: lr, momentum,
+** dampening, weight_decay, nesterov, betas = {b1, b2}, eps, amsgrad (the Lua side checks the key
+** names). A module's parameters are taken as m:parameters() gives them, but left on the values
+** the process lends (dpy_push_optimized_params).
 */
 static int o_new(lua_State *L) {
     static const char *const kinds[] = {"sgd", "adam", "adamw", NULL};
     int kind = luaL_checkoption(L, 1, NULL, kinds);
+    if (luaL_testudata(L, 2, DPY_MODULE_MT)) {
+        dpy_push_optimized_params(L, 2);
+        lua_replace(L, 2);
+    }
     luaL_checktype(L, 2, LUA_TTABLE);
     luaL_checktype(L, 3, LUA_TTABLE);
     size_t n = (size_t)luaL_len(L, 2);

@@ -281,9 +281,10 @@ DPY_API dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy
                                     double self_weight, const dpy_tensor *const *xs,
                                     const double *weights, size_t n) DPY_NOEXCEPT;
 /* Whether a parameter lies in a buffer adopted with release that shared(buffer) says another reads
-** (the module's own flat buffer, or its parent's: a child module's parameters lie there too). */
+** (the module's own flat buffer, or its parent's: a child module's parameters lie there too), or,
+** with lent, in the values the process lends to layers drawn alike (initial_layers.cpp). */
 DPY_API int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release,
-                                    int (*shared)(const void *)) DPY_NOEXCEPT;
+                                    int (*shared)(const void *), int lent) DPY_NOEXCEPT;
 /* Whether the parameters, in parameter order, are byte for byte the nbytes of buf (plain ones only). */
 DPY_API int dpy_module_flat_equals(const dpy_module *m, const void *buf, size_t nbytes) DPY_NOEXCEPT;
 /* The buffer of the last adoption while the parameters are still exactly its views, else NULL. */
@@ -362,7 +363,8 @@ DPY_API dpy_err dpy_optim_new(dpy_optim **out, dpy_optim_kind kind,
                               const dpy_optim_opts *opts) DPY_NOEXCEPT;
 DPY_API void dpy_optim_free(dpy_optim *o) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_optim_step(dpy_optim *o) DPY_NOEXCEPT;
-/* dpy_module_reads_shared for the optimizer's parameters (its step writes them in place). */
+/* dpy_module_reads_shared for the optimizer's parameters (its step writes them in place), lent
+** values left out: its step copies those first. */
 DPY_API int dpy_optim_reads_shared(const dpy_optim *o, dpy_release_fn release,
                                    int (*shared)(const void *)) DPY_NOEXCEPT;
 DPY_API dpy_err dpy_optim_zero_grad(dpy_optim *o) DPY_NOEXCEPT;

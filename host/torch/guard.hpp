@@ -20,6 +20,9 @@ struct dpy_generator {
     at::Generator g;
 };
 
+// The deleter of the layers' initial values the process keeps and lends (initial_layers.cpp).
+void dpy_initial_lent_free(void *p);
+
 // Whether t lies in a buffer handed over with release (its storage's deleter, see over() in
 // nn.cpp) that shared says someone else still reads: a child module's parameters, or a tied one,
 // lie in their model's buffer without being the module's own flat views.
@@ -28,6 +31,11 @@ inline bool dpy_in_shared(const torch::Tensor &t, dpy_release_fn release, int (*
         return false;
     const c10::DataPtr &d = t.storage().data_ptr();
     return d.get_deleter() == release && d.get_context() && shared(d.get_context());
+}
+
+// Whether t lies in values the process lends (a layer drawn alike before, initial_layers.cpp).
+inline bool dpy_is_lent(const torch::Tensor &t) {
+    return t.defined() && t.has_storage() && t.storage().data_ptr().get_deleter() == dpy_initial_lent_free;
 }
 
 struct dpy_module {

@@ -562,10 +562,11 @@ dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release
     });
 }
 
-int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release, int (*shared)(const void *)) noexcept {
+int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release, int (*shared)(const void *),
+                            int lent) noexcept {
     try {
         for (const auto &p : m->m->parameters())
-            if (dpy_in_shared(p, release, shared))
+            if (dpy_in_shared(p, release, shared) || (lent && dpy_is_lent(p)))
                 return 1;
         return 0;
     } catch (...) {

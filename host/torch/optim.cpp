@@ -54,7 +54,7 @@ int dpy_optim_reads_shared(const dpy_optim *o, dpy_release_fn release, int (*sha
     try {
         for (const auto &g : o->o->param_groups())
             for (const auto &p : g.params())
-                if (dpy_in_shared(p, release, shared))
+                if (dpy_in_shared(p, release, shared))   // not lent ones: a step copies those
                     return 1;
         return 0;
     } catch (...) {
@@ -62,8 +62,17 @@ int dpy_optim_reads_shared(const dpy_optim *o, dpy_release_fn release, int (*sha
     }
 }
 
+// A parameter still on the values the process lends (an optimizer built on a model drawn alike
+// before, never written since) gets values of its own before its first step.
 dpy_err dpy_optim_step(dpy_optim *o) noexcept {
-    return dpy_guard([&] { o->o->step(); });
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        for (auto &g : o->o->param_groups())
+            for (auto &p : g.params())
+                if (dpy_is_lent(p))
+                    p.set_data(p.detach().clone());
+        o->o->step();
+    });
 }
 
 // Drops the gradients, as PyTorch >= 2.0's zero_grad(set_to_none=True) does: the next backward

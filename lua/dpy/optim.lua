@@ -29,7 +29,7 @@ M.OPTIONS = {
 M.OPTIONS.adamw = M.OPTIONS.adam
 
 local function params_of(p)
-  if nn.is_module(p) then return p:parameters() end
+  if nn.is_module(p) then return p end   -- core.new takes them, made the model's own where others read them
   if type(p) ~= "table" then error("a dpy.Module or a list of dpy.Tensor expected", 3) end
   return p
 end

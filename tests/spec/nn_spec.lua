@@ -260,6 +260,48 @@ describe("nn containers", function()
     for _, p in ipairs(again:parameters()) do assert.is_not_nil(p:grad()) end
   end)
 
+  -- A layer drawn alike before is built on the values the process keeps, without a copy of them
+  -- (initial_layers.cpp): every write moves it to values of its own first, as a shared model.
+  it("loads a saved state into a model drawn alike, or sharing its initial copy, writing no other", function()
+    local dir = tmpdir()
+    local function draw(seed)
+      tensor.manual_seed(seed)
+      return nn.sequential { nn.conv2d(1, 2, 3), nn.flatten(), nn.linear(8, 3) }
+    end
+    local function same(m, t) return m:get_flat():ne(t):sum():item() == 0 end
+    local values = draw(51):get_flat()
+    local saved = draw(51)
+    saved:set_flat(values + 1)
+    assert.is_true(saved:save(dir .. "/m.pt"))
+    local lent = draw(51)
+    assert.is_true(lent:load(dir .. "/m.pt"))
+    assert.is_true(same(lent, values + 1) and same(draw(51), values))
+    local a, b = draw(51), draw(51)
+    assert.is_true(a:share_initial() and b:share_initial())
+    assert.is_true(a:load(dir .. "/m.pt"))
+    assert.is_true(same(a, values + 1) and same(b, values))
+  end)
+
+  it("trains models drawn alike one after the other: a step of one leaves the graph of another valid", function()
+    local function draw(seed)
+      tensor.manual_seed(seed)
+      return nn.sequential { nn.linear(4, 8), nn.relu(), nn.linear(8, 2) }
+    end
+    local values = draw(52):get_flat()
+    local a, b = draw(52), draw(52)
+    local x = tensor.randn(3, 4)
+    local loss = a(x):sum()   -- a's graph holds its parameters for the backward pass
+    local opt = require("dpy.optim").sgd(b, { lr = 0.1 })   -- b's step, with no own_flat first
+    b(x):sum():backward()
+    opt:step()
+    loss:backward()
+    for _, p in ipairs(a:parameters()) do assert.is_not_nil(p:grad()) end
+    assert.is_true(b:get_flat():ne(values):sum():item() > 0)
+    assert.are.equal(0, a:get_flat():ne(values):sum():item())
+    assert.are.equal(0, draw(52):get_flat():ne(values):sum():item())
+    opt:free()
+  end)
+
   it("copies a shared model on write through a child module, a tied layer or the optimizer too", function()
     local function tied(seed)
       tensor.manual_seed(seed)
