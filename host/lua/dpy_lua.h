@@ -22,7 +22,7 @@ typedef struct dpy_state {
     size_t lua_bytes, lua_cap;      /* Lua heap in use and its cap (0: none) */
     size_t tensor_floor;            /* tensor_live after the last GC nudge (or lower since) */
     size_t tensor_peak;             /* largest tensor_live seen */
-    size_t tensor_live;             /* bytes held by live tensor boxes */
+    size_t tensor_live;             /* bytes held by live tensor boxes alone (dpy_tensor_own_bytes) */
     int last;                       /* 1 while its last protected call runs, 2 after: none raises */
     int unwinding;                  /* an error under way to a dpy_state_pcall: no interrupt raises */
 } dpy_state;

@@ -248,6 +248,11 @@ static int read_by_others(dpy_module *m) {
 static void own_buffer(lua_State *L, dpy_module *m) {
     if (!read_by_others(m))
         return;
+    if (!dpy_module_plain(m)) {   /* no flat buffer holds these: lent values are all others read */
+        if (dpy_module_own_lent(m) != DPY_OK)
+            dpy_torch_error(L);
+        return;
+    }
     size_t bytes;
     void *fresh = model_buffer(L, m, &bytes);
     if (dpy_module_adopt_flat(m, fresh, bytes, 1, dpy_fabric_release) != DPY_OK)
@@ -383,13 +388,15 @@ static int m_mix(lua_State *L) {
         ws[i] = luaL_checknumber(L, -1);
         lua_pop(L, 1);
     }
-    if (read_by_others(m)) {   /* the sum goes into a new buffer: no copy of the model first */
+    if (read_by_others(m) && dpy_module_plain(m)) {   /* the sum into a new buffer: no copy first */
         size_t bytes;
         void *fresh = model_buffer(L, m, &bytes);
         if (dpy_module_mix_into(m, fresh, bytes, dpy_fabric_release, self_weight, xs, ws, n) != DPY_OK)
             return dpy_torch_error(L);
-    } else if (dpy_module_mix(m, self_weight, xs, ws, n) != DPY_OK) {
-        return dpy_torch_error(L);
+    } else {
+        own_buffer(L, m);
+        if (dpy_module_mix(m, self_weight, xs, ws, n) != DPY_OK)
+            return dpy_torch_error(L);
     }
     return 0;
 }

@@ -40,7 +40,8 @@ void *dpy_push_empty(lua_State *L, size_t n, dpy_dtype dtype) {
 ** collect once 64 MiB more are live than after the last collection, so loops that forget :free()
 ** stay bounded. Tensors freed by hand never trigger it: a full collection costs milliseconds, and
 ** in a run every node would pay it in the same round. Views, and the data the process shares,
-** count nothing: collecting their boxes frees no memory.
+** count nothing: collecting their boxes frees no memory (a view of a base freed before it goes
+** uncounted).
 */
 void dpy_tensor_filled(lua_State *L, dpy_tensor_box *b) {
     dpy_state *st = dpy_state_of(L);

@@ -119,8 +119,8 @@ DPY_API int64_t dpy_tensor_size(const dpy_tensor *t, int dim) DPY_NOEXCEPT;
 DPY_API int64_t dpy_tensor_numel(const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API dpy_dtype dpy_tensor_dtype(const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API size_t dpy_tensor_nbytes(const dpy_tensor *t) DPY_NOEXCEPT;
-/* The bytes that freeing t would free: its storage's, where t is that storage's only holder, else
-** 0 (a view, a tensor a cache or another box holds too); nbytes for a tensor without storage. */
+/* The bytes that freeing t would free: its nbytes, unless t is a view or another handle holds t
+** too (a cache, another box), then 0. */
 DPY_API size_t dpy_tensor_own_bytes(const dpy_tensor *t) DPY_NOEXCEPT;
 DPY_API int dpy_tensor_is_cuda(const dpy_tensor *t) DPY_NOEXCEPT;
 /* Writes "cpu" or "cuda:N" into buf. */
@@ -285,6 +285,9 @@ DPY_API dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy
 ** with lent, in the values the process lends to layers drawn alike (initial_layers.cpp). */
 DPY_API int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release,
                                     int (*shared)(const void *), int lent) DPY_NOEXCEPT;
+/* Gives each parameter that lies in lent values values of its own (a model whose parameters are
+** not all plain float32: no flat buffer holds them). */
+DPY_API dpy_err dpy_module_own_lent(dpy_module *m) DPY_NOEXCEPT;
 /* Whether the parameters, in parameter order, are byte for byte the nbytes of buf (plain ones only). */
 DPY_API int dpy_module_flat_equals(const dpy_module *m, const void *buf, size_t nbytes) DPY_NOEXCEPT;
 /* The buffer of the last adoption while the parameters are still exactly its views, else NULL. */

@@ -38,6 +38,12 @@ inline bool dpy_is_lent(const torch::Tensor &t) {
     return t.defined() && t.has_storage() && t.storage().data_ptr().get_deleter() == dpy_initial_lent_free;
 }
 
+// Gives a lent parameter values of its own (under NoGradGuard), in place: its holders see them.
+inline void dpy_own_if_lent(torch::Tensor &p) {
+    if (dpy_is_lent(p))
+        p.set_data(p.detach().clone());
+}
+
 struct dpy_module {
     std::shared_ptr<torch::nn::Module> m;
     // Empty for a container whose forward lives in Lua.

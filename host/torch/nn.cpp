@@ -562,6 +562,14 @@ dpy_err dpy_module_mix_into(dpy_module *m, void *buf, size_t nbytes, dpy_release
     });
 }
 
+dpy_err dpy_module_own_lent(dpy_module *m) noexcept {
+    return dpy_guard([&] {
+        torch::NoGradGuard no_grad;
+        for (auto &p : m->m->parameters())
+            dpy_own_if_lent(p);
+    });
+}
+
 int dpy_module_reads_shared(const dpy_module *m, dpy_release_fn release, int (*shared)(const void *),
                             int lent) noexcept {
     try {

@@ -69,8 +69,7 @@ dpy_err dpy_optim_step(dpy_optim *o) noexcept {
         torch::NoGradGuard no_grad;
         for (auto &g : o->o->param_groups())
             for (auto &p : g.params())
-                if (dpy_is_lent(p))
-                    p.set_data(p.detach().clone());
+                dpy_own_if_lent(p);
         o->o->step();
     });
 }

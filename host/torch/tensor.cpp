@@ -368,10 +368,9 @@ dpy_dtype dpy_tensor_dtype(const dpy_tensor *t) noexcept {
 }
 size_t dpy_tensor_nbytes(const dpy_tensor *t) noexcept { return t->v.nbytes(); }
 size_t dpy_tensor_own_bytes(const dpy_tensor *t) noexcept {
-    if (!t->v.defined() || !t->v.has_storage())
-        return t->v.defined() ? t->v.nbytes() : 0;
-    const c10::Storage &s = t->v.storage();   // a share of t (another handle) holds t's impl
-    return t->v.use_count() == 1 && s.use_count() == 1 ? s.nbytes() : 0;
+    // another handle of t's impl: a cache's, another box's; a view: of a base that holds it too.
+    // An output autograd keeps for the backward pass is t's alone once the graph is freed.
+    return t->v.defined() && t->v.use_count() == 1 && !t->v.is_view() ? t->v.nbytes() : 0;
 }
 int dpy_tensor_is_cuda(const dpy_tensor *t) noexcept { return t->v.is_cuda(); }
 int dpy_tensor_requires_grad(const dpy_tensor *t) noexcept { return t->v.requires_grad(); }

@@ -282,6 +282,24 @@ describe("nn containers", function()
     assert.is_true(same(a, values + 1) and same(b, values))
   end)
 
+  it("gives a model drawn alike whose parameters are not all float32 values of its own on write", function()
+    local function draw(seed)
+      tensor.manual_seed(seed)
+      return nn.module { a = nn.linear(4, 3), b = nn.linear(3, 2),
+                         forward = function(self, x) return self.b(self.a(x):double()) end }
+    end
+    local values = draw(54).a:get_flat()
+    local m = draw(54)
+    m.b:to("float64")
+    tensor.no_grad(function() for _, p in ipairs(m:parameters()) do p:add_(1) end end)
+    assert.is_true((m.a:get_flat() - values - 1):abs():max():item() < 1e-6)
+    assert.are.equal(0, draw(54).a:get_flat():ne(values):sum():item())
+    local mixed = draw(54)
+    mixed.b:to("float64")
+    mixed:own_flat()
+    assert.are.equal(0, draw(54).a:get_flat():ne(values):sum():item())
+  end)
+
   it("trains models drawn alike one after the other: a step of one leaves the graph of another valid", function()
     local function draw(seed)
       tensor.manual_seed(seed)

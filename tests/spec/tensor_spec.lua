@@ -511,6 +511,12 @@ describe("tensor memory", function()
     for _, v in ipairs(views) do v:free() end
     assert.are.equal(before, live())
     assert.are.equal(10000, images:size(0))
+    -- an output autograd keeps for the backward pass is the box's alone once the graph goes
+    local w <close> = tensor.randn(1024, 1024):requires_grad_()
+    local r <close> = w:relu()
+    local s <close> = w:sigmoid()
+    assert.are.equal(before + 3 * 4 * 2 ^ 20, live())
+    assert.are.equal(2 * 2 ^ 20, r:numel() + s:numel())
   end)
 
   it("frees the copies C functions make for their own use at once, not at the next GC", function()
