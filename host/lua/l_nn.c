@@ -248,10 +248,11 @@ static int read_by_others(dpy_module *m) {
 static void own_buffer(lua_State *L, dpy_module *m) {
     if (!read_by_others(m))
         return;
-    if (!dpy_module_plain(m)) {   /* no flat buffer holds these: lent values are all others read */
+    if (!dpy_module_plain(m)) {   /* no flat buffer can hold them all: lent ones get their own */
         if (dpy_module_own_lent(m) != DPY_OK)
             dpy_torch_error(L);
-        return;
+        if (!read_by_others(m))
+            return;               /* else a child's sent buffer: the flat copy below refuses them */
     }
     size_t bytes;
     void *fresh = model_buffer(L, m, &bytes);
