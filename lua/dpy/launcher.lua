@@ -190,10 +190,12 @@ end
 -- per round those it ran).
 function M.summarize(cfg, dir, seconds, from)
   from = from or 0
-  if not require("dpy.paths").is_dir(dir) then
-    error(string.format("the run directory %s was removed while the run went on", dir), 0)
-  end
+  local paths = require "dpy.paths"
+  local function removed() error(string.format("the run directory %s was removed while the run went on", dir), 0) end
+  if not paths.is_dir(dir) then removed() end
   local honest, why = require("dpy.honest").of_run(dir, cfg.nodes)
+  -- a removal still under way (rm -rf takes the files first) leaves the directory without them
+  if not honest and not paths.exists(dir .. "/manifest.json") then removed() end
   if not honest then error(why, 0) end
   local accs, node_bytes, rounds = {}, 0, 0
   local first_eval, last_eval = math.huge, -math.huge   -- the rounds of the nodes' last evaluations
