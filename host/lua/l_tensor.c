@@ -1214,6 +1214,13 @@ static const op_reg SHAPE[] = {
     {"unsqueeze", DPY_UNSQUEEZE}, {"narrow", DPY_NARROW}, {"select", DPY_SELECT},
     {"expand", DPY_EXPAND}, {NULL, 0}};
 
+static int count_ops(const op_reg *ops) {
+    int n = 0;
+    while (ops[n].name)
+        n++;
+    return n;
+}
+
 static void add_ops(lua_State *L, const op_reg *ops, lua_CFunction f) {
     for (; ops->name; ops++) {   /* stack: methods */
         lua_pushinteger(L, ops->op);
@@ -1251,7 +1258,12 @@ static const luaL_Reg t_functions[] = {
 int luaopen_dpy_tensor_core(lua_State *L) {
     luaL_newmetatable(L, DPY_TENSOR_MT);    /* stack: mt */
     luaL_setfuncs(L, t_meta, 0);
-    luaL_newlib(L, t_methods);              /* stack: mt, methods */
+    /* sized for all its methods at once: grown one by one, the table was rehashed at 32 and 64
+    ** entries in every node's state */
+    lua_createtable(L, 0, (int)(sizeof t_methods / sizeof *t_methods) - 1 + count_ops(UNARY) +
+                              count_ops(BINARY) + count_ops(INPLACE) + count_ops(REDUCE) +
+                              count_ops(SHAPE) + count_ops(INDEX));
+    luaL_setfuncs(L, t_methods, 0);         /* stack: mt, methods */
     add_ops(L, UNARY, t_unary);
     add_ops(L, BINARY, t_binary);
     add_ops(L, INPLACE, t_binary_inplace);

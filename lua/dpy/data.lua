@@ -36,8 +36,9 @@ local function dir_option(opts, dir)
   return string.format("option dir, default %q", dir)
 end
 
--- The message for a dataset whose files are not there: which file, which option, where to get it.
-local function missing(name, what, dir, opts)
+--- data.missing(name, what, dir, opts) -> the message for a dataset whose files are not there:
+-- which file, which option, where to get it (the readers of dpy.data.* use it too).
+function M.missing(name, what, dir, opts)
   return string.format("dataset %s: no %s in %s (%s); %s", name, what, dir, dir_option(opts, dir),
                        M.SOURCES[name])
 end
@@ -47,7 +48,7 @@ local function idx_path(name, dir, base, opts)
   for _, p in ipairs { dir .. "/" .. base, dir .. "/" .. base .. ".gz" } do
     if exists(p) then return p end
   end
-  return nil, missing(name, base .. " or " .. base .. ".gz", dir, opts)
+  return nil, M.missing(name, base .. " or " .. base .. ".gz", dir, opts)
 end
 
 --- data.cache_dir() -> where gzipped idx files are kept decompressed, to be mapped (nil: read
@@ -128,95 +129,19 @@ M.fashion_mnist = idx_dataset("fashion_mnist", M.FASHION_MNIST_DIR, 0.2860, 0.35
 --- data.mnist{dir = "/usr/share/datasets/mnist", train = true}
 M.mnist = idx_dataset("mnist", M.MNIST_DIR, 0.1307, 0.3081)
 
--- Each CIFAR in its two layouts: the binary version and the Python (pickle) one; files[split]
--- are the split's batches, sub the folder the archive unpacks to.
-local CIFAR = {
-  cifar10 = {
-    binary = { sub = "cifar-10-batches-bin", test = { "test_batch.bin" }, train = {} },
-    python = { sub = "cifar-10-batches-py", test = { "test_batch" }, train = {} },
-  },
-  cifar100 = {
-    binary = { sub = "cifar-100-binary", train = { "train.bin" }, test = { "test.bin" } },
-    python = { sub = "cifar-100-python", train = { "train" }, test = { "test" } },
-  },
-}
-for i = 1, 5 do
-  CIFAR.cifar10.binary.train[i] = string.format("data_batch_%d.bin", i)
-  CIFAR.cifar10.python.train[i] = string.format("data_batch_%d", i)
-end
 M.CIFAR10_DIR = "/usr/share/datasets/cifar-10-batches-bin"
 M.CIFAR100_DIR = "/usr/share/datasets/cifar-100-binary"
-
--- The folder and format of a CIFAR split: format "binary", "python" or "auto" (the first of
--- dir, dir/<binary folder>, dir/<python folder> holding the split's first batch, binary first).
-local function cifar_layout(name, opts, default_dir, split)
-  local format = opts.format or "auto"
-  if format ~= "auto" and format ~= "binary" and format ~= "python" then
-    error(string.format("data.%s: format must be 'auto', 'binary' or 'python', got %s", name,
-                        tostring(format)), 3)
-  end
-  local dir = opts.dir or default_dir
-  local formats = format == "auto" and { "binary", "python" } or { format }
-  local tried = {}
-  for _, where in ipairs { "", "sub" } do
-    for _, f in ipairs(formats) do
-      local layout = CIFAR[name][f]
-      local d = where == "" and dir or dir .. "/" .. layout.sub
-      if exists(d .. "/" .. layout[split][1]) then return d, f, layout[split] end
-      tried[#tried + 1] = (where == "" and "" or layout.sub .. "/") .. layout[split][1]
-    end
-  end
-  error(missing(name, table.concat(tried, " or "), dir, opts), 0)
-end
-
--- Reads the split's batches in one of the two layouts: images, labels (uint8, read-only), each
--- batch's labels checked to be among classes.
-local function read_cifar(name, opts, default_dir, classes, label_bytes, label_index, label_key)
-  local dir, format, files = cifar_layout(name, opts, default_dir, opts.train == false and "test" or "train")
-  local images, labels = {}, {}
-  for i, file in ipairs(files) do
-    local path = dir .. "/" .. file
-    if not exists(path) then error(missing(name, file, dir, opts), 0) end
-    local x, y
-    if format == "python" then
-      x, y = core.read_cifar_py(path, label_key)
-    else
-      x, y = core.read_cifar(path, label_bytes, label_index)
-    end
-    if not x then error(y, 0) end
-    M.check_labels(y, classes, path)
-    images[i], labels[i] = x, y
-  end
-  if #files == 1 then return images[1], labels[1] end
-  return tensor.cat(images), tensor.cat(labels)
-end
 
 --- data.cifar10{dir, train = true, format = "auto"}: the binary version (data_batch_1.bin ...
 -- test_batch.bin) or the Python one (data_batch_1 ... test_batch, what torchvision downloads);
 -- "auto" looks in dir and in its cifar-10-batches-bin/ and cifar-10-batches-py/ folders.
-function M.cifar10(opts)
-  opts = opts or {}
-  options.check(opts, { dir = true, train = true, format = true }, "data.cifar10", 2)
-  local images, labels = read_cifar("cifar10", opts, M.CIFAR10_DIR, 10, 1, 0, "labels")
-  return { name = "cifar10", images = images, labels = labels, classes = 10,
-           mean = { 0.4914, 0.4822, 0.4465 }, std = { 0.2470, 0.2435, 0.2616 }, shape = { 3, 32, 32 } }
-end
+-- The readers of CIFAR and of arrays lie in dpy.data.cifar and dpy.data.arrays, loaded when first
+-- called: a node of another dataset does not load them (20 KiB of its Lua heap).
+function M.cifar10(opts) return require("dpy.data.cifar").cifar10(opts) end
 
 --- data.cifar100{dir, train = true, label = "fine" | "coarse", format = "auto"}: the binary
 -- version (train.bin, test.bin) or the Python one (train, test)
-function M.cifar100(opts)
-  opts = opts or {}
-  options.check(opts, { dir = true, train = true, label = true, format = true }, "data.cifar100", 2)
-  local coarse = opts.label == "coarse"
-  if opts.label ~= nil and not coarse and opts.label ~= "fine" then
-    error("data.cifar100: label must be 'fine' or 'coarse'", 2)
-  end
-  local classes = coarse and 20 or 100
-  local images, labels = read_cifar("cifar100", opts, M.CIFAR100_DIR, classes, 2, coarse and 0 or 1,
-                                    coarse and "coarse_labels" or "fine_labels")
-  return { name = "cifar100", images = images, labels = labels, classes = classes,
-           mean = { 0.5071, 0.4865, 0.4409 }, std = { 0.2673, 0.2564, 0.2762 }, shape = { 3, 32, 32 } }
-end
+function M.cifar100(opts) return require("dpy.data.cifar").cifar100(opts) end
 
 --- data.unit_scale(list) -> nil, or what is wrong: a mean or std option for uint8 images, which the
 -- loader scales to [0, 1] before normalizing; an entry above 1 is on the 0..255 scale (every input
@@ -230,150 +155,18 @@ function M.unit_scale(v)
   end
 end
 
--- {==== datasets from arrays: NumPy and PyTorch files ====}
-
-local ARRAY_FORMATS = {
-  numpy = { core = "npy", ext = ".npz", one = ".npy" },
-  torch = { core = "torch", ext = ".pt", one = ".pt" },
-}
-
 --- data.array_options(kind) -> the option schema of data.numpy ("numpy") and data.torch
 -- ("torch"), which their dataset components declare too
-function M.array_options(kind)
-  local f = ARRAY_FORMATS[kind]
-  local split_file = "the %s split's file, holding its images and labels (a name in dir, or an "
-                     .. "absolute path)"
-  local one = "the %s split's %s alone (a " .. f.one .. " file in dir), with %s; instead of %s_file"
-  return {
-    dir = { type = "path", doc = "the folder of the files" },
-    train_file = { type = "string", default = "train" .. f.ext, doc = split_file:format("training") },
-    test_file = { type = "string", default = "test" .. f.ext, doc = split_file:format("test") },
-    train_images = { type = "string", doc = one:format("training", "images", "train_labels", "train") },
-    train_labels = { type = "string", doc = one:format("training", "labels", "train_images", "train") },
-    test_images = { type = "string", doc = one:format("test", "images", "test_labels", "test") },
-    test_labels = { type = "string", doc = one:format("test", "labels", "test_images", "test") },
-    images = { type = "string", doc = "the images' name in a split's file (" .. (kind == "numpy"
-               and "the .npz member, without .npy" or "the dict key") .. "); default: the first "
-               .. "there of images, x, data, x_<split>, <split>_images, arr_0"
-               .. (kind == "torch" and "; from a tuple or list, its element 0" or "") },
-    labels = { type = "string", doc = "the labels' name in a split's file; default: the first "
-               .. "there of labels, y, targets, y_<split>, <split>_labels, arr_1"
-               .. (kind == "torch" and "; from a tuple or list, its element 1" or "") },
-    layout = { type = "string", one_of = { "auto", "nchw", "nhwc" }, default = "auto",
-               doc = "4-d images are N x C x H x W (nchw) or N x H x W x C (nhwc); auto: nhwc when "
-               .. "the last dim is 1 or 3 and dim 1 is not" },
-    classes = { type = "integer", min = 1, doc = "default: the largest training label + 1" },
-    mean = { type = "list", of = "number", doc = "per channel (on the [0, 1] scale of uint8 images); default: "
-             .. "the training images' mean" },
-    std = { type = "list", of = "number", doc = "per channel; default: the training images' standard deviation" },
-  }
-end
-
--- The split's file names: an absolute one as it is, else in dir (which must then be given).
-local function in_dir(kind, opts, option, file)
-  if file:sub(1, 1) == "/" then return file end
-  if not opts.dir then
-    error(string.format("data.%s: option dir is required (the folder of %s), or give %s as an "
-                        .. "absolute path", kind, file, option), 0)
-  end
-  return opts.dir .. "/" .. file
-end
-
--- The images and labels sources of a split: path, names, and the option each path came from.
-local function array_sources(kind, opts, split)
-  local f = ARRAY_FORMATS[kind]
-  local inames = opts.images and { opts.images }
-                 or { "images", "x", "data", "x_" .. split, split .. "_images", "arr_0" }
-  local lnames = opts.labels and { opts.labels }
-                 or { "labels", "y", "targets", "y_" .. split, split .. "_labels", "arr_1" }
-  local ifile, lfile = opts[split .. "_images"], opts[split .. "_labels"]
-  if (ifile == nil) ~= (lfile == nil) then
-    error(string.format("data.%s: %s_images and %s_labels go together", kind, split, split), 0)
-  end
-  if ifile then
-    return { in_dir(kind, opts, split .. "_images", ifile), inames, split .. "_images" },
-           { in_dir(kind, opts, split .. "_labels", lfile), lnames, split .. "_labels" }
-  end
-  local option = split .. "_file"
-  local path = in_dir(kind, opts, option, opts[option] or split .. f.ext)
-  return { path, inames, option }, { path, lnames, option }
-end
-
--- images, labels, stats of a split (all checked: a missing file names its option), and the labels' file.
-local function read_split(kind, opts, split)
-  local isrc, lsrc = array_sources(kind, opts, split)
-  for _, src in ipairs { isrc, lsrc } do
-    if not exists(src[1]) then
-      local option = opts[src[3]] and string.format("option %s = %q", src[3], opts[src[3]])
-                     or string.format("option %s, default %q", src[3], split .. ARRAY_FORMATS[kind].ext)
-      error(string.format("dataset %s: no file %s (%s%s); %s", kind, src[1], option,
-                          opts.dir and string.format(", dir = %q", opts.dir) or "", M.SOURCES[kind]), 0)
-    end
-  end
-  local x, y, stats = core.read_arrays(ARRAY_FORMATS[kind].core, isrc[1], isrc[2], lsrc[1], lsrc[2],
-                                       opts.layout or "auto")
-  if not x then error(y, 0) end
-  return x, y, stats, lsrc[1]
-end
-
--- mean and std, when given, have one entry per channel (and std's are > 0; for uint8 images,
--- both are on the [0, 1] scale the loader normalizes them on)
-local function check_channels(kind, opts, key, channels, u8)
-  local v = opts[key]
-  if v == nil then return end
-  if #v ~= channels then
-    error(string.format("data.%s: %s must be a list of %d numbers (one per channel)", kind, key,
-                        channels), 0)
-  end
-  for i = 1, channels do
-    if v[i] ~= v[i] or (key == "std" and v[i] <= 0) then
-      error(string.format("data.%s: %s[%d] must be a number%s", kind, key, i,
-                          key == "std" and " > 0" or ""), 0)
-    end
-  end
-  local why = u8 and M.unit_scale(v)
-  if why then error(string.format("data.%s: %s for uint8 images %s", kind, key, why), 0) end
-end
-
-local function arrays_dataset(kind, opts)
-  opts = opts or {}
-  local schema = M.array_options(kind)
-  schema.train = true
-  options.check(opts, schema, "data." .. kind, 3)
-  local split = opts.train == false and "test" or "train"
-  local images, labels, stats, labels_file = read_split(kind, opts, split)
-  local channels = images:size(1)
-  local u8 = images:dtype() == "uint8"
-  check_channels(kind, opts, "mean", channels, u8)
-  check_channels(kind, opts, "std", channels, u8)
-  -- classes, mean and std come from the training split, whichever split this is
-  local train = stats
-  if split == "test" and not (opts.classes and opts.mean and opts.std) then
-    local x, y
-    x, y, train = read_split(kind, opts, "train")
-    x:free()
-    y:free()
-  end
-  local classes = opts.classes or train.max_label + 1
-  if stats.max_label >= classes then   -- (the reader refused negative labels)
-    M.check_labels(labels, classes, labels_file, opts.classes and "classes = " .. classes
-                   or string.format("classes = %d, the largest training label + 1", classes))
-  end
-  local std = opts.std or {}
-  for c = 1, channels do std[c] = std[c] or (train.std[c] > 0 and train.std[c] or 1) end
-  return { name = kind, images = images, labels = labels, classes = classes,
-           mean = opts.mean or train.mean, std = std,
-           shape = { channels, images:size(2), images:size(3) } }
-end
+function M.array_options(kind) return require("dpy.data.arrays").options(kind) end
 
 --- data.numpy{dir, train = true, train_file = "train.npz", test_file = "test.npz", train_images,
 -- train_labels, test_images, test_labels, images, labels, layout = "auto", classes, mean, std}:
 -- .npz archives (numpy.savez, savez_compressed) or .npy files (numpy.save); see array_options
-function M.numpy(opts) return arrays_dataset("numpy", opts) end
+function M.numpy(opts) return require("dpy.data.arrays").numpy(opts) end
 
 --- data.torch{dir, train = true, train_file = "train.pt", test_file = "test.pt", ...}: files of
 -- torch.save (a tensor, a tuple or list (images, labels), or a dict of them), as data.numpy
-function M.torch(opts) return arrays_dataset("torch", opts) end
+function M.torch(opts) return require("dpy.data.arrays").torch(opts) end
 
 --- data.shared(key, build) -> tensors, info: the first call for key in the process runs
 -- build() -> {name = dpy.Tensor, ...}, info (a table of plain values: strings, numbers, lists) and
