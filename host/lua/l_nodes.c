@@ -72,6 +72,7 @@ struct group {
     int keep_freed;                 /* once every node is built, freed memory is kept for reuse */
     int keeping;                    /* it is (under mu) */
     size_t built;                   /* nodes whose build is over (under mu) */
+    size_t unbuilt;                 /* nodes to start whose build is not over (under mu) */
     dpy_attach *attach;             /* the process's control socket (dpy-lua attach), or NULL */
     char *attach_error;             /* why it could not listen (malloc'd), or NULL */
 };
@@ -148,8 +149,20 @@ static node_ctx *wait_pop(group *g) {
     return top;
 }
 
+/* A slot for round r is asked for with priority r * ROUND_PRIORITY + rank: builds (round 0) first. */
+#define ROUND_PRIORITY 1048576
+
+/* Whether a request of this priority waits for the process's builds: a round's does until every
+** node to start is built. The threads start one after another, and a slot given back while the
+** next ones were still being created went to a built node's first training: with batch 32 those
+** trainings put off the builds after them (8192 nodes: first round 16.4 s in the bench, where runs
+** of batch 1 took 11.5-13.3 s). */
+static int held_back(const group *g, int64_t priority) {
+    return priority >= ROUND_PRIORITY && g->unbuilt > 0;
+}
+
 static void slot_release_locked(group *g, int slot) {
-    if (g->nwaiting > 0) {
+    if (g->nwaiting > 0 && !held_back(g, g->waiting[0]->priority)) {
         node_ctx *best = wait_pop(g);
         best->granted = 1;
         best->slot = slot;
@@ -161,16 +174,13 @@ static void slot_release_locked(group *g, int slot) {
     }
 }
 
-/* A slot for round r is asked for with priority r * ROUND_PRIORITY + rank: builds (round 0) first. */
-#define ROUND_PRIORITY 1048576
-
 static void slot_acquire(node_ctx *n, int64_t priority) {
     group *g = n->g;
     dpy_heap_thread_cache(0);   /* what it freed unheld (receiving, Lua) goes back too: it may wait */
     pthread_mutex_lock(&g->mu);
     /* another waiter with a lower priority goes first */
     int ahead = g->nwaiting > 0 && g->waiting[0]->priority < priority;
-    int at_once = g->free_slots > 0 && !ahead;
+    int at_once = g->free_slots > 0 && !ahead && !held_back(g, priority);
     if (at_once) {
         g->free_slots--;
         n->slot = 0;
@@ -209,10 +219,25 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 ** with release_memory (keep_freed false). A node's first slot is its build (node_main), so its
 ** first release ends it. Under mu, so that a node that sees its rounds begin sees the change made.
 */
+/* The last build over: the free slots go to the rounds held back meanwhile. */
+static void unbuilt_less_locked(group *g) {
+    if (--g->unbuilt > 0)
+        return;
+    for (int slot = 0; g->free_slots > 0 && g->nwaiting > 0; slot++) {
+        if (g->slot_busy[slot])
+            continue;
+        g->free_slots--;
+        g->slot_busy[slot] = 1;
+        slot_release_locked(g, slot);
+    }
+}
+
 static void built_locked(group *g, node_ctx *n) {
     if (n->built)
         return;
     n->built = 1;
+    if (g->unbuilt > 0)   /* none in an attached node's group */
+        unbuilt_less_locked(g);
     if (++g->built < g->count)
         return;
     dpy_nn_forget_initial();   /* the last node that shares the initial model frees it */
@@ -554,6 +579,7 @@ static int n_start(lua_State *L) {
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->done, NULL);
     g->free_slots = slots;
+    g->unbuilt = attach ? 0 : count;   /* an attached node is built by the state that drives it */
     g->slot_busy = calloc((size_t)slots, 1);
     g->slot_arena = calloc((size_t)slots, sizeof *g->slot_arena);
     for (int k = 0; k < slots && g->slot_arena; k++)   /* past 64 slots, arenas are shared */
@@ -650,6 +676,9 @@ static int n_start(lua_State *L) {
             snprintf(why, sizeof why, "cannot start a thread for this node: %s%s", strerror(e),
                      e == EAGAIN ? " (the limit on threads: ulimit -u, or the cgroup's pids.max)" : "");
             finish(n, why);
+            pthread_mutex_lock(&g->mu);
+            built_locked(g, n);   /* no build to wait for */
+            pthread_mutex_unlock(&g->mu);
             continue;
         }
         n->started = 1;

@@ -403,6 +403,24 @@ describe("decentralized runs", function()
     assert.are.same({ 6, 2, 4, 3, 5, 1 }, order)
   end)
 
+  it("builds every node of a process before any node trains", function()
+    -- the threads start one after another: a slot given back while the next ones were still being
+    -- created went to a built node's first training, which put off the builds after it. Each node
+    -- records when its training ended; less its train_seconds, when it began.
+    local config = TINY:gsub("nodes = 4", "nodes = 256"):gsub("graph = 'ring'", "graph = { 'regular', degree = 4 }")
+    local code, _, err, out = run(config .. "rounds = 1\nlocal_steps = 1\neval_every = 100\n"
+      .. action_file("trained_at", "post_train", "node.metrics:add('trained_at', r, host.clock() - node.t0)"))
+    assert.are.equal(0, code, err)
+    local last_ready, first_train = 0, math.huge
+    for uid = 0, 255 do
+      local m = node_metrics(out, uid)
+      last_ready = math.max(last_ready, m.ready_seconds[1][2])
+      first_train = math.min(first_train, m.trained_at[1][2] - m.train_seconds[1][2])
+    end
+    assert.is_true(last_ready <= first_train, string.format(
+      "a node began training at %.3f s, before the last node was built (%.3f s)", first_train, last_ready))
+  end)
+
   it("gives a user's algorithm that trains after sharing the model its own copy first", function()
     -- no combine between the send and the training: the optimizer's in-place step must not reach
     -- the message the node's own inbox still holds, nor may an action's handler
