@@ -155,8 +155,7 @@ static node_ctx *wait_pop(group *g) {
 /* Whether a request of this priority waits for the process's builds: a round's does until every
 ** node to start is built. The threads start one after another, and a slot given back while the
 ** next ones were still being created went to a built node's first training: with batch 32 those
-** trainings put off the builds after them (8192 nodes: first round 16.4 s in the bench, where runs
-** of batch 1 took 11.5-13.3 s). */
+** trainings put off the builds after them (8192 nodes: first round 13.7 s, 12.8 s held back). */
 static int held_back(const group *g, int64_t priority) {
     return priority >= ROUND_PRIORITY && g->unbuilt > 0;
 }
@@ -171,6 +170,19 @@ static void slot_release_locked(group *g, int slot) {
     } else {
         g->free_slots++;
         g->slot_busy[slot] = 0;
+    }
+}
+
+/* The last build over: the free slots go to the rounds held back meanwhile. */
+static void unbuilt_less_locked(group *g) {
+    if (--g->unbuilt > 0)
+        return;
+    for (int slot = 0; g->free_slots > 0 && g->nwaiting > 0; slot++) {
+        if (g->slot_busy[slot])
+            continue;
+        g->free_slots--;
+        g->slot_busy[slot] = 1;
+        slot_release_locked(g, slot);
     }
 }
 
@@ -219,19 +231,6 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 ** with release_memory (keep_freed false). A node's first slot is its build (node_main), so its
 ** first release ends it. Under mu, so that a node that sees its rounds begin sees the change made.
 */
-/* The last build over: the free slots go to the rounds held back meanwhile. */
-static void unbuilt_less_locked(group *g) {
-    if (--g->unbuilt > 0)
-        return;
-    for (int slot = 0; g->free_slots > 0 && g->nwaiting > 0; slot++) {
-        if (g->slot_busy[slot])
-            continue;
-        g->free_slots--;
-        g->slot_busy[slot] = 1;
-        slot_release_locked(g, slot);
-    }
-}
-
 static void built_locked(group *g, node_ctx *n) {
     if (n->built)
         return;
@@ -330,7 +329,7 @@ static void catch_node_interrupt(void) {
 static void *node_main(void *arg) {
     node_ctx *n = arg;
     /* before any library's code runs in this thread; with release_memory only: each madvise
-    ** interrupts the other cores to flush their TLBs, ~6 % of an 8192-node start's samples here */
+    ** interrupts the other cores to flush their TLBs: 7 % of a 4096-node start's samples */
     if (!n->g->keep_freed)
         dpy_heap_drop_zero_tls();
     /* OpenMP's thread count is per thread: a new thread starts from the default (every core),
