@@ -149,8 +149,10 @@ static node_ctx *wait_pop(group *g) {
     return top;
 }
 
-/* A slot for round r is asked for with priority r * ROUND_PRIORITY + rank: builds (round 0) first. */
-#define ROUND_PRIORITY 1048576
+/* A slot for round r is asked for with priority r * ROUND_PRIORITY + rank: builds (round 0) first.
+** Past every rank (int32), so that no rank reads as a later round. */
+#define ROUND_PRIORITY ((int64_t)1 << 32)
+#define MAX_ROUND_ASKED ((int64_t)1 << 30)   /* a larger round asks as this one: no overflow */
 
 /* Whether a request of this priority waits for the process's builds: a round's does until every
 ** node to start is built. The threads start one after another, and a slot given back while the
@@ -1052,7 +1054,8 @@ static int e_late(lua_State *L) {
 ** waiting node with the lowest round goes first */
 static int e_acquire(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
-    int64_t round = (int64_t)luaL_optinteger(L, 2, 0);
+    lua_Integer asked = luaL_optinteger(L, 2, 0);
+    int64_t round = asked < 0 ? 0 : asked > MAX_ROUND_ASKED ? MAX_ROUND_ASKED : (int64_t)asked;
     if (!e->node->held)
         slot_acquire(e->node, round * ROUND_PRIORITY + e->node->rank);
     return 0;

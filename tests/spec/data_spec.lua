@@ -183,6 +183,21 @@ describe("cifar datasets", function()
     assert.are.equal(20, coarse.classes)
   end)
 
+  it("name the caller's line in an option's error, as data.numpy does (both load when first called)", function()
+    local function line_of(f)
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      return tonumber(tostring(err):match("data_spec%.lua:(%d+):")), err
+    end
+    local here = debug.getinfo(1, "l").currentline
+    local l1, e1 = line_of(function() local ds = data.cifar10 { format = "zip" }; return ds end)
+    local l2, e2 = line_of(function() local ds = data.numpy { bogus = 1 }; return ds end)
+    local l3, e3 = line_of(function() local ds = data.cifar100 { bogus = 1 }; return ds end)
+    assert.are.equal(here + 1, l1, e1)
+    assert.are.equal(here + 2, l2, e2)
+    assert.are.equal(here + 3, l3, e3)
+  end)
+
   it("reports a file that is not whole records", function()
     local dir = tmpdir()
     write_file(dir .. "/test_batch.bin", string.rep("x", 3074))

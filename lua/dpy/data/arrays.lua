@@ -115,7 +115,7 @@ local function arrays_dataset(kind, opts)
   opts = opts or {}
   local schema = M.options(kind)
   schema.train = true
-  options.check(opts, schema, "data." .. kind, 3)
+  options.check(opts, schema, "data." .. kind, 2)   -- through the tail calls: the caller's line
   local split = opts.train == false and "test" or "train"
   local images, labels, stats, labels_file = read_split(kind, opts, split)
   local channels = images:size(1)

@@ -31,7 +31,7 @@ local function cifar_layout(name, opts, default_dir, split)
   local format = opts.format or "auto"
   if format ~= "auto" and format ~= "binary" and format ~= "python" then
     error(string.format("data.%s: format must be 'auto', 'binary' or 'python', got %s", name,
-                        tostring(format)), 3)
+                        tostring(format)), 4)   -- past read_cifar and cifar10: the caller's line
   end
   local dir = opts.dir or default_dir
   local formats = format == "auto" and { "binary", "python" } or { format }
