@@ -136,7 +136,7 @@ M.CIFAR100_DIR = "/usr/share/datasets/cifar-100-binary"
 -- test_batch.bin) or the Python one (data_batch_1 ... test_batch, what torchvision downloads);
 -- "auto" looks in dir and in its cifar-10-batches-bin/ and cifar-10-batches-py/ folders.
 -- The readers of CIFAR and of arrays lie in dpy.data.cifar and dpy.data.arrays, loaded when first
--- called: a node of another dataset does not load them (20 KiB of its Lua heap).
+-- called: a node of another dataset does not load them (16 KiB of its Lua heap).
 function M.cifar10(opts) return require("dpy.data.cifar").cifar10(opts) end
 
 --- data.cifar100{dir, train = true, label = "fine" | "coarse", format = "auto"}: the binary
