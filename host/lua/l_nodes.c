@@ -175,17 +175,22 @@ static void slot_release_locked(group *g, int slot) {
     }
 }
 
+/* Takes a free slot (under mu; free_slots > 0) and returns it. */
+static int take_free_slot(group *g) {
+    int slot = 0;
+    while (g->slot_busy[slot])
+        slot++;
+    g->free_slots--;
+    g->slot_busy[slot] = 1;
+    return slot;
+}
+
 /* The last build over: the free slots go to the rounds held back meanwhile. */
 static void unbuilt_less_locked(group *g) {
     if (--g->unbuilt > 0)
         return;
-    for (int slot = 0; g->free_slots > 0 && g->nwaiting > 0; slot++) {
-        if (g->slot_busy[slot])
-            continue;
-        g->free_slots--;
-        g->slot_busy[slot] = 1;
-        slot_release_locked(g, slot);
-    }
+    while (g->free_slots > 0 && g->nwaiting > 0)
+        slot_release_locked(g, take_free_slot(g));
 }
 
 static void slot_acquire(node_ctx *n, int64_t priority) {
@@ -196,11 +201,7 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     int ahead = g->nwaiting > 0 && g->waiting[0]->priority < priority;
     int at_once = g->free_slots > 0 && !ahead && !held_back(g, priority);
     if (at_once) {
-        g->free_slots--;
-        n->slot = 0;
-        while (g->slot_busy[n->slot])
-            n->slot++;
-        g->slot_busy[n->slot] = 1;
+        n->slot = take_free_slot(g);
     } else {
         n->granted = 0;
         n->priority = priority;
