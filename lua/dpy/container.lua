@@ -15,11 +15,9 @@ local data = require "dpy.data"
 local trainer = require "dpy.trainer"
 local metrics = require "dpy.metrics"
 local log = require "dpy.log"
-local random = require "dpy.random"
 local transforms = require "dpy.transforms"
 local options = require "dpy.options"
 local config_modules = require "dpy.config_modules"
-local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -177,7 +175,7 @@ function M.evaluates(cfg, uid)
   if not cfg.eval_nodes or cfg.eval_nodes >= cfg.nodes then return true end
   local all = {}
   for u = 0, cfg.nodes - 1 do all[u + 1] = u end
-  random.new(cfg.seed):shuffle(all)
+  require("dpy.random").new(cfg.seed):shuffle(all)
   for i = 1, cfg.eval_nodes do if all[i] == uid then return true end end
   return false
 end
@@ -246,6 +244,14 @@ local function read_config(text)
   return t.values
 end
 
+-- The node's clock (dpy.simclock): stragglers and the simulated clock. A run with neither loads
+-- no dpy.simclock (nor dpy.random): its nodes' clock never slows them.
+local STEADY = { factor = 1, simulated = false, now = 0, slowdown = function() return 1 end }
+local function clock(cfg, uid)
+  if not (cfg.stragglers or cfg.sim_clock) then return STEADY end
+  return require("dpy.simclock").new(cfg, uid)
+end
+
 --- Builds the node's components; returns the node table that actions see (not yet locked).
 -- args = { config = M.config_text(cfg), dir, t0, resume } (see l_nodes.c).
 function M.build(ep, args)
@@ -256,7 +262,7 @@ function M.build(ep, args)
   local c = { uid = uid, cfg = cfg, dir = args.dir, endpoint = ep }
   local node = new_node(c)   -- c: the slots, filled here; after this function only node:wrap changes them
   node.round, node.t0 = 0, tonumber(args.t0)
-  node.simclock = simclock.new(cfg, uid)   -- stragglers and the simulated clock
+  node.simclock = clock(cfg, uid)
   c.log = assert(log.open(string.format("%s/%d.log", args.dir, uid), uid))
   c.metrics = metrics.new(uid, string.format("%s/%d.metrics.json", args.dir, uid))
   -- the same initial model on every node; data order and dropout from the node's own stream

@@ -12,7 +12,6 @@
 local trainer = require "dpy.trainer"
 local host = require "dpy.host.core"
 local container = require "dpy.container"
-local simclock = require "dpy.simclock"
 
 local M = {}
 
@@ -46,7 +45,7 @@ local function record(node, r, loss, train_secs, round_start, before)
   local m, t = node.metrics, node.endpoint:traffic()
   local clock = node.simclock
   if clock.simulated then   -- the clock messages are not the modelled network's bytes
-    local c = node.endpoint:traffic(simclock.CLOCK)
+    local c = node.endpoint:traffic(require("dpy.simclock").CLOCK)
     for _, k in ipairs { "sent_payload", "sent_header", "recv_payload", "recv_header" } do t[k] = t[k] - c[k] end
     m:add("sim_seconds", r, clock:finish())
   end

@@ -19,7 +19,7 @@ M.KINDS = {
   optimizer = { module = "dpy.optim" }, sharing = { folder = "sharing", module = "dpy.sharing.robust" },
   aggregator = { module = "dpy.aggregators" }, attack = { module = "dpy.byzantine.attacks" },
   graph = { folder = "graphs" }, partitioner = { module = "dpy.partitioners" },
-  transform = { module = "dpy.transforms" },
+  transform = { folder = "transforms" },
 }
 
 local specs, frozen = {}, false

@@ -2,63 +2,16 @@
 -- names (`transforms = { { "uniform_asymmetric_quantization", bits = 8 }, { "zstd", level = 3 } }`).
 -- A chain encodes in config order and decodes in reverse. Its id (a hash of the chain's
 -- description) travels in every packet header, so a receiver configured differently refuses the
--- payload instead of decoding garbage.
-local codec = require "dpy.codec.core"
+-- payload instead of decoding garbage. The built-in transforms are the files of
+-- lua/dpy/transforms/, loaded by name (a node without transforms loads none).
 local registry = require "dpy.registry"
-local random = require "dpy.random"
 local tensor = require "dpy.tensor"
 
 local M = {}
 
-registry.register {
-  kind = "transform", name = "uniform_asymmetric_quantization",
-  options = { bits = { type = "integer", default = 8, doc = "bits per value: 1..8 or 16",
-                       check = function(b) if not ((b >= 1 and b <= 8) or b == 16) then
-                         return "must be 1..8 or 16, got " .. b end end },
-              chunk = { type = "integer", min = 0, default = 0, doc = "values per scale (0: per tensor)" } },
-  doc = "b bits per value (1-8 or 16), a scale and zero point per tensor (chunk = 0) or per chunk "
-        .. "of k values; at most half a step of error; +-Inf saturate, a NaN chunk stays NaN",
-  new = function(o)
-    local bits, chunk = o.bits, o.chunk
-    return { label = string.format("uniform_asymmetric_quantization(bits=%d,chunk=%d)", bits, chunk),
-             input = "float32",
-             encode = function(t) return codec.quantize(t, bits, chunk) end,
-             decode = function(b, _, max) return codec.dequantize(b, max and max // 4) end,
-             bound = function(bytes) return codec.quantize_size(bytes // 4, bits, chunk) end }
-  end,
-}
-
-registry.register {
-  kind = "transform", name = "zstd",
-  options = { level = { type = "integer", min = -7, max = 22, default = 3, doc = "compression level" } },
-  doc = "zstd compression of the payload bytes (level 1-19, default 3)",
-  new = function(o)
-    local level = o.level
-    return { label = string.format("zstd(level=%d)", level), input = "any",
-             encode = function(t) return codec.zstd(t, level) end,
-             decode = function(b, dtype, max) return codec.unzstd(b, dtype, max) end,
-             bound = codec.zstd_bound }
-  end,
-}
-
-registry.register {
-  kind = "transform", name = "fpzip",
-  options = { precision = { type = "integer", default = 0, doc = "bits kept per value: 0 (lossless) or 2..32",
-                            check = function(p) if not (p == 0 or (p >= 2 and p <= 32)) then
-                              return "must be 0 (lossless) or 2..32, got " .. p end end } },
-  doc = "fpzip compression of float32 values: lossless (precision 0) or keeping 2-32 bits of each",
-  new = function(o)
-    local precision = o.precision
-    return { label = string.format("fpzip(precision=%d)", precision), input = "float32",
-             encode = function(t) return codec.fpzip(t, precision) end,
-             decode = function(b, _, max) return codec.unfpzip(b, max and max // 4) end,
-             bound = function(bytes) return codec.fpzip_bound(bytes // 4) end }
-  end,
-}
-
 -- The chain's id on the wire: a hash of its description (0 is kept for "no transform").
 local function chain_id(label)
-  local h = random.hash32(label)
+  local h = require("dpy.random").hash32(label)   -- a chain of transforms only
   return h == 0 and 1 or h
 end
 

@@ -853,6 +853,29 @@ describe("the container #e2e", function()
     assert.are.same({ { 0, 1 } }, m.loads_again)
   end)
 
+  it("loads the clock, churn and seeded-draw modules in the nodes of the runs that use them alone", function()
+    -- a node's heap holds what its run uses; a run with stragglers, sim_clock and churn loads them
+    local probe = action([[
+      local lazy = { "dpy.simclock", "dpy.churn", "dpy.random" }
+      return { post_train = function(n, r)
+        for i, name in ipairs(lazy) do n.metrics:add(name, r, package.loaded[name] and 1 or 0) end
+      end }]])
+    local code, _, err, plain = run_config(TINY_RUN .. probe)
+    assert.are.equal(0, code, err)
+    local m = node_metrics(plain, 1)
+    for _, name in ipairs { "dpy.simclock", "dpy.churn", "dpy.random" } do
+      assert.are.same({ { 1, 0 }, { 2, 0 }, { 3, 0 } }, m[name], name)
+    end
+    local code2, _, err2, used = run_config(TINY_RUN .. probe .. "stragglers = { factors = { 1, 1, 1, 2 } }\n"
+                                            .. "sim_clock = { step_seconds = 0.01, latency = 0.001 }\n"
+                                            .. "churn = { { uid = 3, leave = 2, rejoin = 3 } }\n")
+    assert.are.equal(0, code2, err2)
+    m = node_metrics(used, 1)
+    assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, m["dpy.simclock"])
+    assert.are.equal(1, m["dpy.churn"][#m["dpy.churn"]][2])
+    assert.truthy(m.sim_seconds and #m.sim_seconds == 3, "the simulated clock ran")
+  end)
+
   it("names the old outgoing list instead of stacking modifiers round after round", function()
     local code, _, err = run_config(TINY_RUN .. action(
       "return { pre_exchange = function(n) table.insert(n.outgoing, function(f) return f end) end }"))
