@@ -169,15 +169,23 @@ end
 --- Whether node 0 is a server that does not train (fedavg, ps): the algorithm's spec says.
 function M.has_server(cfg) return registry.spec("algorithm", cfg.algorithm, 2).server == true end
 
---- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always).
+--- Whether uid evaluates: every node, or a seeded sample of eval_nodes (the server always). The
+-- sample is drawn once per process, a byte per node its nodes share (data.shared): a draw of every
+-- node's was O(nodes) a node (8,192 nodes: 1.3 ms and a table of 8,192 uids each).
 function M.evaluates(cfg, uid)
   if M.has_server(cfg) then return uid == 0 end
   if not cfg.eval_nodes or cfg.eval_nodes >= cfg.nodes then return true end
-  local all = {}
-  for u = 0, cfg.nodes - 1 do all[u + 1] = u end
-  require("dpy.random").new(cfg.seed):shuffle(all)
-  for i = 1, cfg.eval_nodes do if all[i] == uid then return true end end
-  return false
+  local key = string.format("evaluators: seed %d, %d nodes, %d sampled", cfg.seed, cfg.nodes, cfg.eval_nodes)
+  local shared = data.shared(key, function()
+    local all, chosen = {}, {}
+    for u = 0, cfg.nodes - 1 do all[u + 1], chosen[u + 1] = u, 0 end
+    require("dpy.random").new(cfg.seed):shuffle(all)
+    for i = 1, cfg.eval_nodes do chosen[all[i] + 1] = 1 end
+    return { chosen = tensor.new(chosen, "uint8") }
+  end)
+  local chosen <close> = shared.chosen
+  local mine <close> = chosen:select(0, uid)
+  return mine:item() == 1
 end
 
 -- Builds the config's actions on node: their handlers by event, and their outgoing modifiers.
