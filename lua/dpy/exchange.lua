@@ -175,17 +175,40 @@ function M.modified(node, flat, r)
   return t
 end
 
+-- Round r's sample of the n = nodes - 1 clients (uids 1 .. n): a seeded k = fraction x n of them
+-- (at least 1) as a set, or nil when k is every client. Floyd's algorithm draws k times, whatever
+-- n: every node asks each round, and a shuffle of every client was O(nodes) a node (8,192 nodes,
+-- 10 %: 1.5 ms a node a round).
+local function sample(cfg, r)
+  local n = cfg.nodes - 1
+  local k = math.max(1, math.floor(cfg.fraction * n + 0.5))
+  if k >= n then return nil, n end
+  local rng, set = require("dpy.random").new(cfg.seed * 7919 + r), {}
+  for j = n - k + 1, n do
+    local t = rng:int(j) + 1   -- in 1 .. j: j itself when t is taken already
+    set[set[t] and j or t] = true
+  end
+  return set, n
+end
+
 --- exchange.sampled(cfg, r) -> the clients (uids 1 .. nodes - 1) a server samples in round r, a
 -- seeded fraction, sorted: the same on every node.
 function M.sampled(cfg, r)
-  local clients = {}
-  for u = 1, cfg.nodes - 1 do clients[#clients + 1] = u end
-  local k = math.max(1, math.floor(cfg.fraction * #clients + 0.5))
-  require("dpy.random").new(cfg.seed * 7919 + r):shuffle(clients)
+  local set, n = sample(cfg, r)
   local chosen = {}
-  for i = 1, k do chosen[i] = clients[i] end
+  if not set then
+    for u = 1, n do chosen[u] = u end
+    return chosen
+  end
+  for u in pairs(set) do chosen[#chosen + 1] = u end
   table.sort(chosen)
   return chosen
+end
+
+--- exchange.is_sampled(cfg, r, uid) -> whether client uid is in round r's sample (exchange.sampled)
+function M.is_sampled(cfg, r, uid)
+  local set = sample(cfg, r)
+  return not set or set[uid] == true
 end
 
 -- What a node sends of flat: the actions' outgoing modifiers, then the transform chain. Each

@@ -556,3 +556,35 @@ describe("reset_optimizer #e2e", function()
     assert.is_nil(io.open(out .. "/config.json"))
   end)
 end)
+
+describe("fedavg's sample of clients (exchange.sampled)", function()
+  local exchange = require "dpy.exchange"
+
+  it("is Floyd's seeded sample of fraction x clients, the same on every node (computed in Python)", function()
+    local function cfg(nodes, fraction, seed) return { nodes = nodes, fraction = fraction, seed = seed } end
+    assert.are.same({ 2, 3, 4, 7 }, exchange.sampled(cfg(16, 0.25, 1), 1))
+    assert.are.same({ 3, 4, 10, 14 }, exchange.sampled(cfg(16, 0.25, 1), 2))
+    assert.are.same({ 6, 19, 24, 77, 96 }, exchange.sampled(cfg(101, 0.05, -5), 7))
+    assert.are.same({ 1, 2, 3, 4, 5, 6, 7, 8, 9 }, exchange.sampled(cfg(10, 1.0, 1), 1))
+    for u = 1, 15 do
+      local listed = false
+      for _, c in ipairs(exchange.sampled(cfg(16, 0.25, 1), 2)) do listed = listed or c == u end
+      assert.are.equal(listed, exchange.is_sampled(cfg(16, 0.25, 1), 2, u), u)
+    end
+    assert.is_true(exchange.is_sampled(cfg(10, 1.0, 1), 1, 9))
+  end)
+
+  it("costs its sample's size, not the node count", function()
+    -- every node asks every round: a shuffle of every client was O(nodes) a node a round
+    collectgarbage("stop")
+    local before = collectgarbage("count")
+    for r = 1, 20 do
+      local c = { nodes = 1000000, fraction = 0.0001, seed = 1 }
+      assert.are.equal(100, #exchange.sampled(c, r))
+      if exchange.is_sampled then exchange.is_sampled(c, r, 5) end
+    end
+    local kib = collectgarbage("count") - before
+    collectgarbage("restart")
+    assert.is_true(kib < 256, string.format("20 rounds' questions took %.0f KiB at a million nodes", kib))
+  end)
+end)

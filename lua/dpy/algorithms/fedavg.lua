@@ -54,11 +54,8 @@ local function serve(node, r, chosen, codec)
 end
 
 local function round(node, r, codec)
-  local chosen = exchange.sampled(node.cfg, r)
-  if node.is_server then return serve(node, r, chosen, codec) end
-  local mine = false
-  for _, c in ipairs(chosen) do mine = mine or c == node.uid end
-  if not mine then return nil, 0 end
+  if node.is_server then return serve(node, r, exchange.sampled(node.cfg, r), codec) end
+  if not exchange.is_sampled(node.cfg, r, node.uid) then return nil, 0 end
   local t0 = host.clock()
   local global = exchange.receive(node, 0, r)
   if not global then return nil, 0 end
