@@ -253,8 +253,10 @@ local function read_config(text)
 end
 
 -- The node's clock (dpy.simclock): stragglers and the simulated clock. A run with neither loads
--- no dpy.simclock (nor dpy.random): its nodes' clock never slows them.
-local STEADY = { factor = 1, simulated = false, now = 0, slowdown = function() return 1 end }
+-- no dpy.simclock (nor dpy.random): its nodes' clock never slows them, with the fields of
+-- simclock.new's (round_timeout reads `late`, dpy.node `simulated`, the README lists `now`).
+local STEADY = { factor = 1, simulated = false, traced = false, now = 0, sent = 0, done = 0, late = 0,
+                 slowdown = function() return 1 end }
 local function clock(cfg, uid)
   if not (cfg.stragglers or cfg.sim_clock) then return STEADY end
   return require("dpy.simclock").new(cfg, uid)

@@ -66,6 +66,19 @@ end
 
 local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks often; a look opens the file)
 
+-- A built-in module registers as it loads, as itself: while a user's file that asks for it is
+-- loaded (not as that file's spec), and with the registry frozen (the freeze keeps a node's
+-- components fixed after init; a built-in asked for later, a chain of transforms an action builds,
+-- changes none of them).
+local function require_builtin(name)
+  local loading = capture
+  if loading then loading.depth = loading.depth + 1 end
+  local ok, module = pcall(frozen and M.thawed or function(f, ...) return f(...) end, require, name)
+  if loading then loading.depth = loading.depth - 1 end
+  if not ok then error(module, 0) end
+  return module
+end
+
 -- Loads the built-ins of kind: for one name, its file in the kind's folder, else the kind's module
 -- (which registers a family: sharing's robust rules); without a name, the module and every file
 -- of the folder. A name found by its file or the module lists no folder, so a node's start-up
@@ -78,19 +91,19 @@ local function load_builtins(kind, name)
     looked_up[kind] = seen
     if seen[name] then return end
     if type(name) == "string" and name:match("^[%w_]+$") and package.searchpath(module .. name, package.path) then
-      require(module .. name)
+      require_builtin(module .. name)
     elseif home.module then
-      require(home.module)
+      require_builtin(home.module)
     end
     seen[name] = true   -- once its file or the module loaded: one that raised raises again
     return
   end
-  if home.module then require(home.module) end
+  if home.module then require_builtin(home.module) end
   if not home.folder or loaded_kinds[kind] then return end
   local _, files = require("dpy.data.core").list_dir(assert(dpy_dir()) .. "/" .. home.folder)
   for _, file in ipairs(files or {}) do
     local base = file:match("^([%w_]+)%.lua$")
-    if base then require(module .. base) end
+    if base then require_builtin(module .. base) end
   end
   loaded_kinds[kind] = true
 end

@@ -94,7 +94,8 @@ Clock.__index = Clock
 --- simclock.new(cfg, uid) -> the node's clock: { factor (round 1's slowdown), simulated (whether
 -- sim_clock is on), now }
 function M.new(cfg, uid)
-  -- every node builds one: without stragglers, not the table of every node's factor (O(nodes))
+  -- every node builds one: without stragglers, not the table of every node's factor (O(nodes));
+  -- a run without stragglers or sim_clock gets dpy.container's STEADY instead, with these fields
   local factor = cfg.stragglers and M.factors(cfg)[uid] or 1
   return setmetatable({ cfg = cfg, uid = uid, factor = factor, simulated = cfg.sim_clock ~= nil,
                         traced = cfg.stragglers and cfg.stragglers.trace ~= nil,

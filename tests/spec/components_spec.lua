@@ -693,6 +693,18 @@ describe("a user's components", function()
     assert.not_matches("attempt to call", err)
   end)
 
+  it("take a built-in the file asks for at its top as the built-in's, not as a second spec of the file", function()
+    local dir = files { ["z1.lua"] = [[
+      local registry = require "dpy.registry"
+      local zstd = registry.build("transform", { "zstd", level = 1 })   -- loads the built-in's file now
+      return registry.register { kind = "transform", name = "zstd1",
+        new = function() return { label = "zstd1", input = "any", encode = zstd.encode, decode = zstd.decode,
+                                  bound = zstd.bound } end }]] }
+    local code, _, err, out = run_config(TINY_RUN .. "transforms = { '" .. dir .. "/z1.lua' }\n", "-q")
+    assert.are.equal(0, code, err)
+    assert.are.equal(3, #node_metrics(out, 1).test_accuracy)
+  end)
+
   it("name an action whose new returns neither nil nor a table of handlers: the action, its file, what", function()
     local dir = files { ["a.lua"] = [[
       return require("dpy.registry").register { kind = "action", name = "mine",
@@ -903,6 +915,21 @@ describe("the container #e2e", function()
     assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, m["dpy.simclock"])
     assert.are.equal(1, m["dpy.churn"][#m["dpy.churn"]][2])
     assert.truthy(m.sim_seconds and #m.sim_seconds == 3, "the simulated clock ran")
+  end)
+
+  it("builds a chain of built-in transforms after init, when the config named none", function()
+    -- the built-in transforms load by name (lua/dpy/transforms/), after the registry's freeze too
+    local code, _, err, out = run_config(TINY_RUN .. action([[
+      return { post_train = function(n, r)
+        local chain = require("dpy.transforms").chain { "zstd" }
+        local flat <close> = n.model:get_flat()
+        local packed <close> = chain:encode(flat)
+        local back <close> = assert(chain:decode(packed, flat:numel()))
+        local diff <close> = back - flat
+        n.metrics:add("same", r, back:numel() == flat:numel() and diff:norm():item() == 0 and 1 or 0)
+      end }]]))
+    assert.are.equal(0, code, err)
+    assert.are.same({ { 1, 1 }, { 2, 1 }, { 3, 1 } }, node_metrics(out, 2).same)
   end)
 
   it("names the old outgoing list instead of stacking modifiers round after round", function()
