@@ -73,17 +73,37 @@ function M.schedule(cfg)
   return out
 end
 
-local cache = setmetatable({}, { __mode = "k" })
+local cache = setmetatable({}, { __mode = "k" })   -- cfg -> its schedule, or a seeded one's leaves
+
+-- A seeded schedule as every node's first absent round (0: never), drawn once per process and
+-- shared by its nodes (data.shared): each node drawing the whole schedule was O(nodes) a node.
+local function seeded_leaves(cfg)
+  local c = cfg.churn
+  local key = string.format("churn: fraction %.17g, leave_rounds %d, rounds %d: seed %d, %d nodes", c.fraction,
+                            c.leave_rounds, cfg.rounds, cfg.seed, cfg.nodes)
+  return require("dpy.data").shared(key, function()
+    local leaves = {}
+    for u = 0, cfg.nodes - 1 do leaves[u + 1] = 0 end
+    for u, spans in pairs(M.schedule(cfg)) do leaves[u + 1] = spans[1][1] end
+    return { leaves = require("dpy.tensor").new(leaves, "int64") }
+  end).leaves
+end
 
 --- churn.absent(cfg, uid, r) -> whether node uid is absent in round r
 function M.absent(cfg, uid, r)
   if not cfg.churn then return false end
   local s = cache[cfg]
   if not s then
-    s = M.schedule(cfg)
+    s = cfg.churn[1] == nil and seeded_leaves(cfg) or M.schedule(cfg)
     cache[cfg] = s
   end
-  for _, span in ipairs(s[math.tointeger(uid)] or {}) do
+  uid = math.tointeger(uid)
+  if type(s) ~= "table" then   -- seeded: the shared leaves; one span of leave_rounds from a leave
+    local at <close> = s:select(0, uid)
+    local leave = at:item()
+    return leave > 0 and r >= leave and r < leave + cfg.churn.leave_rounds
+  end
+  for _, span in ipairs(s[uid] or {}) do
     if r >= span[1] and r < span[2] then return true end
   end
   return false

@@ -91,21 +91,55 @@ end
 local Clock = {}
 Clock.__index = Clock
 
+-- Every node's slowdowns of a drawn or traced form, drawn or read once per process and shared by
+-- its nodes (data.shared): float64, the trace's rows one after the other (one row otherwise), a
+-- node's own at row * nodes + uid. Every node drawing or reading them all was O(nodes) a node, and
+-- with a trace a round.
+local function shared_factors(cfg)
+  local s = cfg.stragglers
+  local form = s.trace and "trace " .. s.trace or s.lognormal and string.format("lognormal %.17g", s.lognormal)
+               or string.format("fraction %.17g, slowdown %.17g", s.fraction, s.slowdown)
+  local key = string.format("stragglers %s: seed %d, %d nodes", form, cfg.seed, cfg.nodes)
+  local shared = require("dpy.data").shared(key, function()
+    local rows = s.trace and #require("dpy.trace").load(s.trace, cfg.nodes) or 1
+    local all = {}
+    for r = 1, rows do
+      local f = M.factors(cfg, r)
+      for u = 0, cfg.nodes - 1 do all[#all + 1] = f[u] end
+    end
+    return { factors = tensor.new(all, "float64") }
+  end)
+  return shared.factors
+end
+
+-- The slowdown of node uid of nodes in round r, of the shared factors.
+local function read(factors, nodes, r, uid)
+  local mine <close> = factors:select(0, (r - 1) % (factors:numel() // nodes) * nodes + uid)
+  return mine:item()
+end
+
 --- simclock.new(cfg, uid) -> the node's clock: { factor (round 1's slowdown), simulated (whether
 -- sim_clock is on), now }
 function M.new(cfg, uid)
-  -- every node builds one: without stragglers, not the table of every node's factor (O(nodes));
-  -- a run without stragglers or sim_clock gets dpy.container's STEADY instead, with these fields
-  local factor = cfg.stragglers and M.factors(cfg)[uid] or 1
+  -- every node builds one: its own factor, not a table of every node's (O(nodes)); a run without
+  -- stragglers or sim_clock gets dpy.container's STEADY instead, with these fields
+  local s, factor, shared = cfg.stragglers, 1, nil
+  if s and s.factors then
+    factor = s.factors[uid + 1]
+  elseif s then
+    local all = shared_factors(cfg)
+    factor = read(all, cfg.nodes, 1, uid)
+    if s.trace then shared = all else all:free() end   -- a trace's clock reads it every round
+  end
   return setmetatable({ cfg = cfg, uid = uid, factor = factor, simulated = cfg.sim_clock ~= nil,
-                        traced = cfg.stragglers and cfg.stragglers.trace ~= nil,
+                        traced = s and s.trace ~= nil, shared = shared,
                         now = 0, sent = 0, done = 0, late = 0 }, Clock)
 end
 
 --- clock:slowdown(r) -> the node's compute slowdown in round r
 function Clock:slowdown(r)
   if not self.traced then return self.factor end
-  return M.factors(self.cfg, r)[self.uid]
+  return read(self.shared, self.cfg.nodes, r, self.uid)
 end
 
 --- clock:trained(steps, r): the node trained steps in round r; its models leave at now + their time

@@ -43,6 +43,27 @@ describe("a churn schedule", function()
     assert.are_not.same(s, churn.schedule(cfg({ fraction = 0.25, leave_rounds = 3 }, { seed = 4 })))
   end)
 
+  it("tells each node who is absent from a seeded schedule drawn once per process", function()
+    -- every node asks (its own rounds, its neighbours'): each drew the whole schedule, O(nodes) a node
+    local c = cfg { fraction = 0.25, leave_rounds = 3 }
+    local s = churn.schedule(c)
+    for u = 0, 7 do
+      for r = 1, 10 do
+        local span = s[u] and s[u][1]
+        local node_cfg = cfg { fraction = 0.25, leave_rounds = 3 }   -- a node's own copy, as in its own state
+        assert.are.equal(span ~= nil and r >= span[1] and r < span[2], churn.absent(node_cfg, u, r), u .. ":" .. r)
+      end
+    end
+    local function big() return { seed = 1, nodes = 1000000, rounds = 20, churn = { fraction = 0.1, leave_rounds = 2 } } end
+    churn.absent(big(), 0, 1)
+    collectgarbage("stop")
+    local before = collectgarbage("count")
+    for u = 1, 20 do churn.absent(big(), u, 3) end
+    local kib = collectgarbage("count") - before
+    collectgarbage("restart")
+    assert.is_true(kib < 64, string.format("20 nodes' questions took %.0f KiB at a million nodes", kib))
+  end)
+
   it("refuses a malformed config", function()
     local cases = {
       { { { uid = 1, leave = 4, rejoin = 4 } }, "churn%[1%]: rejoin %(4%) must come after leave %(4%)" },

@@ -41,6 +41,32 @@ describe("stragglers", function()
     assert.are.equal(4, simclock.new({ seed = 1, nodes = 4, stragglers = { factors = { 1, 1, 4, 1 } } }, 2).factor)
   end)
 
+  it("give each node its own slowdown, drawn or read once per process, whatever the node count", function()
+    -- every node builds its clock, and a traced one asks every round: each drew or read every
+    -- node's slowdown, O(nodes) a node (and a round)
+    local dir = tmpdir()
+    write_file(dir .. "/t.csv", "1, 2.5, 1, 1, 3\n4, 1, 1, 2, 1\n")
+    for _, s in ipairs { { fraction = 0.4, slowdown = 3 }, { lognormal = 0.5 }, { factors = { 1, 2, 1, 5, 1 } },
+                         { trace = dir .. "/t.csv" } } do
+      local c = { seed = 9, nodes = 5, stragglers = s }
+      for u = 0, 4 do
+        local clock = simclock.new(c, u)
+        assert.are.equal(simclock.factors(c)[u], clock.factor, u)
+        for r = 1, 3 do assert.are.equal(simclock.factors(c, r)[u], clock:slowdown(r), u) end
+      end
+    end
+    local big = { seed = 1, nodes = 1000000, stragglers = { fraction = 0.1, slowdown = 4 } }
+    simclock.new(big, 0)
+    collectgarbage("stop")
+    local before = collectgarbage("count")
+    local slow = 0
+    for u = 1, 50 do slow = slow + (simclock.new(big, u):slowdown(2) > 1 and 1 or 0) end
+    local kib = collectgarbage("count") - before
+    collectgarbage("restart")
+    assert.is_true(kib < 64, string.format("50 nodes' clocks took %.0f KiB at a million nodes", kib))
+    assert.is_true(slow < 50)
+  end)
+
   it("refuse a list of the wrong length, and two forms at once", function()
     assert.error_matches(function() simclock.factors(cfg { factors = { 1, 2 } }) end,
                          "stragglers: factors lists 2 nodes, the config has 10")
