@@ -54,7 +54,9 @@ describe("a churn schedule", function()
         assert.are.equal(span ~= nil and r >= span[1] and r < span[2], churn.absent(node_cfg, u, r), u .. ":" .. r)
       end
     end
-    local function big() return { seed = 1, nodes = 1000000, rounds = 20, churn = { fraction = 0.1, leave_rounds = 2 } } end
+    local function big()
+      return { seed = 1, nodes = 1000000, rounds = 20, churn = { fraction = 0.1, leave_rounds = 2 } }
+    end
     churn.absent(big(), 0, 1)
     collectgarbage("stop")
     local before = collectgarbage("count")
