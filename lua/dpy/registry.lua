@@ -73,7 +73,8 @@ local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks 
 local function require_builtin(name)
   local loading = capture
   if loading then loading.depth = loading.depth + 1 end
-  local ok, module = pcall(frozen and M.thawed or function(f, ...) return f(...) end, require, name)
+  local ok, module
+  if frozen then ok, module = pcall(M.thawed, require, name) else ok, module = pcall(require, name) end
   if loading then loading.depth = loading.depth - 1 end
   if not ok then error(module, 0) end
   return module

@@ -26,33 +26,37 @@ M.CLOCK = 6   -- the fabric channel of the senders' simulated clocks
 --- simclock.factors(cfg [, r]) -> { [uid] = compute slowdown } for every node in round r (default 1;
 -- only a trace changes with the round; 1 without stragglers). Raises on a list of the wrong
 -- length, an ambiguous table or a malformed trace file.
+-- Raises unless s gives one form of stragglers, whole: a factors list of n, or fraction with slowdown.
+local function check_form(s, n)
+  local forms = (s.factors and 1 or 0) + ((s.fraction or s.slowdown) and 1 or 0) + (s.lognormal and 1 or 0)
+                + (s.trace and 1 or 0)
+  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown), lognormal or trace", 0) end
+  if s.factors and #s.factors ~= n then
+    error(string.format("stragglers: factors lists %d nodes, the config has %d", #s.factors, n), 0)
+  elseif s.fraction and not s.slowdown then
+    error(string.format("stragglers: fraction = %s needs slowdown (how many times slower those nodes compute)",
+                        tostring(s.fraction)), 0)
+  elseif s.slowdown and not s.fraction then
+    error(string.format("stragglers: slowdown = %s needs fraction (the share of the nodes that are that slow)",
+                        tostring(s.slowdown)), 0)
+  end
+end
+
 function M.factors(cfg, r)
   local s, n, f = cfg.stragglers, cfg.nodes, {}
   for u = 0, n - 1 do f[u] = 1 end
   if not s then return f end
-  local forms = (s.factors and 1 or 0) + ((s.fraction or s.slowdown) and 1 or 0) + (s.lognormal and 1 or 0)
-                + (s.trace and 1 or 0)
-  if forms ~= 1 then error("stragglers: give one of factors, fraction (with slowdown), lognormal or trace", 0) end
+  check_form(s, n)
   if s.trace then
     local trace = require "dpy.trace"   -- only for a trace: a node's Lua state holds what it runs
     local row = trace.row(trace.load(s.trace, n), r or 1)
     for u = 0, n - 1 do f[u] = row[u + 1] end
   elseif s.factors then
-    if #s.factors ~= n then
-      error(string.format("stragglers: factors lists %d nodes, the config has %d", #s.factors, n), 0)
-    end
     for u = 0, n - 1 do f[u] = s.factors[u + 1] end
   elseif s.lognormal then
     local rng = random.new(cfg.seed * 7919 + 17)
     for u = 0, n - 1 do f[u] = math.exp(s.lognormal * rng:normal()) end
   else
-    if not s.slowdown then
-      error(string.format("stragglers: fraction = %s needs slowdown (how many times slower those nodes compute)",
-                          tostring(s.fraction)), 0)
-    elseif not s.fraction then
-      error(string.format("stragglers: slowdown = %s needs fraction (the share of the nodes that are that slow)",
-                          tostring(s.slowdown)), 0)
-    end
     local all = {}
     for u = 0, n - 1 do all[u + 1] = u end
     random.new(cfg.seed * 7919 + 13):shuffle(all)
@@ -97,7 +101,9 @@ Clock.__index = Clock
 -- with a trace a round.
 local function shared_factors(cfg)
   local s = cfg.stragglers
-  local form = s.trace and "trace " .. s.trace or s.lognormal and string.format("lognormal %.17g", s.lognormal)
+  -- a trace by its path, size and time: a file written again is read again
+  local form = s.trace and string.format("trace %s (%s)", s.trace, require("dpy.data.core").stamp(s.trace))
+               or s.lognormal and string.format("lognormal %.17g", s.lognormal)
                or string.format("fraction %.17g, slowdown %.17g", s.fraction, s.slowdown)
   local key = string.format("stragglers %s: seed %d, %d nodes", form, cfg.seed, cfg.nodes)
   local shared = require("dpy.data").shared(key, function()
@@ -124,6 +130,7 @@ function M.new(cfg, uid)
   -- every node builds one: its own factor, not a table of every node's (O(nodes)); a run without
   -- stragglers or sim_clock gets dpy.container's STEADY instead, with these fields
   local s, factor, shared = cfg.stragglers, 1, nil
+  if s then check_form(s, cfg.nodes) end
   if s and s.factors then
     factor = s.factors[uid + 1]
   elseif s then

@@ -1,6 +1,7 @@
 -- Stragglers and the simulated clock (dpy.simclock): per-node compute slowdowns, simulated round
 -- times (compute at step_seconds per step, per-link latency), deadlines in simulated time.
 local simclock = require "dpy.simclock"
+local host = require "dpy.host.core"
 
 describe("stragglers", function()
   local function cfg(t) return { seed = 3, nodes = 10, stragglers = t } end
@@ -65,6 +66,18 @@ describe("stragglers", function()
     collectgarbage("restart")
     assert.is_true(kib < 64, string.format("50 nodes' clocks took %.0f KiB at a million nodes", kib))
     assert.is_true(slow < 50)
+    -- a trace written again (a script's second run in one process) is read again
+    local traced = { seed = 9, nodes = 5, stragglers = { trace = dir .. "/t.csv" } }
+    assert.are.equal(4, simclock.new(traced, 0):slowdown(2))
+    host.sleep(0.01)   -- another mtime, whatever the file system's resolution
+    write_file(dir .. "/t.csv", "7, 1, 1, 1, 1\n")
+    package.loaded["dpy.trace"] = nil   -- as in the next run's fresh node states
+    assert.are.equal(7, simclock.new(traced, 0):slowdown(2))
+    -- a malformed table is named, as the launcher's check names it
+    assert.error_matches(function() simclock.new({ seed = 1, nodes = 5, stragglers = { fraction = 0.5 } }, 0) end,
+                         "stragglers: fraction = 0.5 needs slowdown")
+    assert.error_matches(function() simclock.new({ seed = 1, nodes = 5, stragglers = { factors = { 1 } } }, 0) end,
+                         "stragglers: factors lists 1 nodes, the config has 5")
   end)
 
   it("refuse a list of the wrong length, and two forms at once", function()
