@@ -99,8 +99,7 @@ function M.absent(cfg, uid, r)
   end
   uid = math.tointeger(uid)
   if type(s) ~= "table" then   -- seeded: the shared leaves; one span of leave_rounds from a leave
-    local at <close> = s:select(0, uid)
-    local leave = at:item()
+    local leave = s[uid]:item()
     return leave > 0 and r >= leave and r < leave + cfg.churn.leave_rounds
   end
   for _, span in ipairs(s[uid] or {}) do

@@ -184,8 +184,7 @@ function M.evaluates(cfg, uid)
     return { chosen = tensor.new(chosen, "uint8") }
   end)
   local chosen <close> = shared.chosen
-  local mine <close> = chosen:select(0, uid)
-  return mine:item() == 1
+  return chosen[uid]:item() == 1
 end
 
 -- Builds the config's actions on node: their handlers by event, and their outgoing modifiers.

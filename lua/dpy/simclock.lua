@@ -23,9 +23,6 @@ local M = {}
 
 M.CLOCK = 6   -- the fabric channel of the senders' simulated clocks
 
---- simclock.factors(cfg [, r]) -> { [uid] = compute slowdown } for every node in round r (default 1;
--- only a trace changes with the round; 1 without stragglers). Raises on a list of the wrong
--- length, an ambiguous table or a malformed trace file.
 -- Raises unless s gives one form of stragglers, whole: a factors list of n, or fraction with slowdown.
 local function check_form(s, n)
   local forms = (s.factors and 1 or 0) + ((s.fraction or s.slowdown) and 1 or 0) + (s.lognormal and 1 or 0)
@@ -42,6 +39,9 @@ local function check_form(s, n)
   end
 end
 
+--- simclock.factors(cfg [, r]) -> { [uid] = compute slowdown } for every node in round r (default 1;
+-- only a trace changes with the round; 1 without stragglers). Raises on a list of the wrong
+-- length, an ambiguous table or a malformed trace file.
 function M.factors(cfg, r)
   local s, n, f = cfg.stragglers, cfg.nodes, {}
   for u = 0, n - 1 do f[u] = 1 end
@@ -120,8 +120,7 @@ end
 
 -- The slowdown of node uid of nodes in round r, of the shared factors.
 local function read(factors, nodes, r, uid)
-  local mine <close> = factors:select(0, (r - 1) % (factors:numel() // nodes) * nodes + uid)
-  return mine:item()
+  return factors[(r - 1) % (factors:numel() // nodes) * nodes + uid]:item()
 end
 
 --- simclock.new(cfg, uid) -> the node's clock: { factor (round 1's slowdown), simulated (whether
@@ -130,13 +129,15 @@ function M.new(cfg, uid)
   -- every node builds one: its own factor, not a table of every node's (O(nodes)); a run without
   -- stragglers or sim_clock gets dpy.container's STEADY instead, with these fields
   local s, factor, shared = cfg.stragglers, 1, nil
-  if s then check_form(s, cfg.nodes) end
-  if s and s.factors then
-    factor = s.factors[uid + 1]
-  elseif s then
-    local all = shared_factors(cfg)
-    factor = read(all, cfg.nodes, 1, uid)
-    if s.trace then shared = all else all:free() end   -- a trace's clock reads it every round
+  if s then
+    check_form(s, cfg.nodes)
+    if s.factors then
+      factor = s.factors[uid + 1]
+    else
+      local all = shared_factors(cfg)
+      factor = read(all, cfg.nodes, 1, uid)
+      if s.trace then shared = all else all:free() end   -- a trace's clock reads it every round
+    end
   end
   return setmetatable({ cfg = cfg, uid = uid, factor = factor, simulated = cfg.sim_clock ~= nil,
                         traced = s and s.trace ~= nil, shared = shared,
