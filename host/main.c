@@ -399,26 +399,8 @@ static int run_interpreter(lua_State *L, char **argv, int argc) {
 ** gradients). With glibc's defaults those above the mmap threshold are mapped and unmapped each
 ** time, and the page faults cost more than the arithmetic (3x slower steps, measured in bench/).
 ** Keep them in the heap instead, and give memory back to the system only past 256 MiB free.
-** (For glibc, in sanitizer builds; the normal build links jemalloc, configured below.)
+** (For glibc, in sanitizer builds; the normal build runs on jemalloc, configured in launch.c.)
 */
-#ifdef DPY_JEMALLOC
-/*
-** jemalloc reads this at start: freed pages go back to the system gradually over about 10 s
-** (decay, done as the arena is used: no background thread). A round's buffers are freed and
-** taken again well within that, so rounds keep their pages (16 and 64 nodes: the same seconds per
-** round as keeping them for good, alternated runs), and what only a peak or the nodes' start used
-** goes back: 1024 nodes 2.84 -> 2.75 MiB a node, 64 nodes 4.6 -> 4.3 (bench/decentralized
-** scale). Purged pages are dropped at once (muzzy 0), not left to the kernel. A 0.5 s decay cost
-** rounds 8-23 % (docs/performance.md).
-** Its memory is asked for in transparent huge pages (thp): a node's start is mostly page faults
-** on its fresh model and Lua state, and one fault maps 2 MiB instead of 4 KiB (1024 nodes: ready
-** 2x sooner, rounds a few % faster) for about 5 % more memory (the untouched tails of size
-** classes come resident). The config's huge_pages = false turns them off (heap.c).
-** Once its nodes are built a process stops the decay (l_nodes.c, unless release_memory).
-*/
-const char *malloc_conf = "dirty_decay_ms:10000,muzzy_decay_ms:0,thp:always";
-#endif
-
 static void tune_malloc(void) {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
@@ -534,7 +516,8 @@ static int env_numbers_ok(void) {
     return 1;
 }
 
-int main(int argc, char **argv) {
+/* The program: launch.c loads this library and calls it. */
+int dpy_main(int argc, char **argv) {
     tune_malloc();
     note_crashes_under_a_memory_limit();
     static char dirbuf[PATH_MAX];

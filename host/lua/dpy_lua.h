@@ -173,10 +173,11 @@ void dpy_heap_use_arena(int index);
 /* Whether the process takes transparent huge pages from now on (0: 4 KiB pages, less memory
 ** beside what is used); 0, or -1 when the kernel refused. */
 int dpy_heap_huge_pages(int on);
+/* The bytes of static TLS that every thread of the process gets at its start (the libraries loaded
+** with the executable, and a reserve for dlopen), or -1 where glibc does not say. */
+long dpy_heap_static_tls(void);
 /* Gives the calling thread a cache of freed blocks (on) or returns the one it has, with the
 ** blocks in it, to its arena (off); nothing under glibc. */
 void dpy_heap_thread_cache(int on);
-/* Gives back the calling thread's static TLS pages that are all zero: a new thread, first thing. */
-void dpy_heap_drop_zero_tls(void);
 
 #endif

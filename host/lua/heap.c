@@ -1,13 +1,12 @@
 /*
 ** heap.c: the few allocator and memory controls the host uses. dpy-lua links jemalloc (see
-** main.c); the sanitizer builds keep glibc's malloc, where these fall back to what glibc offers
+** launch.c); the sanitizer builds keep glibc's malloc, where these fall back to what glibc offers
 ** or do nothing.
 */
-#define _GNU_SOURCE   /* dl_iterate_phdr */
-#include <link.h>
+#define _GNU_SOURCE   /* RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -34,7 +32,7 @@ void dpy_heap_trim(void) {
         malloc_trim(0);
 }
 
-/* main.c's malloc_conf decay, where jemalloc does not say */
+/* launch.c's malloc_conf decay, where jemalloc does not say */
 #define CONFIGURED_DECAY_MS 10000
 
 static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -152,71 +150,19 @@ int dpy_heap_huge_pages(int on) {
     return prctl(PR_SET_THP_DISABLE, on ? 0 : 1, 0, 0, 0) == 0 ? 0 : -1;
 }
 
+/* glibc's own figure (ld.so, GLIBC_PRIVATE: looked up, not linked): every thread's static TLS. */
+long dpy_heap_static_tls(void) {
+    void (*info)(size_t *, size_t *) =
+        (void (*)(size_t *, size_t *))dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
+    if (info == NULL)
+        return -1;
+    size_t size = 0, align = 0;
+    info(&size, &align);
+    return (long)size;
+}
+
 void dpy_heap_thread_cache(int on) {
     bool b = on != 0;
     if (mallctl)
         mallctl("thread.tcache.enabled", NULL, NULL, &b, sizeof b);
-}
-
-/* A run of whole zero pages not yet given back: adjacent pages go in one madvise, since each call
-** interrupts the process's other cores to flush their TLBs, dear on a virtual machine (a page a
-** call was ~22 calls a thread, a run a call 3-4; 1024 nodes reach their first round ~4 % sooner). */
-typedef struct {
-    uintptr_t page, from, to;
-} zero_run;
-
-static void give_back(const zero_run *r) {
-    if (r->to > r->from)
-        madvise((void *)r->from, r->to - r->from, MADV_DONTNEED);
-}
-
-/*
-** Every thread gets its own copy of each library's static thread-local block, copied or zeroed at
-** pthread_create, so each node thread starts with ~108 KiB of resident TLS (Debian's libtorch
-** brings openblas, glog and ~290 other libraries). Most of it stays zero: openblas's and glog's
-** buffers, which node threads never use, were 0.08 MiB a node (bench/decentralized scale). A
-** page wholly inside one library's block that is all zero is given back; a later write faults in
-** a fresh zero page, the same contents. Safe because nothing else writes a thread's blocks: the
-** thread runs this first, before the libraries' code runs in it, with its signals blocked (a
-** handler's write between the check and the madvise would be lost), and a library still being
-** loaded by another thread has no block listed for it yet. Best effort: a failed madvise keeps
-** the page.
-*/
-static int drop_zero_pages(struct dl_phdr_info *info, size_t size, void *ud) {
-    (void)size;
-    zero_run *r = ud;
-    uintptr_t page = r->page;
-    if (!info->dlpi_tls_data)
-        return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        if (info->dlpi_phdr[i].p_type != PT_TLS)
-            continue;
-        uintptr_t start = (uintptr_t)info->dlpi_tls_data;
-        uintptr_t end = (start + info->dlpi_phdr[i].p_memsz) & ~(page - 1);
-        for (uintptr_t p = (start + page - 1) & ~(page - 1); p + page <= end; p += page) {
-            const uint64_t *w = (const uint64_t *)p;
-            size_t k = 0;
-            while (k < page / sizeof *w && w[k] == 0)
-                k++;
-            if (k < page / sizeof *w)
-                continue;
-            if (p != r->to) {   /* not adjacent to the run: the run goes, a new one starts */
-                give_back(r);
-                r->from = p;
-            }
-            r->to = p + page;
-        }
-    }
-    return 0;
-}
-
-void dpy_heap_drop_zero_tls(void) {
-    long page = sysconf(_SC_PAGESIZE);
-    zero_run r = {.page = page > 0 ? (uintptr_t)page : 4096};
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    dl_iterate_phdr(drop_zero_pages, &r);
-    give_back(&r);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

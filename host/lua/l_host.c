@@ -77,7 +77,7 @@ static int h_isatty(lua_State *L) {
     return 1;
 }
 
-/* host.memory() -> { lua_bytes, tensor_live, tensor_peak, rss (bytes), keeps_freed, decay_ms } */
+/* host.memory() -> { lua_bytes, tensor_live, tensor_peak, rss, static_tls (bytes), keeps_freed, decay_ms } */
 static int h_memory(lua_State *L) {
     dpy_state *st = dpy_state_of(L);
     long rss_pages = 0;
@@ -88,7 +88,7 @@ static int h_memory(lua_State *L) {
             rss_pages = 0;
         fclose(f);
     }
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     lua_pushinteger(L, (lua_Integer)st->lua_bytes);
     lua_setfield(L, -2, "lua_bytes");
     lua_pushinteger(L, (lua_Integer)st->tensor_live);
@@ -97,6 +97,11 @@ static int h_memory(lua_State *L) {
     lua_setfield(L, -2, "tensor_peak");
     lua_pushinteger(L, (lua_Integer)rss_pages * sysconf(_SC_PAGESIZE));
     lua_setfield(L, -2, "rss");
+    long tls = dpy_heap_static_tls();
+    if (tls >= 0) {
+        lua_pushinteger(L, tls);
+        lua_setfield(L, -2, "static_tls");
+    }
     lua_pushboolean(L, dpy_heap_keeps_freed());
     lua_setfield(L, -2, "keeps_freed");
     long decay;

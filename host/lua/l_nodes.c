@@ -331,10 +331,6 @@ static void catch_node_interrupt(void) {
 
 static void *node_main(void *arg) {
     node_ctx *n = arg;
-    /* before any library's code runs in this thread; with release_memory only: each madvise
-    ** interrupts the other cores to flush their TLBs: 7 % of a 4096-node start's samples */
-    if (!n->g->keep_freed)
-        dpy_heap_drop_zero_tls();
     /* OpenMP's thread count is per thread: a new thread starts from the default (every core),
     ** so each node thread sets its own, or every node would run a team of its own */
     dpy_torch_set_threads(n->g->threads);

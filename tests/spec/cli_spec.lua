@@ -72,6 +72,15 @@ describe("dpy-lua as an interpreter", function()
     assert.matches("no command 'nope'", err)
   end)
 
+  -- Libraries loaded with the executable give every thread a copy of their TLS at its start: Debian's
+  -- libtorch brings 108 KiB, which each of thousands of node threads touched (launch.c)
+  it("gives its threads no static TLS of libtorch's libraries", function()
+    local code, out, err = sh(BIN .. " -e 'print(require(\"dpy.host.core\").memory().static_tls)'")
+    assert.are.equal(0, code, err)
+    local bytes = assert(tonumber(out), out)
+    assert.is_true(bytes > 0 and bytes < 16 * 1024, bytes .. " bytes a thread")
+  end)
+
   it("installs with its Lua modules, and a binary away from lua/ uses its source tree's", function()
     local prefix = tmpdir()
     local build = DPY_BIN:match("^(.*)/[^/]+$")
