@@ -2,10 +2,11 @@
 ** launch.c: the dpy-lua executable. It loads the program, libdpy-lua.so (main.c and everything
 ** it links, libtorch's libraries among them), with dlopen and runs it. Libraries an executable
 ** needs at start get a block of every thread's static TLS, copied and zeroed at each
-** pthread_create: Debian's libtorch brings 108 KiB of them (openblas 60, glog 30, libtorch 10),
-** which every node thread touched as it started (8,192 nodes: 0.9 GB of new memory and ~0.45 ms
-** of the main thread's time a node). Loaded with dlopen, a library's TLS is allocated in a thread
-** that first uses it, and in no other (docs/performance.md).
+** pthread_create: Debian's libtorch brings 108 KiB of them (openblas 60, glog 30, libtorch 10;
+** 116 KiB a thread with glibc's reserve), which every node thread touched as it started (8,192
+** nodes: 0.9 GB of new memory and ~0.45 ms of the main thread's time a node). Loaded with dlopen,
+** a library's TLS is allocated in a thread that first uses it, and in no other; one that asks for
+** static TLS must fit glibc's reserve (docs/performance.md).
 ** The allocator stays here: jemalloc must be the process's malloc from its start.
 */
 #define _DEFAULT_SOURCE
@@ -60,7 +61,10 @@ int main(int argc, char **argv) {
     find_program(path, sizeof path);
     void *program = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (program == NULL) {
-        fprintf(stderr, "dpy-lua: cannot load the program: %s\n", dlerror());
+        const char *why = dlerror();
+        fprintf(stderr, "dpy-lua: cannot load the program: %s\n", why);
+        if (strstr(why, "static TLS"))   /* a library built for static TLS beyond glibc's reserve */
+            fprintf(stderr, "dpy-lua: a larger reserve: GLIBC_TUNABLES=glibc.rtld.optional_static_tls=1048576\n");
         return 1;
     }
     int (*dpy_main)(int, char **) = (int (*)(int, char **))dlsym(program, "dpy_main");

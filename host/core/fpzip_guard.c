@@ -2,9 +2,10 @@
 ** fpzip_guard.c: makes libfpzip's decoder safe on a forged stream. Its range decoder computes a
 ** cumulative frequency from the input and indexes its symbol tables with it unchecked
 ** (RCqsmodel::decode in fpzip 1.3.0): a stream no encoder wrote reads and writes the heap far
-** outside them. This file defines that member function again, the same but for the bound: the
-** executable's definition takes the place of the library's (ELF interposition; CMake exports the
-** symbol), and a value out of range marks this thread's decode as forged, so it is refused.
+** outside them. This file defines that member function again, the same but for the bound: ours
+** takes the place of the library's (ELF interposition: libdpy-lua.so comes before libfpzip in the
+** lookup of the dlopen that loads both; a test executable exports it, as CMake asks), and a value
+** out of range marks this thread's decode as forged, so it is refused.
 ** The class layout below is fpzip 1.3.0's (src/rcqsmodel.h; checked against Debian's build), so
 ** dpy_fpzip_guarded() also requires that version and that the interposition took effect.
 */

@@ -312,6 +312,8 @@ static int node_boot(lua_State *L) {
 ** a send fails; this one is pending once at most, and nothing here asks for it otherwise (no socket
 ** has an owner for out-of-band data). */
 #define NODE_INTERRUPT SIGURG
+/* (libdpy-lua.so is loaded with dlopen: its thread-locals are allocated at a thread's first use of
+** them, which must not be in a signal handler; a node thread sets this before any interrupt is sent) */
 static _Thread_local lua_State *t_node_state;
 
 static void on_node_interrupt(int sig) {
