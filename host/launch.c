@@ -3,8 +3,8 @@
 ** it links, libtorch's libraries among them), with dlopen and runs it. Libraries an executable
 ** needs at start get a block of every thread's static TLS, copied and zeroed at each
 ** pthread_create: Debian's libtorch brings 108 KiB of them (openblas 60, glog 30, libtorch 10;
-** 116 KiB a thread with glibc's reserve), which every node thread touched as it started (8,192
-** nodes: 0.9 GB of new memory and ~0.45 ms of the main thread's time a node). Loaded with dlopen,
+** 116,224 bytes a thread with glibc's reserve), which every node thread touched as it started
+** (8,192 threads: 0.95 GB of new memory, and ~0.45 ms of the main thread's time a node). Loaded with dlopen,
 ** a library's TLS is allocated in a thread that first uses it, and in no other; one that asks for
 ** static TLS must fit glibc's reserve (docs/performance.md).
 ** The allocator stays here: jemalloc must be the process's malloc from its start.
@@ -38,7 +38,7 @@ const char *malloc_conf = "dirty_decay_ms:10000,muzzy_decay_ms:0,thp:always";
 
 /* libdpy-lua.so beside the executable (the build tree), in ../lib/dpy-lua (an install), or in the
 ** build tree this executable came from (a copy of it alone). */
-static int find_program(char *buf, size_t len) {
+static void find_program(char *buf, size_t len) {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -49,19 +49,21 @@ static int find_program(char *buf, size_t len) {
             struct stat st;
             snprintf(buf, len, "%s%s", dir, candidates[i]);
             if (stat(buf, &st) == 0)
-                return 1;
+                return;
         }
     }
     snprintf(buf, len, "%s", DPY_BUILD_PROGRAM);
-    return 1;
 }
 
 int main(int argc, char **argv) {
     char path[PATH_MAX + 64];
     find_program(path, sizeof path);
+    /* global: Debian's Lua C modules (lfs, term.core, system.core) link no liblua, and find lua_*
+    ** in the liblua5.4 that the program brings */
     void *program = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (program == NULL) {
         const char *why = dlerror();
+        why = why ? why : "(no reason given)";
         fprintf(stderr, "dpy-lua: cannot load the program: %s\n", why);
         if (strstr(why, "static TLS"))   /* a library built for static TLS beyond glibc's reserve */
             fprintf(stderr, "dpy-lua: a larger reserve: GLIBC_TUNABLES=glibc.rtld.optional_static_tls=1048576\n");

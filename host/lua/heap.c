@@ -9,13 +9,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/prctl.h>
-#include <unistd.h>
 
 #include "dpy_lua.h"
 
