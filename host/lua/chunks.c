@@ -10,16 +10,22 @@
 ** and path: package.searchpath opens each candidate file to test it, ~30 opens and closes a node.
 ** A file put ahead of the one found, later in the process, is not seen; in a node's path lua/'s
 ** ?.lua comes first, where every framework module but the folders' init.lua lies.
+** While a process's nodes start (dpy_chunks_hold), a framework module found unchanged is not checked
+** again: the nodes of one start load the same code, and each of their ~27 requires was a stat
+** (~60 us of a node's start on a virtual machine).
 */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include "dpy_lua.h"
 
 typedef struct chunk {
     struct chunk *next;
+    XXH64_hash_t hash;    /* of file: the lists are walked by every require of every node */
+    unsigned checked;     /* the hold (g_hold) in which file was last found unchanged */
     char *file;
     struct timespec mtime;
     off_t size;
@@ -31,6 +37,7 @@ typedef struct chunk {
 ** first, so keys differ early). */
 typedef struct found {
     struct found *next;
+    XXH64_hash_t hash;    /* of key */
     char *key;
     char *file;
 } found;
@@ -38,6 +45,19 @@ typedef struct found {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static chunk *g_chunks;   /* under g_mu; entries are never freed, only added or replaced */
 static found *g_found;    /* under g_mu; likewise */
+static int g_holders;     /* under g_mu: the starts going on */
+static unsigned g_hold;   /* under g_mu: numbers the holds; one begins as the first start does */
+
+void dpy_chunks_hold(int on) {
+    pthread_mutex_lock(&g_mu);
+    if (on && g_holders++ == 0)
+        g_hold++;
+    else if (!on && g_holders > 0)
+        g_holders--;
+    pthread_mutex_unlock(&g_mu);
+}
+
+static XXH64_hash_t hash_of(const char *s) { return XXH3_64bits(s, strlen(s)); }
 
 typedef struct { char *p; size_t len, cap; int failed; } dump_buf;
 
@@ -66,13 +86,18 @@ static int same_file(const chunk *c, const struct stat *st) {
            c->mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
-/* Loads file's compiled chunk onto the stack from the cache; 0 when it has none (nothing pushed). */
+/* Loads file's compiled chunk onto the stack from the cache; 0 when it has none (nothing pushed).
+** st: what stat says of file now; NULL: a hit only if file was found unchanged in this hold. */
 static int load_cached(lua_State *L, const char *file, const struct stat *st) {
+    XXH64_hash_t h = hash_of(file);
     pthread_mutex_lock(&g_mu);
     chunk *c = g_chunks;
-    while (c && strcmp(c->file, file) != 0)
+    while (c && (c->hash != h || strcmp(c->file, file) != 0))
         c = c->next;
-    int hit = c && same_file(c, st);
+    int held = g_holders > 0;
+    int hit = c && (st ? same_file(c, st) : held && c->checked == g_hold);
+    if (hit && st && held)
+        c->checked = g_hold;
     const char *code = hit ? c->code : NULL;
     size_t len = hit ? c->len : 0;
     pthread_mutex_unlock(&g_mu);   /* an entry's code is never freed: readable unlocked */
@@ -114,11 +139,13 @@ static void store(lua_State *L, const char *file, const struct stat *st, int fra
         return;
     }
     c->file = name;
+    c->hash = hash_of(name);
     c->mtime = st->st_mtim;
     c->size = st->st_size;
     c->code = b.p;
     c->len = b.len;
     pthread_mutex_lock(&g_mu);   /* newest first: a replaced file's entry is found before the old one */
+    c->checked = g_holders > 0 ? g_hold : 0;
     c->next = g_chunks;
     g_chunks = c;
     pthread_mutex_unlock(&g_mu);
@@ -126,9 +153,10 @@ static void store(lua_State *L, const char *file, const struct stat *st, int fra
 
 /* The file remembered for key; NULL when none. */
 static const char *found_file(const char *key) {
+    XXH64_hash_t h = hash_of(key);
     pthread_mutex_lock(&g_mu);
     found *f = g_found;
-    while (f && strcmp(f->key, key) != 0)
+    while (f && (f->hash != h || strcmp(f->key, key) != 0))
         f = f->next;
     pthread_mutex_unlock(&g_mu);
     return f ? f->file : NULL;   /* never freed: readable unlocked */
@@ -143,6 +171,7 @@ static void remember(const char *key, const char *file) {
         return;
     }
     f->key = k;
+    f->hash = hash_of(k);
     f->file = v;
     pthread_mutex_lock(&g_mu);   /* newest first: a moved module's new place is found first */
     f->next = g_found;
@@ -178,6 +207,8 @@ static int searcher(lua_State *L) {
         lua_getfield(L, -1, "path");
         key = lua_pushfstring(L, "%s\n%s", name, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
         file = found_file(key);
+        if (file && load_cached(L, file, NULL))   /* found unchanged in this hold */
+            goto loaded;
         if (file && stat(file, &st) != 0)
             file = NULL;   /* gone: search again */
     }

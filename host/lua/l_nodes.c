@@ -71,6 +71,7 @@ struct group {
     int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
     int keep_freed;                 /* once every node is built, freed memory is kept for reuse */
     int keeping;                    /* it is (under mu) */
+    int holds_chunks;               /* its start holds the modules' checks (dpy_chunks_hold; under mu) */
     size_t built;                   /* nodes whose build is over (under mu) */
     size_t unbuilt;                 /* nodes to start whose build is not over (under mu) */
     dpy_attach *attach;             /* the process's control socket (dpy-lua attach), or NULL */
@@ -242,6 +243,10 @@ static void built_locked(group *g, node_ctx *n) {
         unbuilt_less_locked(g);
     if (++g->built < g->count)
         return;
+    if (g->holds_chunks) {   /* the start is over: a module's file is checked at each load again */
+        g->holds_chunks = 0;
+        dpy_chunks_hold(0);
+    }
     dpy_nn_forget_initial();   /* the last node that shares the initial model frees it */
     if (g->keep_freed && !g->keeping) {
         g->keeping = 1;
@@ -418,6 +423,10 @@ static void join_all(group *g) {
     pthread_mutex_lock(&g->mu);
     int kept = g->keeping;
     g->keeping = 0;
+    if (g->holds_chunks) {   /* a start that did not end: its nodes are gone */
+        g->holds_chunks = 0;
+        dpy_chunks_hold(0);
+    }
     pthread_mutex_unlock(&g->mu);
     if (kept)
         dpy_heap_keep_freed(0);
@@ -654,6 +663,10 @@ static int n_start(lua_State *L) {
     }
     futex_buckets_for(count);
     catch_node_interrupt();
+    if (!attach && count > 0) {   /* the nodes of this start load the same modules: checked once */
+        g->holds_chunks = 1;
+        dpy_chunks_hold(1);
+    }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, NODE_STACK);
