@@ -51,7 +51,8 @@ void dpy_readline_complete(lua_State *L, int index);
 /* Makes require load Lua modules compiled once per process (chunks.c). */
 void dpy_chunks_install(lua_State *L);
 /* While a process's nodes start (on: one more start; off: one fewer), a framework module's file
-** found unchanged is not checked again. */
+** found unchanged is not checked again, in any state of the process; starts that overlap share one
+** hold. */
 void dpy_chunks_hold(int on);
 /* Writes into out (len bytes at least) the Lua dump in without its local variables' names;
 ** returns the length written, or 0 where in is not a dump this Lua wrote (strip_locals.c). */

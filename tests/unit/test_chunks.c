@@ -51,7 +51,10 @@ static long required(void) {
 }
 
 int main(void) {
-    CHECK(mkdtemp(dir) != NULL);
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
     char sub[160];
     snprintf(sub, sizeof sub, "%s/dpy", dir);
     CHECK(mkdir(sub, 0700) == 0);
