@@ -91,10 +91,10 @@ static int same_file(const chunk *c, const struct stat *st) {
 static int load_cached(lua_State *L, const char *file, const struct stat *st) {
     XXH64_hash_t h = hash_of(file);
     pthread_mutex_lock(&g_mu);
-    chunk *c = g_chunks;
+    int held = g_holders > 0;
+    chunk *c = st || held ? g_chunks : NULL;   /* unchecked only in a hold: outside one, no walk */
     while (c && (c->hash != h || strcmp(c->file, file) != 0))
         c = c->next;
-    int held = g_holders > 0;
     int hit = c && (st ? same_file(c, st) : held && c->checked == g_hold);
     if (hit && st && held)
         c->checked = g_hold;
