@@ -1,19 +1,22 @@
 /* first_touch.c: how fast this machine hands a process memory it has not used yet, the floor under
 ** a run's time to its first round (every node's model, momentum and Lua state are new memory).
 ** THREADS threads each map MIB / THREADS MiB, in transparent huge pages as dpy-lua's allocator
-** asks for them, and write one byte per 4 KiB page; then the same again in memory just given back
-** (the kernel's own pages, already backed). On a virtual machine whose host backs guest memory
-** when first touched, the first figure can be tens of times lower than the second.
+** asks for them (or in 4 KiB pages, as a process takes them while its nodes start: "small"), and
+** write one byte per 4 KiB page; then the same again in memory just given back (the kernel's own
+** pages, already backed). On a virtual machine whose host backs guest memory when first touched,
+** the first figure can be tens of times lower than the second.
 ** Prints "first_touch_GBps" and "retouch_GBps" (all threads together).
-** usage: bench_first_touch MIB THREADS */
+** usage: bench_first_touch MIB THREADS [huge | small] */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
 static size_t g_bytes;   /* per thread */
+static int g_huge = 1;
 
 static double now(void) {
     struct timespec ts;
@@ -27,7 +30,8 @@ static char *fresh(void) {
         perror("mmap");
         exit(1);
     }
-    madvise(p, g_bytes, MADV_HUGEPAGE);
+    if (g_huge)
+        madvise(p, g_bytes, MADV_HUGEPAGE);
     return p;
 }
 
@@ -57,8 +61,8 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: bench_first_touch MIB THREADS\n");
+    if (argc < 3 || (argc > 3 && strcmp(argv[3], "huge") != 0 && strcmp(argv[3], "small") != 0)) {
+        fprintf(stderr, "usage: bench_first_touch MIB THREADS [huge | small]\n");
         return 2;
     }
     int threads = atoi(argv[2]);
@@ -67,6 +71,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_bytes = ((size_t)atol(argv[1]) << 20) / (size_t)threads;
+    g_huge = argc < 4 || strcmp(argv[3], "huge") == 0;
     pthread_t t[256];
     double secs[256][2];
     pthread_barrier_init(&g_start, NULL, (unsigned)threads);

@@ -175,8 +175,11 @@ int dpy_heap_new_arena(void);
 /* Makes the calling thread allocate from that arena (-1: nothing changes). */
 void dpy_heap_use_arena(int index);
 /* Whether the process takes transparent huge pages from now on (0: 4 KiB pages, less memory
-** beside what is used); 0, or -1 when the kernel refused. */
+** beside what is used), once no start of nodes goes on; 0, or -1 when the kernel refused. */
 int dpy_heap_huge_pages(int on);
+/* A start of nodes begins (1) or ends (0): while one goes on, the process takes 4 KiB pages
+** (heap.c says why). One end too many changes nothing. */
+void dpy_heap_start(int on);
 /* The bytes of static TLS that every thread of the process gets at its start (the libraries loaded
 ** with the executable, and a reserve for dlopen), or -1 where glibc does not say. */
 long dpy_heap_static_tls(void);

@@ -71,7 +71,7 @@ struct group {
     int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
     int keep_freed;                 /* once every node is built, freed memory is kept for reuse */
     int keeping;                    /* it is (under mu) */
-    int holds_chunks;               /* its start holds the modules' checks (dpy_chunks_hold; under mu) */
+    int holds_start;                /* its start holds the modules' checks and 4 KiB pages (start_hold; under mu) */
     size_t built;                   /* nodes whose build is over (under mu) */
     size_t unbuilt;                 /* nodes to start whose build is not over (under mu) */
     dpy_attach *attach;             /* the process's control socket (dpy-lua attach), or NULL */
@@ -235,6 +235,17 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 ** with release_memory (keep_freed false). A node's first slot is its build (node_main), so its
 ** first release ends it. Under mu, so that a node that sees its rounds begin sees the change made.
 */
+/* From its first thread to its last build, a start holds the modules' checks (chunks.c: its nodes
+** load the same code) and the process's 4 KiB pages (heap.c: a node's start is small blocks).
+** Under mu once the group's threads run. */
+static void start_hold(group *g, int on) {
+    if (g->holds_start == on)
+        return;
+    g->holds_start = on;
+    dpy_chunks_hold(on);
+    dpy_heap_start(on);
+}
+
 static void built_locked(group *g, node_ctx *n) {
     if (n->built)
         return;
@@ -243,10 +254,7 @@ static void built_locked(group *g, node_ctx *n) {
         unbuilt_less_locked(g);
     if (++g->built < g->count)
         return;
-    if (g->holds_chunks) {   /* the start is over: a module's file is checked at each load again */
-        g->holds_chunks = 0;
-        dpy_chunks_hold(0);
-    }
+    start_hold(g, 0);   /* the start is over: modules checked at each load, huge pages again */
     dpy_nn_forget_initial();   /* the last node that shares the initial model frees it */
     if (g->keep_freed && !g->keeping) {
         g->keeping = 1;
@@ -423,10 +431,7 @@ static void join_all(group *g) {
     pthread_mutex_lock(&g->mu);
     int kept = g->keeping;
     g->keeping = 0;
-    if (g->holds_chunks) {   /* a start that did not end: its nodes are gone */
-        g->holds_chunks = 0;
-        dpy_chunks_hold(0);
-    }
+    start_hold(g, 0);   /* a start that did not end: its nodes are gone */
     pthread_mutex_unlock(&g->mu);
     if (kept)
         dpy_heap_keep_freed(0);
@@ -663,10 +668,8 @@ static int n_start(lua_State *L) {
     }
     futex_buckets_for(count);
     catch_node_interrupt();
-    if (!attach && count > 0) {   /* the nodes of this start load the same modules: checked once */
-        g->holds_chunks = 1;
-        dpy_chunks_hold(1);
-    }
+    if (!attach && count > 0)
+        start_hold(g, 1);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, NODE_STACK);

@@ -125,8 +125,9 @@ M.SCHEMA = {
   actions = { list_of = "action", default = {}, doc = "actions: names or paths of Lua files" },
   slots = { type = "integer", min = 1, max = 65536, doc = "nodes computing at once per process (default: cores)" },
   huge_pages = { type = "boolean", default = true,
-                 doc = "memory in transparent huge pages: nodes start about 2x sooner and train a little "
-                       .. "faster, for about 5 % more memory (false: for runs at the edge of the machine's memory)" },
+                 doc = "memory in transparent huge pages once a process's nodes are built (they start in 4 KiB "
+                       .. "pages): rounds a little faster, for about 5 % more memory (false: for runs at the edge "
+                       .. "of the machine's memory)" },
   release_memory = { type = "boolean", default = false,
                      doc = "give back to the system the pages the rounds free and no round takes again for 10 s "
                            .. "(false: a process keeps them once its nodes are built, for the next rounds: rounds "

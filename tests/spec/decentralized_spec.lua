@@ -64,24 +64,35 @@ describe("decentralized runs", function()
     assert.matches("round 3: test loss", read_file(out .. "/1.log"))
   end)
 
-  -- The kernel's word for each process that hosts nodes: /proc/self/status's THP_enabled.
-  it("takes huge pages in every node process unless huge_pages = false #e2e", function()
+  -- The kernel's word for each process that hosts nodes: /proc/self/status's THP_enabled, in a
+  -- node's build (its init event: 4 KiB pages while the process's nodes start, heap.c) and at its
+  -- end (every node of the process built: huge pages unless huge_pages = false).
+  it("takes huge pages in every node process once its nodes are built, unless huge_pages = false #e2e", function()
     if not read_file("/proc/self/status"):find("THP_enabled:", 1, true) then
       pending("this kernel reports no THP_enabled") return
     end
-    local probe = action_config("thp", "startup", [[
-      if node.uid % 2 == 0 then
+    local path = tmpdir() .. "/thp.lua"
+    write_file(path, [[
+      local function thp(node, when)
+        if node.uid % 2 ~= 0 then return end
         for line in io.lines("/proc/self/status") do
           local on = line:match("^THP_enabled:%s+(%d)")
-          if on then node.log:write("THP_enabled %s", on) end
+          if on then node.log:write("THP_enabled at %s %s", when, on) end
         end
-      end]])
+      end
+      return require("dpy.registry").register { kind = "action", name = "thp", new = function()
+        return { init = function(node) thp(node, "init") end,
+                 shutdown = function(node) thp(node, "shutdown") end }
+      end }]])
+    local probe = "actions = { '" .. path .. "' }\n"
     for setting, want in pairs { [""] = "1", ["huge_pages = false\n"] = "0" } do
       for _, p in ipairs { 1, 2 } do
         local code, _, err, out = run(TINY .. probe .. setting .. "processes = " .. p .. "\n")
         assert.are.equal(0, code, err)
         for uid = 0, 2, 2 do
-          assert.matches("THP_enabled " .. want, read_file(out .. "/" .. uid .. ".log"), 1, true)
+          local log = read_file(out .. "/" .. uid .. ".log")
+          assert.matches("THP_enabled at init 0", log, 1, true)
+          assert.matches("THP_enabled at shutdown " .. want, log, 1, true)
         end
       end
     end

@@ -1,10 +1,13 @@
 /* test_heap.c: under jemalloc, dpy_heap_keep_freed gives back what was freed, then keeps what is
-** freed (no decay) until its last keeper ends, as jemalloc's own statistics say. */
+** freed (no decay) until its last keeper ends, as jemalloc's own statistics say; while a start of
+** nodes goes on the process takes 4 KiB pages, and after it what huge_pages asked, as the kernel
+** says (PR_GET_THP_DISABLE). */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -96,7 +99,39 @@ static void test_keep_freed(void) {
     CHECK(!dpy_heap_keeps_freed());
 }
 
+/* whether the kernel gives this process huge pages now (PR_GET_THP_DISABLE is 0) */
+static int huge_now(void) { return prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0; }
+
+static void test_start_pages(void) {
+    if (dpy_heap_huge_pages(1) != 0) {   /* a kernel without the setting: nothing to check */
+        puts("heap: the kernel refuses PR_SET_THP_DISABLE; start pages not checked");
+        return;
+    }
+    CHECK(huge_now());
+    dpy_heap_start(1);
+    CHECK(!huge_now());               /* a start: 4 KiB pages */
+    dpy_heap_start(1);                /* a second start meanwhile */
+    dpy_heap_start(0);
+    CHECK(!huge_now());               /* the first goes on */
+    CHECK(dpy_heap_huge_pages(1) == 0);
+    CHECK(!huge_now());               /* asked during a start: after it */
+    dpy_heap_start(0);
+    CHECK(huge_now());
+    dpy_heap_start(0);                /* one end too many: nothing changes */
+    CHECK(huge_now());
+    CHECK(dpy_heap_huge_pages(0) == 0);
+    CHECK(!huge_now());
+    dpy_heap_start(1);
+    dpy_heap_start(0);
+    CHECK(!huge_now());               /* huge_pages = false holds after a start */
+    dpy_heap_start(0);
+    CHECK(!huge_now());
+    CHECK(dpy_heap_huge_pages(1) == 0);
+    CHECK(huge_now());
+}
+
 int main(void) {
     test_keep_freed();
+    test_start_pages();
     return check_report("heap");
 }
