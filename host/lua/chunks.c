@@ -7,7 +7,8 @@
 ** An entry is checked against the file's size and mtime at each load, so a changed file is
 ** compiled afresh. A missing file or a file that does not compile goes to Lua's own searcher,
 ** so the messages are Lua's. Where a framework module (dpy.*) lies is also found once per process
-** and path: package.searchpath opens each candidate file to test it, ~30 opens and closes a node.
+** and path: package.searchpath opens each candidate file to test it, ~30 opens and closes a node
+** (host.module_file answers from the same memory: the registry asks it for a component's file).
 ** A file put ahead of the one found, later in the process, is not seen; in a node's path lua/'s
 ** ?.lua comes first, where every framework module but the folders' init.lua lies.
 ** While a process's nodes start (dpy_chunks_hold), a framework module found unchanged is not checked
@@ -236,6 +237,27 @@ static int searcher(lua_State *L) {
 loaded:
     lua_pushstring(L, file);   /* as Lua's searcher: the loader, and the file for its second argument */
     return 2;
+}
+
+int dpy_chunks_module_file(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    luaL_argcheck(L, strncmp(name, "dpy.", 4) == 0, 1, "not a framework module (dpy.*)");
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    const char *key = lua_pushfstring(L, "%s\n%s", name, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    const char *file = found_file(key);
+    pthread_mutex_lock(&g_mu);
+    int held = g_holders > 0;
+    pthread_mutex_unlock(&g_mu);
+    struct stat st;
+    if (file && (held || stat(file, &st) == 0)) {   /* in a start, as found: its files hold still */
+        lua_pushstring(L, file);
+        return 1;
+    }
+    search_path(L, name);
+    if (lua_isstring(L, -1))
+        remember(key, lua_tostring(L, -1));
+    return 1;
 }
 
 void dpy_chunks_install(lua_State *L) {

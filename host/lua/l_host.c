@@ -411,7 +411,7 @@ static const luaL_Reg functions[] = {
     {"pid", h_pid}, {"open_files", h_open_files}, {"port_free", h_port_free}, {"listen", h_listen}, {"close", h_close}, {"catch_interrupt", h_catch_interrupt},
     {"interrupted", h_interrupted}, {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions}, {"build", h_build},
-    {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {NULL, NULL}};
+    {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {"module_file", dpy_chunks_module_file}, {NULL, NULL}};
 
 int luaopen_dpy_host_core(lua_State *L) {
     luaL_newlib(L, functions);

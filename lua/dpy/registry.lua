@@ -8,6 +8,7 @@
 -- the same way. new(cfg, ctx) gets the options with their defaults filled in.
 local options = require "dpy.options"
 local paths = require "dpy.paths"
+local host = require "dpy.host.core"
 
 local M = {}
 
@@ -64,7 +65,7 @@ local function dpy_dir()
   return path and path:match("^(.*)/registry%.lua$")
 end
 
-local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks often; a look opens the file)
+local looked_up = {}   -- kind -> name -> true once loaded by name (a node asks often)
 
 -- A built-in module registers as it loads, as itself: while a user's file that asks for it is
 -- loaded (not as that file's spec), and with the registry frozen (the freeze keeps a node's
@@ -91,7 +92,7 @@ local function load_builtins(kind, name)
     local seen = looked_up[kind] or {}
     looked_up[kind] = seen
     if seen[name] then return end
-    if type(name) == "string" and name:match("^[%w_]+$") and package.searchpath(module .. name, package.path) then
+    if type(name) == "string" and name:match("^[%w_]+$") and host.module_file(module .. name) then
       require_builtin(module .. name)
     elseif home.module then
       require_builtin(home.module)

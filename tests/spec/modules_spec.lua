@@ -72,6 +72,27 @@ describe("require (modules compiled once per process)", function()
     assert.truthy(err:find("module 'dpy.chunks_moved' not found:", 1, true))
   end)
 
+  -- host.module_file: what the registry asks for a component's file, from the searcher's memory
+  it("gives the file of a framework module as require finds it, and looks again when it is gone", function()
+    local host = require "dpy.host.core"
+    local later = tmpdir()
+    os.execute("mkdir -p '" .. dir .. "/dpy' '" .. later .. "/dpy'")
+    package.path = package.path .. ";" .. later .. "/?.lua"
+    write_file(dir .. "/dpy/chunks_moved.lua", "return { v = 1 }\n")
+    write_file(later .. "/dpy/chunks_moved.lua", "return { v = 2 }\n")
+    assert.equal(dir .. "/dpy/chunks_moved.lua", host.module_file("dpy.chunks_moved"))
+    assert.equal(dir .. "/dpy/chunks_moved.lua", select(2, fresh("dpy.chunks_moved")))
+    os.remove(dir .. "/dpy/chunks_moved.lua")
+    assert.equal(later .. "/dpy/chunks_moved.lua", host.module_file("dpy.chunks_moved"))
+    os.execute("rm -rf '" .. later .. "'")
+    assert.is_nil(host.module_file("dpy.chunks_moved"))
+    assert.is_nil(host.module_file("dpy.chunks_none"))
+    assert.matches("/lua/dpy/models/cnn%.lua$", host.module_file("dpy.models.cnn"))
+    local ok, err = pcall(host.module_file, "chunks_a")
+    assert.is_false(ok)
+    assert.matches("not a framework module", err)
+  end)
+
   -- A node's ~25 framework modules held ~2,000 local names: half the strings its state interned
   -- while loading them (strip_locals.c).
   it("loads the framework's modules without their locals' names, a user's module with them", function()
