@@ -16,7 +16,7 @@
 #include <time.h>
 
 static size_t g_bytes;   /* per thread */
-static int g_huge = 1;
+static int g_huge;        /* huge pages, or 4 KiB ones ("small") */
 
 static double now(void) {
     struct timespec ts;
@@ -30,8 +30,7 @@ static char *fresh(void) {
         perror("mmap");
         exit(1);
     }
-    if (g_huge)
-        madvise(p, g_bytes, MADV_HUGEPAGE);
+    madvise(p, g_bytes, g_huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);   /* whatever the kernel's default */
     return p;
 }
 
@@ -61,7 +60,8 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (argc > 3 && strcmp(argv[3], "huge") != 0 && strcmp(argv[3], "small") != 0)) {
+    g_huge = argc < 4 || strcmp(argv[3], "huge") == 0;
+    if (argc < 3 || argc > 4 || (!g_huge && strcmp(argv[3], "small") != 0)) {
         fprintf(stderr, "usage: bench_first_touch MIB THREADS [huge | small]\n");
         return 2;
     }
@@ -71,7 +71,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_bytes = ((size_t)atol(argv[1]) << 20) / (size_t)threads;
-    g_huge = argc < 4 || strcmp(argv[3], "huge") == 0;
     pthread_t t[256];
     double secs[256][2];
     pthread_barrier_init(&g_start, NULL, (unsigned)threads);

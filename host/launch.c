@@ -27,10 +27,9 @@
 ** goes back: 1024 nodes 2.84 -> 2.75 MiB a node, 64 nodes 4.6 -> 4.3 (bench/decentralized
 ** scale). Purged pages are dropped at once (muzzy 0), not left to the kernel. A 0.5 s decay cost
 ** rounds 8-23 % (docs/performance.md).
-** Its memory is asked for in transparent huge pages (thp): one fault maps 2 MiB instead of 4 KiB
-** (rounds a few % faster) for about 5 % more memory (the untouched tails of size classes come
-** resident). While its nodes start the process takes 4 KiB pages, and the config's
-** huge_pages = false takes them always (heap.c).
+** Its memory is asked for in transparent huge pages (thp): one fault maps 2 MiB instead of 4 KiB,
+** for more memory (the untouched tails of size classes come resident). While its nodes start the
+** process takes 4 KiB pages, and the config's huge_pages = false takes them always (heap.c).
 ** Once its nodes are built a process stops the decay (l_nodes.c, unless release_memory).
 */
 const char *malloc_conf = "dirty_decay_ms:10000,muzzy_decay_ms:0,thp:always";

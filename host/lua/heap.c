@@ -140,19 +140,20 @@ void dpy_heap_use_arena(int index) {
 }
 
 /*
-** jemalloc asks for transparent huge pages on its memory (launch.c); the kernel gives them unless
-** the process opts out, which it checks at every fault: turning them off keeps what is mapped and
-** takes 4 KiB pages from then on. While its nodes start the process takes 4 KiB pages whatever the
-** config says: what a node's start touches is its Lua state and thread, ~0.4 MiB, and on the AMD
-** EPYC VM of 7 December 2026 new memory came at 0.9-1.1 GB/s in huge pages against 4.5 in 4 KiB
-** pages (bench_first_touch 2048 2 huge | small): 8,192 nodes were ready in 5.7-6.1 s instead of
-** 8.3-8.4. The rounds' tensors come after it, in huge pages (64 nodes, 1 step: 1.4 % faster).
+** jemalloc asks for transparent huge pages on its memory (launch.c); the kernel gives them unless the
+** process opts out, which it checks at every fault: turning them off keeps what is mapped and takes
+** 4 KiB pages from then on. While its nodes start, the process takes 4 KiB pages whatever the config
+** says: a virtual machine may hand out fresh huge pages far slower (5x on the AMD EPYC VM of 7
+** December 2026; 8,192 nodes ready in 6 s instead of 8.3, docs/performance.md). After the start, a
+** fault takes a huge page where its 2 MiB are not mapped in 4 KiB pages already.
 */
 static pthread_mutex_t thp_mu = PTHREAD_MUTEX_INITIALIZER;
-static int thp_wanted = 1;   /* under thp_mu: what host.huge_pages asked last */
-static int thp_starts;       /* under thp_mu: the starts of nodes going on */
+static int thp_wanted = -1;   /* under thp_mu: what host.huge_pages asked last; -1: as inherited */
+static int thp_starts;        /* under thp_mu: the starts of nodes going on */
 
 static int thp_apply_locked(void) {
+    if (thp_wanted < 0)   /* nothing asked yet: a start gives back what the process inherited */
+        thp_wanted = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0;
     return prctl(PR_SET_THP_DISABLE, thp_wanted && thp_starts == 0 ? 0 : 1, 0, 0, 0) == 0 ? 0 : -1;
 }
 

@@ -141,7 +141,8 @@ static int h_build(lua_State *L) {
     return 1;
 }
 
-/* host.huge_pages(on) -> true | nil, err: whether this process takes transparent huge pages */
+/* host.huge_pages(on) -> true | nil, err: whether this process takes transparent huge pages (once no
+** start of its nodes goes on: heap.c) */
 static int h_huge_pages(lua_State *L) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
     if (dpy_heap_huge_pages(lua_toboolean(L, 1)) != 0)

@@ -71,7 +71,7 @@ struct group {
     int interrupted;                /* g:interrupt(): the nodes stop (under mu) */
     int keep_freed;                 /* once every node is built, freed memory is kept for reuse */
     int keeping;                    /* it is (under mu) */
-    int holds_start;                /* its start holds the modules' checks and 4 KiB pages (start_hold; under mu) */
+    int holds_start;                /* its start holds (start_hold; under mu) */
     size_t built;                   /* nodes whose build is over (under mu) */
     size_t unbuilt;                 /* nodes to start whose build is not over (under mu) */
     dpy_attach *attach;             /* the process's control socket (dpy-lua attach), or NULL */
@@ -226,17 +226,8 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
 ** 0.7 MiB a node that nothing used; flushed, their empty slots still took 0.03 MiB a node
 ** (bench/decentralized scale). Unheld, a node allocates little (receiving, Lua), uncached.
 */
-/*
-** Its nodes built, a process lets go of their shared initial model, gives back what their start
-** freed and then keeps what the rounds free:
-** each round frees and takes again the same buffers, and jemalloc's decay gave some back every
-** round, pieces of huge pages at a time, taken again at a page fault each (kept: rounds of one
-** step at 64 nodes take 0.80-0.89 of the time, at 1024 0.67-0.78, for 1-5 % more memory). Not
-** with release_memory (keep_freed false). A node's first slot is its build (node_main), so its
-** first release ends it. Under mu, so that a node that sees its rounds begin sees the change made.
-*/
 /* From its first thread to its last build, a start holds the modules' checks (chunks.c: its nodes
-** load the same code) and the process's 4 KiB pages (heap.c: a node's start is small blocks).
+** load the same code) and the process's 4 KiB pages (heap.c: fresh huge pages may come far slower).
 ** Under mu once the group's threads run. */
 static void start_hold(group *g, int on) {
     if (g->holds_start == on)
@@ -246,6 +237,15 @@ static void start_hold(group *g, int on) {
     dpy_heap_start(on);
 }
 
+/*
+** Its nodes built, a process lets go of their shared initial model, gives back what their start
+** freed and then keeps what the rounds free:
+** each round frees and takes again the same buffers, and jemalloc's decay gave some back every
+** round, pieces of huge pages at a time, taken again at a page fault each (kept: rounds of one
+** step at 64 nodes take 0.80-0.89 of the time, at 1024 0.67-0.78, for 1-5 % more memory). Not
+** with release_memory (keep_freed false). A node's first slot is its build (node_main), so its
+** first release ends it. Under mu, so that a node that sees its rounds begin sees the change made.
+*/
 static void built_locked(group *g, node_ctx *n) {
     if (n->built)
         return;

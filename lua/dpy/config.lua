@@ -126,7 +126,7 @@ M.SCHEMA = {
   slots = { type = "integer", min = 1, max = 65536, doc = "nodes computing at once per process (default: cores)" },
   huge_pages = { type = "boolean", default = true,
                  doc = "memory in transparent huge pages once a process's nodes are built (they start in 4 KiB "
-                       .. "pages): rounds a little faster, for about 5 % more memory (false: for runs at the edge "
+                       .. "pages): rounds a little faster, for a little more memory (false: for runs at the edge "
                        .. "of the machine's memory)" },
   release_memory = { type = "boolean", default = false,
                      doc = "give back to the system the pages the rounds free and no round takes again for 10 s "

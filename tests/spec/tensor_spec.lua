@@ -533,7 +533,7 @@ describe("tensor memory", function()
   end)
 
   -- The kernel's own accounting (AnonHugePages) says which pages came: jemalloc asks for huge
-  -- ones (main.c), and a run with huge_pages = false turns them off for its process (heap.c).
+  -- ones (launch.c), and a run with huge_pages = false turns them off for its process (heap.c).
   it("comes in transparent huge pages, and in 4 KiB pages once huge_pages is off", function()
     local host = require "dpy.host.core"
     local f = io.open("/sys/kernel/mm/transparent_hugepage/enabled")

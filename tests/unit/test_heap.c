@@ -103,10 +103,14 @@ static void test_keep_freed(void) {
 static int huge_now(void) { return prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0; }
 
 static void test_start_pages(void) {
-    if (dpy_heap_huge_pages(1) != 0) {   /* a kernel without the setting: nothing to check */
+    if (prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) {   /* a kernel without the setting */
         puts("heap: the kernel refuses PR_SET_THP_DISABLE; start pages not checked");
         return;
     }
+    dpy_heap_start(1);                /* before any huge_pages call: the inherited setting holds */
+    dpy_heap_start(0);
+    CHECK(!huge_now());
+    CHECK(dpy_heap_huge_pages(1) == 0);
     CHECK(huge_now());
     dpy_heap_start(1);
     CHECK(!huge_now());               /* a start: 4 KiB pages */
