@@ -39,6 +39,7 @@ typedef struct chunk {
 typedef struct found {
     struct found *next;
     XXH64_hash_t hash;    /* of key */
+    unsigned seen;        /* the hold (g_hold) in which file was last seen there */
     char *key;
     char *file;
 } found;
@@ -152,15 +153,26 @@ static void store(lua_State *L, const char *file, const struct stat *st, int fra
     pthread_mutex_unlock(&g_mu);
 }
 
-/* The file remembered for key; NULL when none. */
-static const char *found_file(const char *key) {
+/* The entry remembered for key; NULL when none. */
+static found *found_entry(const char *key) {
     XXH64_hash_t h = hash_of(key);
     pthread_mutex_lock(&g_mu);
     found *f = g_found;
     while (f && (f->hash != h || strcmp(f->key, key) != 0))
         f = f->next;
     pthread_mutex_unlock(&g_mu);
-    return f ? f->file : NULL;   /* never freed: readable unlocked */
+    return f;   /* never freed, its key and file never written: readable unlocked */
+}
+
+/* Whether f's file was seen there in this hold (then it is not looked at again); seen 1 records
+** that it is there now. */
+static int seen_in_hold(found *f, int seen) {
+    pthread_mutex_lock(&g_mu);
+    if (seen && g_holders > 0)
+        f->seen = g_hold;
+    int in_hold = g_holders > 0 && f->seen == g_hold;
+    pthread_mutex_unlock(&g_mu);
+    return in_hold;
 }
 
 static void remember(const char *key, const char *file) {
@@ -175,6 +187,7 @@ static void remember(const char *key, const char *file) {
     f->hash = hash_of(k);
     f->file = v;
     pthread_mutex_lock(&g_mu);   /* newest first: a moved module's new place is found first */
+    f->seen = g_holders > 0 ? g_hold : 0;
     f->next = g_found;
     g_found = f;
     pthread_mutex_unlock(&g_mu);
@@ -197,6 +210,16 @@ static void search_path(lua_State *L, const char *name) {
     }
 }
 
+/* Pushes the key of name's place: "<name>\n<package.path>"; returns it. */
+static const char *push_key(lua_State *L, const char *name) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s\n%s", name, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    lua_replace(L, -3);   /* over package */
+    lua_pop(L, 1);
+    return lua_tostring(L, -1);
+}
+
 /* package.searchers[2]'s stand-in; upvalue 1: Lua's own searcher. */
 static int searcher(lua_State *L) {
     const char *name = luaL_checkstring(L, 1);
@@ -204,10 +227,9 @@ static int searcher(lua_State *L) {
     const char *key = NULL, *file = NULL;
     struct stat st;
     if (framework) {
-        lua_getglobal(L, "package");
-        lua_getfield(L, -1, "path");
-        key = lua_pushfstring(L, "%s\n%s", name, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
-        file = found_file(key);
+        key = push_key(L, name);
+        found *f = found_entry(key);
+        file = f ? f->file : NULL;
         if (file && load_cached(L, file, NULL))   /* found unchanged in this hold */
             goto loaded;
         if (file && stat(file, &st) != 0)
@@ -239,25 +261,21 @@ loaded:
     return 2;
 }
 
-int dpy_chunks_module_file(lua_State *L) {
-    const char *name = luaL_checkstring(L, 1);
-    luaL_argcheck(L, strncmp(name, "dpy.", 4) == 0, 1, "not a framework module (dpy.*)");
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "path");
-    const char *key = lua_pushfstring(L, "%s\n%s", name, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
-    const char *file = found_file(key);
-    pthread_mutex_lock(&g_mu);
-    int held = g_holders > 0;
-    pthread_mutex_unlock(&g_mu);
+void dpy_chunks_module_file(lua_State *L, const char *name) {
+    const char *key = push_key(L, name);
+    found *f = found_entry(key);
+    int there = f && seen_in_hold(f, 0);   /* seen in this start: its files hold still */
     struct stat st;
-    if (file && (held || stat(file, &st) == 0)) {   /* in a start, as found: its files hold still */
-        lua_pushstring(L, file);
-        return 1;
+    if (f && !there && stat(f->file, &st) == 0)
+        there = 1, seen_in_hold(f, 1);
+    if (there) {
+        lua_pushstring(L, f->file);
+    } else {   /* not remembered, or gone: looked for (a miss every time) */
+        search_path(L, name);
+        if (lua_isstring(L, -1))
+            remember(key, lua_tostring(L, -1));
     }
-    search_path(L, name);
-    if (lua_isstring(L, -1))
-        remember(key, lua_tostring(L, -1));
-    return 1;
+    lua_remove(L, -2);   /* the key */
 }
 
 void dpy_chunks_install(lua_State *L) {

@@ -54,10 +54,10 @@ void dpy_chunks_install(lua_State *L);
 ** found unchanged is not checked again, in any state of the process; starts that overlap share one
 ** hold. */
 void dpy_chunks_hold(int on);
-/* host.module_file(name) -> the file require loads the framework module name (dpy.*) from, or nil:
-** package.searchpath's answer in package.path, remembered as require's searcher remembers it, so
-** that asking again (every node's registry, for each component) opens no file. */
-int dpy_chunks_module_file(lua_State *L);
+/* Pushes the file require loads the framework module name (dpy.*) from, or nil: package.searchpath's
+** answer in package.path, remembered as the searcher remembers it, and within a start not looked
+** at again once seen there; a miss is looked for every time. */
+void dpy_chunks_module_file(lua_State *L, const char *name);
 /* Writes into out (len bytes at least) the Lua dump in without its local variables' names;
 ** returns the length written, or 0 where in is not a dump this Lua wrote (strip_locals.c). */
 size_t dpy_strip_locals(const char *in, size_t len, char *out);

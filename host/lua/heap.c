@@ -143,7 +143,7 @@ void dpy_heap_use_arena(int index) {
 ** jemalloc asks for transparent huge pages on its memory (launch.c); the kernel gives them unless the
 ** process opts out, which it checks at every fault: turning them off keeps what is mapped and takes
 ** 4 KiB pages from then on. While its nodes start, the process takes 4 KiB pages whatever the config
-** says: a virtual machine may hand out fresh huge pages far slower (5x on the AMD EPYC VM of 7
+** says: a virtual machine may hand out fresh huge pages far slower (2.5-5x on the AMD EPYC VM of 7
 ** December 2026; 8,192 nodes ready in 6 s instead of 8.3, docs/performance.md). After the start, a
 ** fault takes a huge page where its 2 MiB are not mapped in 4 KiB pages already.
 */

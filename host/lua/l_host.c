@@ -401,6 +401,15 @@ static int h_open_files(lua_State *L) {
     return 2;
 }
 
+/* host.module_file(name) -> the file require loads the framework module name (dpy.*) from, or nil;
+** what a node's registry asks for each of its components: no file opened once found (chunks.c) */
+static int h_module_file(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    luaL_argcheck(L, strncmp(name, "dpy.", 4) == 0, 1, "not a framework module (dpy.*)");
+    dpy_chunks_module_file(L, name);
+    return 1;
+}
+
 /* host.pid() -> this process's id */
 static int h_pid(lua_State *L) {
     lua_pushinteger(L, getpid());
@@ -412,7 +421,7 @@ static const luaL_Reg functions[] = {
     {"pid", h_pid}, {"open_files", h_open_files}, {"port_free", h_port_free}, {"listen", h_listen}, {"close", h_close}, {"catch_interrupt", h_catch_interrupt},
     {"interrupted", h_interrupted}, {"write_atomic", h_write_atomic}, {"cwd", h_cwd}, {"mkdir_p", h_mkdir_p}, {"clock", h_clock},
     {"isatty", h_isatty}, {"memory", h_memory}, {"versions", h_versions}, {"build", h_build},
-    {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {"module_file", dpy_chunks_module_file}, {NULL, NULL}};
+    {"set_threads", h_set_threads}, {"huge_pages", h_huge_pages}, {"module_file", h_module_file}, {NULL, NULL}};
 
 int luaopen_dpy_host_core(lua_State *L) {
     luaL_newlib(L, functions);

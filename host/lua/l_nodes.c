@@ -194,6 +194,13 @@ static void unbuilt_less_locked(group *g) {
         slot_release_locked(g, take_free_slot(g));
 }
 
+/*
+** A node thread has a cache of freed blocks only while it holds a slot: one that gives its slot
+** back, or asks for one, returns its cache and the blocks in it to the arena. jemalloc keeps up to
+** a few hundred KiB per thread, and with hundreds of node threads mostly asleep those caches were
+** 0.7 MiB a node that nothing used; flushed, their empty slots still took 0.03 MiB a node
+** (bench/decentralized scale). Unheld, a node allocates little (receiving, Lua), uncached.
+*/
 static void slot_acquire(node_ctx *n, int64_t priority) {
     group *g = n->g;
     dpy_heap_thread_cache(0);   /* what it freed unheld (receiving, Lua) goes back too: it may wait */
@@ -219,13 +226,6 @@ static void slot_acquire(node_ctx *n, int64_t priority) {
     dpy_heap_thread_cache(1);
 }
 
-/*
-** A node thread has a cache of freed blocks only while it holds a slot: one that gives its slot
-** back, or asks for one, returns its cache and the blocks in it to the arena. jemalloc keeps up to
-** a few hundred KiB per thread, and with hundreds of node threads mostly asleep those caches were
-** 0.7 MiB a node that nothing used; flushed, their empty slots still took 0.03 MiB a node
-** (bench/decentralized scale). Unheld, a node allocates little (receiving, Lua), uncached.
-*/
 /* From its first thread to its last build, a start holds the modules' checks (chunks.c: its nodes
 ** load the same code) and the process's 4 KiB pages (heap.c: fresh huge pages may come far slower).
 ** Under mu once the group's threads run. */
@@ -254,7 +254,7 @@ static void built_locked(group *g, node_ctx *n) {
         unbuilt_less_locked(g);
     if (++g->built < g->count)
         return;
-    start_hold(g, 0);   /* the start is over: modules checked at each load, huge pages again */
+    start_hold(g, 0);   /* the start is over: modules checked at each load, pages as asked */
     dpy_nn_forget_initial();   /* the last node that shares the initial model frees it */
     if (g->keep_freed && !g->keeping) {
         g->keeping = 1;

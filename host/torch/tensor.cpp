@@ -146,8 +146,8 @@ std::vector<int64_t> dpy_shape_vec(const int64_t *shape, int ndim) {
 static std::atomic<uint64_t> max_bytes{0};
 
 uint64_t dpy_tensor_max_bytes(void) noexcept {
-    // read once: each sysconf(_SC_PHYS_PAGES) is a system call, made at every layer and tensor a
-    // node's start builds (8 a node)
+    // read once: each sysconf(_SC_PHYS_PAGES) is a system call (sysinfo), made at every layer and
+    // tensor a node's start builds (5-8 a node)
     static const uint64_t physical = [] {
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 40;

@@ -105,16 +105,16 @@ local function read_idx(name, dir, base, opts)
 end
 
 -- MNIST and Fashion-MNIST share the idx layout and file names. Every node of a process loads the
--- same split: its files are found, read and checked once (looking for each file, plain then
--- gzipped, was 12 system calls of a node's start).
+-- same split: it is found and checked once (looking for each file, plain then gzipped, was 12
+-- system calls of a node's start), and stays for the process, as read_idx's files do.
 local function idx_dataset(name, default_dir, mean, std)
   return function(opts)
     opts = opts or {}
     options.check(opts, { dir = true, train = true }, "data." .. name, 2)
     local dir = opts.dir or default_dir
     local prefix = opts.train == false and "t10k" or "train"
-    local t = M.shared(string.format("idx %s/%s", dir, prefix), function()
-      local images = read_idx(name, dir, prefix .. "-images-idx3-ubyte", opts)
+    local t = M.shared(string.format("idx\0%s\0%s", dir, prefix), function()
+      local images <close> = read_idx(name, dir, prefix .. "-images-idx3-ubyte", opts)
       local labels, path = read_idx(name, dir, prefix .. "-labels-idx1-ubyte", opts)
       if images:dim() ~= 3 or labels:dim() ~= 1 or images:size(0) ~= labels:size(0) then
         error(string.format("%s: images %s and labels %s do not match", dir,

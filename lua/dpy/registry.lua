@@ -61,7 +61,7 @@ end
 
 -- The directory holding lua/dpy (where the built-in folders are).
 local function dpy_dir()
-  local path = package.searchpath("dpy.registry", package.path)
+  local path = host.module_file("dpy.registry")
   return path and path:match("^(.*)/registry%.lua$")
 end
 

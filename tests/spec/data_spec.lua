@@ -54,6 +54,26 @@ describe("idx datasets", function()
     assert.is_nil(data_core.read_idx(dir .. "/z.gz"))
   end)
 
+  -- every node of a process loads its datasets: an idx split is found, read and checked once
+  it("finds and reads an idx split once per process", function()
+    local dir = tmpdir()
+    write_idx(dir, "train", 6, 2, 2)
+    local calls, read_idx = 0, data_core.read_idx
+    data_core.read_idx = function(...) calls = calls + 1 return read_idx(...) end
+    local ok, err = pcall(function()
+      local first = data.mnist { dir = dir }
+      assert.equal(2, calls)
+      os.remove(dir .. "/train-images-idx3-ubyte")
+      os.remove(dir .. "/train-labels-idx1-ubyte")
+      local again = data.mnist { dir = dir }   -- the process's copy: no file looked for
+      assert.equal(2, calls)
+      assert.same(first.images:size(), again.images:size())
+      assert.is_true(again.images:is_readonly() and again.labels:is_readonly())
+    end)
+    data_core.read_idx = read_idx
+    assert(ok, err)
+  end)
+
   it("refuse a label outside the classes, naming the file and the index", function()
     local dir = tmpdir()
     write_idx(dir, "train", 6, 2, 2)

@@ -170,6 +170,7 @@ describe("decentralized runs", function()
       pending("this kernel reports no THP_enabled") return
     end
     local host = require "dpy.host.core"
+    local before = read_file("/proc/self/status"):match("THP_enabled:%s+(%d)")
     assert.is_true(host.huge_pages(true))
     local group = require("dpy.nodes.core").start {
       nodes = 2, process = 0, processes = 1, node_process = { 0, 0 }, uids = { 0, 1 }, run_id = 1,
@@ -181,6 +182,7 @@ describe("decentralized runs", function()
     assert.is_true(group:wait(60))
     assert.is_string(group:results()[0])
     group:close()
+    host.huge_pages(before == "1")   -- as this process had it
   end)
 
   it("runs federated averaging and a parameter server, the server evaluating", function()
