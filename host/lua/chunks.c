@@ -164,15 +164,20 @@ static found *found_entry(const char *key) {
     return f;   /* never freed, its key and file never written: readable unlocked */
 }
 
-/* Whether f's file was seen there in this hold (then it is not looked at again); seen 1 records
-** that it is there now. */
-static int seen_in_hold(found *f, int seen) {
+/* Whether f's file was seen there in this hold: then it is not looked at again. */
+static int seen_in_hold(const found *f) {
     pthread_mutex_lock(&g_mu);
-    if (seen && g_holders > 0)
-        f->seen = g_hold;
-    int in_hold = g_holders > 0 && f->seen == g_hold;
+    int seen = g_holders > 0 && f->seen == g_hold;
     pthread_mutex_unlock(&g_mu);
-    return in_hold;
+    return seen;
+}
+
+/* Records that f's file is there now (in a hold; outside one nothing is kept). */
+static void mark_seen(found *f) {
+    pthread_mutex_lock(&g_mu);
+    if (g_holders > 0)
+        f->seen = g_hold;
+    pthread_mutex_unlock(&g_mu);
 }
 
 static void remember(const char *key, const char *file) {
@@ -264,10 +269,12 @@ loaded:
 void dpy_chunks_module_file(lua_State *L, const char *name) {
     const char *key = push_key(L, name);
     found *f = found_entry(key);
-    int there = f && seen_in_hold(f, 0);   /* seen in this start: its files hold still */
+    int there = f && seen_in_hold(f);   /* seen in this start: its files hold still */
     struct stat st;
-    if (f && !there && stat(f->file, &st) == 0)
-        there = 1, seen_in_hold(f, 1);
+    if (f && !there && stat(f->file, &st) == 0) {
+        mark_seen(f);
+        there = 1;
+    }
     if (there) {
         lua_pushstring(L, f->file);
     } else {   /* not remembered, or gone: looked for (a miss every time) */
