@@ -153,23 +153,18 @@ static void store(lua_State *L, const char *file, const struct stat *st, int fra
     pthread_mutex_unlock(&g_mu);
 }
 
-/* The entry remembered for key; NULL when none. */
-static found *found_entry(const char *key) {
+/* The entry remembered for key; NULL when none. *seen (unless NULL): whether its file was seen
+** there in this hold, and so is not looked at again. */
+static found *found_entry(const char *key, int *seen) {
     XXH64_hash_t h = hash_of(key);
     pthread_mutex_lock(&g_mu);
     found *f = g_found;
     while (f && (f->hash != h || strcmp(f->key, key) != 0))
         f = f->next;
+    if (seen)
+        *seen = f && g_holders > 0 && f->seen == g_hold;
     pthread_mutex_unlock(&g_mu);
     return f;   /* never freed, its key and file never written: readable unlocked */
-}
-
-/* Whether f's file was seen there in this hold: then it is not looked at again. */
-static int seen_in_hold(const found *f) {
-    pthread_mutex_lock(&g_mu);
-    int seen = g_holders > 0 && f->seen == g_hold;
-    pthread_mutex_unlock(&g_mu);
-    return seen;
 }
 
 /* Records that f's file is there now (in a hold; outside one nothing is kept). */
@@ -233,7 +228,7 @@ static int searcher(lua_State *L) {
     struct stat st;
     if (framework) {
         key = push_key(L, name);
-        found *f = found_entry(key);
+        found *f = found_entry(key, NULL);
         file = f ? f->file : NULL;
         if (file && load_cached(L, file, NULL))   /* found unchanged in this hold */
             goto loaded;
@@ -268,8 +263,8 @@ loaded:
 
 void dpy_chunks_module_file(lua_State *L, const char *name) {
     const char *key = push_key(L, name);
-    found *f = found_entry(key);
-    int there = f && seen_in_hold(f);   /* seen in this start: its files hold still */
+    int there;   /* seen in this start: its files hold still */
+    found *f = found_entry(key, &there);
     struct stat st;
     if (f && !there && stat(f->file, &st) == 0) {
         mark_seen(f);

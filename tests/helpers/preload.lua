@@ -213,16 +213,21 @@ function run_layouts(config_text)
 end
 
 --- Writes an action file that runs body (statements; node, r and host in scope) on event, after
--- prelude (statements at the file's top); returns the config line that loads it.
+-- prelude (statements at the file's top); returns the config line that loads it. event may also
+-- be a table { event = body, ... } (body then nil).
 function action_config(name, event, body, prelude)
+  local handlers = {}
+  for ev, b in pairs(type(event) == "table" and event or { [event] = body }) do
+    handlers[#handlers + 1] = string.format("%s = function(node, r) %s end", ev, b)
+  end
   local path = tmpdir() .. "/" .. name .. ".lua"
   write_file(path, string.format([[
     local registry = require "dpy.registry"
     local host = require "dpy.host.core"
     %s
     return registry.register { kind = "action", name = %q,
-      new = function() return { %s = function(node, r) %s end } end }
-  ]], prelude or "", name, event, body))
+      new = function() return { %s } end }
+  ]], prelude or "", name, table.concat(handlers, ", ")))
   return "actions = { '" .. path .. "' }\n"
 end
 

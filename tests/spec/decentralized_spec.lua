@@ -71,20 +71,15 @@ describe("decentralized runs", function()
     if not read_file("/proc/self/status"):find("THP_enabled:", 1, true) then
       pending("this kernel reports no THP_enabled") return
     end
-    local path = tmpdir() .. "/thp.lua"
-    write_file(path, [[
+    local probe = action_config("thp", { init = "thp(node, 'init')", shutdown = "thp(node, 'shutdown')" },
+                                nil, [[
       local function thp(node, when)
         if node.uid % 2 ~= 0 then return end
         for line in io.lines("/proc/self/status") do
           local on = line:match("^THP_enabled:%s+(%d)")
           if on then node.log:write("THP_enabled at %s %s", when, on) end
         end
-      end
-      return require("dpy.registry").register { kind = "action", name = "thp", new = function()
-        return { init = function(node) thp(node, "init") end,
-                 shutdown = function(node) thp(node, "shutdown") end }
-      end }]])
-    local probe = "actions = { '" .. path .. "' }\n"
+      end]])
     for setting, want in pairs { [""] = "1", ["huge_pages = false\n"] = "0" } do
       for _, p in ipairs { 1, 2 } do
         local code, _, err, out = run(TINY .. probe .. setting .. "processes = " .. p .. "\n")
