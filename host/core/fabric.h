@@ -38,6 +38,7 @@ typedef struct {
     int max_pending;
     double hello_timeout;
     int tcp_only;                    /* never a Unix socket to a process of this machine (auth.h) */
+    int no_ring;                     /* there, never the shared ring (ring.h): the socket alone */
     /* fault injection (mock): probabilities per message, and a delay */
     double drop, duplicate, corrupt, delay;
     uint64_t fault_seed;
@@ -61,6 +62,8 @@ typedef enum { DPY_RECV_OK = 0, DPY_RECV_TIMEOUT, DPY_RECV_DEAD, DPY_RECV_MALFOR
 int dpy_fabric_open(dpy_fabric **out, const dpy_fabric_opts *o, char *err, size_t errlen);
 /* How this process connected to process p: "unix" (a Unix socket), "tcp", or NULL (never). */
 const char *dpy_fabric_link(dpy_fabric *f, int p);
+/* The payload bytes this process sent process p through shared memory (a ring on a Unix socket). */
+uint64_t dpy_fabric_shared_bytes(dpy_fabric *f, int p);
 /* Closes every connection and joins the I/O thread; pending messages are freed. */
 void dpy_fabric_close(dpy_fabric *f);
 

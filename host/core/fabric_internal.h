@@ -149,6 +149,9 @@ typedef struct {
     dpy_auth_dir tx;                /* sending: this connection's key and sequence (write_mu) */
     dpy_auth_stream ts;             /* sending: the tag of the packet being written (write_mu) */
     int untagged;                   /* a Unix socket: packets go without a tag (write_mu) */
+    dpy_ring ring;                  /* there, the shared ring to it, once made (write_mu) */
+    int ring_state;                 /* 0: not yet, 1: made and passed, -1: none (write_mu) */
+    _Atomic uint64_t ring_bytes;    /* payload bytes sent through it */
     const char *link;               /* "unix" or "tcp" once connected, kept after it is gone (mu) */
 } peer;
 
@@ -159,6 +162,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
     int state;
     int unix_socket;                /* accepted on the Unix socket: no tags once ready */
     uint32_t peer_pid;              /* there, the connecting process's id (SO_PEERCRED) */
+    int ring_fd;                    /* there, a file descriptor that came, for the ring packet; -1 */
     double since;                   /* when it was accepted (the handshake's deadline) */
     char from[64];                  /* the remote address, for the log */
     dpy_handshake hs;

@@ -1,7 +1,9 @@
 /*
 ** framing.h: the reading side of one connection's byte stream, apart from its socket. It names
 ** where the next bytes go (header, then the payload, read straight into its buffer, then the
-** trailer) and says what their arrival means; the tag is computed as the payload comes. tcp.c
+** trailer) and says what their arrival means; the tag is computed as the payload comes. A
+** packet through the shared ring (wire.h) comes as piece words, each followed by its bytes on the
+** socket or copied out of the ring. tcp.c
 ** reads a socket into the places it names; the fuzz harness feeds it bytes the same way.
 */
 #ifndef DPY_FRAMING_H
@@ -11,6 +13,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "ring.h"
 #include "wire.h"
 
 typedef struct payload payload;
@@ -22,6 +25,10 @@ typedef struct {
     payload *pending;        /* the packet being read, straight into its payload */
     dpy_auth_stream rs;      /* its tag, as its bytes come */
     int untagged;            /* a Unix socket's: packets have no trailer (auth.h) */
+    dpy_ring ring;           /* there, the peer's shared ring, once it came (ring.h) */
+    int ringed;              /* the packet comes in pieces (DPY_FLAG_RING): */
+    uint8_t word[4];         /* the next piece's word, */
+    size_t word_got, inline_left;   /* and the bytes of an inline piece still to come */
 } dpy_frame;
 
 /* What a header must satisfy; ready: the connection's handshake is done (only handshake
@@ -47,7 +54,7 @@ size_t dpy_frame_want(dpy_frame *fr, uint8_t **at);
 int dpy_frame_got(dpy_frame *fr, size_t n, const dpy_frame_rules *r, char *why, size_t whylen);
 /* After DPY_FRAME_PACKET: its payload (the caller's now), and the frame is ready for the next. */
 payload *dpy_frame_take(dpy_frame *fr);
-/* Frees what a frame holds (a packet cut off midway, the context of its tag). */
+/* Frees what a frame holds (a packet cut off midway, the context of its tag, the ring). */
 void dpy_frame_clear(dpy_frame *fr);
 
 #endif

@@ -27,16 +27,32 @@
 
 #include <arpa/inet.h>
 
+#include "bytes.h"
 #include "dpy_core.h"
 #include "fabric_internal.h"
 
 /* {==== writing ====} */
 
-static int send_all(int fd, struct iovec *iov, int iovcnt) {
+/* Writes iov whole to fd; pass_fd (>= 0) goes with its first byte (SCM_RIGHTS). */
+static int send_msg(int fd, struct iovec *iov, int iovcnt, int pass_fd) {
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
     struct msghdr mh;
     memset(&mh, 0, sizeof mh);
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)iovcnt;
+    if (pass_fd >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
     while (mh.msg_iovlen > 0) {
         if (mh.msg_iov[0].iov_len == 0) {
             mh.msg_iov++;
@@ -54,6 +70,8 @@ static int send_all(int fd, struct iovec *iov, int iovcnt) {
             }
             return -1;
         }
+        mh.msg_control = NULL;   /* sent with the first byte */
+        mh.msg_controllen = 0;
         while (mh.msg_iovlen > 0 && (size_t)n >= mh.msg_iov[0].iov_len) {
             n -= (ssize_t)mh.msg_iov[0].iov_len;
             mh.msg_iov++;
@@ -66,6 +84,8 @@ static int send_all(int fd, struct iovec *iov, int iovcnt) {
     }
     return 0;
 }
+
+static int send_all(int fd, struct iovec *iov, int iovcnt) { return send_msg(fd, iov, iovcnt, -1); }
 
 /* A handshake packet's flags: the encrypt setting, and whether it goes on a Unix socket. */
 static uint8_t handshake_flags(const dpy_fabric *f, int unix_socket) {
@@ -131,16 +151,67 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
     return send_all(pe->fd, iov, 1);
 }
 
+/* {==== the shared ring, on a Unix socket (ring.h) ====} */
+
+/* Makes pe's shared ring and passes it (write_mu held): 1, or 0 when none can be made (the
+** packets go on the socket alone), -1 when the socket fails. */
+static int offer_ring(dpy_fabric *f, peer *pe) {
+    if (dpy_ring_create(&pe->ring, DPY_RING_BYTES) != 0) {
+        pe->ring_state = -1;
+        return 0;
+    }
+    dpy_header h = {.channel = DPY_CHANNEL_RING, .run_id = f->o.run_id, .length = 8};
+    uint8_t pkt[DPY_WIRE_HEADER + 8];
+    dpy_wire_encode(pkt, &h);
+    put64(pkt + DPY_WIRE_HEADER, pe->ring.size);
+    struct iovec iov[1] = {{pkt, sizeof pkt}};
+    int rc = send_msg(pe->fd, iov, 1, pe->ring.fd);
+    close(pe->ring.fd);   /* the mapping holds it, and the peer its own */
+    pe->ring.fd = -1;
+    pe->ring_state = 1;
+    return rc == 0 ? 1 : -1;
+}
+
+/* Writes header hdr and its payload through pe's ring, a piece at a time (wire.h): each piece is
+** copied in, then its word written, so that the reader copies one out while the next goes in. A
+** piece the ring has no room for (the reader is behind) goes on the socket. */
+static int send_ringed(peer *pe, const uint8_t hdr[DPY_WIRE_HEADER], const uint8_t *data, size_t len) {
+    for (size_t off = 0; off < len;) {
+        size_t want = len - off < DPY_RING_PIECE ? len - off : DPY_RING_PIECE;
+        size_t n = dpy_ring_room(&pe->ring, want);
+        int through = n == want || n >= DPY_RING_PIECE / 4;   /* no slivers at the ring's end */
+        uint8_t word[4];
+        if (through) {
+            dpy_ring_put(&pe->ring, data + off, n);
+            atomic_fetch_add_explicit(&pe->ring_bytes, n, memory_order_relaxed);
+        } else {
+            n = want;
+        }
+        put32(word, (uint32_t)n | (through ? 0 : DPY_RING_INLINE));
+        struct iovec iov[3] = {{(void *)hdr, off == 0 ? DPY_WIRE_HEADER : 0}, {word, sizeof word},
+                               {(void *)(data + off), through ? 0 : n}};
+        if (send_all(pe->fd, iov, 3) != 0)
+            return -1;
+        off += n;
+    }
+    return 0;
+}
+
+/* {==== sending ====} */
+
 /* Seals header h and its payload under process p's connection key (and encrypts it, with
 ** encrypt), and writes it d.copies times, each with its own sequence number; on a Unix socket,
-** header and payload alone. */
+** header and payload alone, through the shared ring from DPY_RING_MIN_PACKET bytes. */
 static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, size_t len, fate d,
                        char *err, size_t errlen) {
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     int untagged = pe->untagged, enc = f->o.encrypt && !untagged;
+    int ringed = untagged && pe->fd >= 0 && len >= DPY_RING_MIN_PACKET && !f->o.no_ring && pe->ring_state >= 0;
+    if (ringed && pe->ring_state == 0)
+        ringed = offer_ring(f, pe);
     h->checksum = 0;   /* the tag covers the payload (wire.h) */
-    h->flags = enc ? DPY_FLAG_ENCRYPTED : 0;
+    h->flags = (uint8_t)((enc ? DPY_FLAG_ENCRYPTED : 0) | (ringed > 0 ? DPY_FLAG_RING : 0));
     uint8_t hdr[DPY_WIRE_HEADER];
     dpy_wire_encode(hdr, h);
     if (d.corrupt)
@@ -151,11 +222,12 @@ static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, si
         pthread_mutex_unlock(&pe->write_mu);
         return dpy_fail(err, errlen, "out of memory encrypting %zu bytes", len);
     }
-    int rc = 0, why = 0;
+    int rc = ringed < 0 ? -1 : 0, why = 0;
     for (int c = 0; c < d.copies && rc == 0; c++) {
         struct iovec plain[2] = {{hdr, sizeof hdr}, {(void *)data, len}};
         errno = 0;
         rc = pe->fd < 0  ? -1
+             : ringed    ? send_ringed(pe, hdr, data, len)
              : untagged  ? send_all(pe->fd, plain, 2)
                          : write_sealed(pe, enc, hdr, data, len, scratch);
         why = pe->fd >= 0 ? errno : 0;
@@ -194,6 +266,12 @@ const char *dpy_fabric_link(dpy_fabric *f, int p) {
     const char *link = f->peers[p].link;
     pthread_mutex_unlock(&f->mu);
     return link;
+}
+
+uint64_t dpy_fabric_shared_bytes(dpy_fabric *f, int p) {
+    if (p < 0 || p >= f->o.processes || p == f->o.process)
+        return 0;
+    return atomic_load(&f->peers[p].ring_bytes);
 }
 
 /* {==== connections ====} */
@@ -393,6 +471,7 @@ static conn *add_conn(dpy_fabric *f, int fd, int process, int unix_socket) {
         return NULL;
     }
     c->fd = fd;
+    c->ring_fd = -1;
     c->process = process;
     c->unix_socket = c->fr.untagged = unix_socket;
     c->state = process >= 0 ? CONN_READY : CONN_HELLO;
@@ -420,6 +499,14 @@ static void reject(dpy_fabric *f, conn *c, dpy_reject_kind kind, const char *why
     dpy_rejects_add(&f->rejects, kind, conn_peer(c, who, sizeof who), why);
 }
 
+static void free_conn(conn *c) {
+    close(c->fd);
+    if (c->ring_fd >= 0)
+        close(c->ring_fd);
+    dpy_frame_clear(&c->fr);   /* and the peer's ring */
+    free(c);
+}
+
 /* Closes c; a ready connection's process is gone (never one still in its handshake). */
 static void drop_conn(dpy_fabric *f, conn *c) {
     epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -432,15 +519,13 @@ static void drop_conn(dpy_fabric *f, conn *c) {
     }
     if (c->state != CONN_READY)
         f->pending_conns--;
-    close(c->fd);
     for (conn **p = &f->conns; *p; p = &(*p)->next) {
         if (*p == c) {
             *p = c->next;
             break;
         }
     }
-    dpy_frame_clear(&c->fr);
-    free(c);
+    free_conn(c);
 }
 
 static double hello_timeout(const dpy_fabric *f) {
@@ -579,6 +664,28 @@ static int on_handshake(dpy_fabric *f, conn *c, const uint8_t *data) {
     return 0;
 }
 
+/* The peer's shared ring came on c (its memfd with the packet's first bytes): mapped, or the
+** connection goes (the packets that use it could not be read). */
+static int on_ring(dpy_fabric *f, conn *c, payload *pl) {
+    char why[128];
+    int fd = c->ring_fd;
+    c->ring_fd = -1;
+    if (!c->unix_socket || c->fr.ring.map || fd < 0 || pl->len != 8) {
+        if (fd >= 0)
+            close(fd);
+        reject(f, c, DPY_REJECT_HEADER, !c->unix_socket ? "a shared ring offered on tcp"
+                                        : c->fr.ring.map ? "a second shared ring"
+                                        : fd < 0         ? "a shared ring without its file descriptor"
+                                                         : "a shared ring packet of the wrong length");
+        return -1;
+    }
+    if (dpy_ring_adopt(&c->fr.ring, fd, get64(pl->data), why, sizeof why) != 0) {
+        reject(f, c, DPY_REJECT_HEADER, why);
+        return -1;
+    }
+    return 0;
+}
+
 /* A whole packet arrived on c: check it and deliver it. Returns -1 to drop the connection. */
 static int on_packet(dpy_fabric *f, conn *c) {
     char why[256];
@@ -612,6 +719,11 @@ static int on_packet(dpy_fabric *f, conn *c) {
             dpy_fabric_reject(f, h->sender, h->receiver, h->channel, h->round, why);
         return 0;
     }
+    if (h->channel == DPY_CHANNEL_RING) {
+        int rc = on_ring(f, c, pl);
+        free(pl);
+        return rc;
+    }
     if (h->channel == DPY_CHANNEL_NOTICE && f->node_process[h->sender] == c->process) {
         dpy_fabric_mark_gone(f, h->sender, (const char *)pl->data, h->length);   /* authenticated above */
         free(pl);
@@ -638,13 +750,41 @@ static int on_packet(dpy_fabric *f, conn *c) {
     return 0;
 }
 
+/* read() on a Unix socket, keeping a file descriptor that comes once the handshake is done (for
+** the ring packet, on_ring) and closing every other. */
+static ssize_t read_unix(conn *c, uint8_t *at, size_t want) {
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {at, want};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (c->state == CONN_READY && c->ring_fd < 0 && !c->fr.ring.map)
+                c->ring_fd = fd;
+            else
+                close(fd);
+        }
+    }
+    return n;
+}
+
 /* Reads all that is available on c (a non-blocking socket), packet after packet (framing.h). */
 static void on_readable(dpy_fabric *f, conn *c) {
     char why[256];
     for (;;) {
         uint8_t *at;
         size_t want = dpy_frame_want(&c->fr, &at);
-        ssize_t n = read(c->fd, at, want);
+        ssize_t n = c->unix_socket ? read_unix(c, at, want) : read(c->fd, at, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -875,10 +1015,10 @@ void dpy_tcp_stop(dpy_fabric *f) {
     while (f->conns) {
         conn *c = f->conns;
         f->conns = c->next;
-        close(c->fd);
-        dpy_frame_clear(&c->fr);
-        free(c);
+        free_conn(c);
     }
+    for (int p = 0; p < f->o.processes && f->peers; p++)
+        dpy_ring_free(&f->peers[p].ring);
     if (f->listen_fd >= 0)
         close(f->listen_fd);
     if (f->unix_fd >= 0)

@@ -11,6 +11,11 @@
 ** handed on; with flag DPY_FLAG_ENCRYPTED the payload is encrypted. Between processes of one
 ** machine, over a Unix socket (flag DPY_FLAG_UNIX in its handshake), packets carry no tag: the
 ** kernel alone carries their bytes, from the process that proved it holds the run key (auth.h).
+** There, a packet of DPY_RING_MIN_PACKET bytes or more goes through a ring of shared memory
+** (ring.h, flag DPY_FLAG_RING): after its header, each piece of its payload is a 4-byte word, its
+** length, and with DPY_RING_INLINE set the piece's bytes follow on the socket; otherwise they are
+** the next bytes of the ring. The ring itself comes once, before the first such packet, with a
+** packet on channel DPY_CHANNEL_RING (its payload: the ring's size, 8 bytes) and the ring's memfd.
 ** A connection opens with three handshake packets (no tag): HELLO (connector -> acceptor, its
 ** nonce), CHALLENGE (the acceptor's nonce and proof), PROOF (the connector's proof); sender and
 ** receiver are then process indices.
@@ -28,8 +33,10 @@
 #define DPY_CHANNEL_CHALLENGE 0xFFFEu
 #define DPY_CHANNEL_PROOF 0xFFFDu
 #define DPY_CHANNEL_NOTICE 0xFFFCu   /* node `sender` is gone; the payload says why ("": finished) */
+#define DPY_CHANNEL_RING 0xFFFBu     /* on a Unix socket: the sender's shared ring (ring.h) comes with it */
 #define DPY_FLAG_ENCRYPTED 1u
 #define DPY_FLAG_UNIX 2u          /* a handshake on a Unix socket */
+#define DPY_FLAG_RING 4u          /* the payload comes through the shared ring, in pieces (framing.h) */
 
 /* A handshake packet's channel, and the only payload length it may have (0: not one). */
 static inline int dpy_wire_handshake(uint16_t channel) { return channel >= DPY_CHANNEL_PROOF; }

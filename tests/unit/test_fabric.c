@@ -1,5 +1,5 @@
 /* test_fabric.c: inboxes and round buffering, byte counts, injected faults, tcp between two
-** fabrics on 127.0.0.1, garbage on a node's port, a peer that dies, and a signal while a process
+** fabrics on 127.0.0.1 (a Unix socket, and the shared ring on it), garbage on a node's port, a peer that dies, and a signal while a process
 ** waits for its peers. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -152,21 +152,21 @@ static void *open_thread(void *arg) {
     return NULL;
 }
 
-static void test_tcp(void) {
-    int port = 20000 + getpid() % 20000;
-    char a0[64], a1[64];
+/* Opens processes 0 and 1 at 127.0.0.1:port and port + 1 (each on its thread, as two processes):
+** 0, or -1 with both errors said. */
+static int open_two(opener p[2], int port, uint32_t max_payload, int no_ring) {
+    static char a0[64], a1[64];
     snprintf(a0, sizeof a0, "127.0.0.1:%d", port);
     snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 1);
-    const char *addrs[2] = {a0, a1};
-    int32_t map[2] = {0, 1};
+    static const char *addrs[2] = {a0, a1};
+    static int32_t map[2] = {0, 1};
     static const uint8_t key[32] = {1, 2, 3};
-    opener p[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         memset(&p[i], 0, sizeof p[i]);
-        p[i].o = (dpy_fabric_opts){.run_id = 9, .nodes = 2, .max_payload = 1 << 20, .process = i,
+        p[i].o = (dpy_fabric_opts){.run_id = 9, .nodes = 2, .max_payload = max_payload, .process = i,
                                    .processes = 2, .node_process = map, .addresses = addrs,
-                                   .connect_timeout = 10, .key = key};
+                                   .connect_timeout = 10, .key = key, .no_ring = no_ring};
         pthread_create(&th[i], NULL, open_thread, &p[i]);
     }
     for (int i = 0; i < 2; i++)
@@ -174,8 +174,16 @@ static void test_tcp(void) {
     CHECK(p[0].rc == 0 && p[1].rc == 0);
     if (p[0].rc || p[1].rc) {
         fprintf(stderr, "%s / %s\n", p[0].err, p[1].err);
-        return;
+        return -1;
     }
+    return 0;
+}
+
+static void test_tcp(void) {
+    int port = 20000 + getpid() % 20000;
+    opener p[2];
+    if (open_two(p, port, 1 << 20, 0) != 0)
+        return;
     char err[256], last[256];
     static int big[100000];
     for (int i = 0; i < 100000; i++)
@@ -189,6 +197,7 @@ static void test_tcp(void) {
     CHECK(len == sizeof big && memcmp(data, big, len) == 0);
     CHECK(encoding == 0xC0DEu);   /* the header carries the sender's encoding */
     dpy_fabric_release(data);
+    CHECK(dpy_fabric_shared_bytes(p[0].f, 1) == sizeof big);   /* through the shared ring */
     int x = 3, v = 0;
     CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, 1, &x, sizeof x, err, sizeof err) == 0);
     CHECK(recv_int(p[0].f, 0, 1, 1, 5, &v) == DPY_RECV_OK && v == 3);
@@ -231,6 +240,38 @@ static void test_tcp(void) {
     CHECK_CONTAINS(err, "peer 1 failed: boom at round 3");   /* its notice's reason, not "unreachable" */
     CHECK(recv_int(p[0].f, 0, 0, 4, 1, &v) == DPY_RECV_OK && v == 5);
     dpy_fabric_close(p[0].f);
+}
+
+/* Payloads through the shared ring between two processes of one machine come back byte for byte,
+** larger than the ring and many times round it, with a fresh pattern each (a stale ring byte would
+** show); without the ring (no_ring) they come on the socket alone. */
+static void test_ring(void) {
+    static uint8_t buf[11 << 20];
+    for (int no_ring = 0; no_ring <= 1; no_ring++) {
+        opener p[2];
+        if (open_two(p, 20000 + (getpid() + 7) % 20000 + 2 * no_ring, sizeof buf, no_ring) != 0)
+            return;
+        const size_t sizes[] = {64 << 10, (1 << 20) + 3, sizeof buf, 300000, sizeof buf - 5, 5 << 20, 70001};
+        uint64_t through = 0;
+        char err[256];
+        for (uint32_t r = 0; r < 3 * sizeof sizes / sizeof sizes[0]; r++) {
+            size_t len = sizes[r % (sizeof sizes / sizeof sizes[0])];
+            for (size_t i = 0; i < len; i++)
+                buf[i] = (uint8_t)(i * 31 + r * 17 + i / 4093);
+            CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, r, buf, len, err, sizeof err) == 0);
+            void *data;
+            size_t got;
+            CHECK(dpy_fabric_recv(p[0].f, 0, 1, 0, r, 10, &data, &got, NULL) == DPY_RECV_OK);
+            CHECK(got == len && memcmp(data, buf, len) == 0);
+            dpy_fabric_release(data);
+            through += len;
+        }
+        uint64_t shared = dpy_fabric_shared_bytes(p[1].f, 0);
+        /* pieces the ring had no room for went on the socket: most go through it */
+        CHECK(no_ring ? shared == 0 : shared > through / 2 && shared <= through);
+        dpy_fabric_close(p[0].f);
+        dpy_fabric_close(p[1].f);
+    }
 }
 
 /* Messages of rounds a receiver is done with: dpy_fabric_late discards them (any sender, any
@@ -420,6 +461,7 @@ int main(void) {
     test_bandwidth();
     test_faults();
     test_tcp();
+    test_ring();
     test_stop_connecting();
     test_endless_timeout();
     return check_report("fabric");
