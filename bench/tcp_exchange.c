@@ -1,15 +1,17 @@
 /* tcp_exchange.c: a model of SIZE bytes sent between two processes of this machine through the
-** fabric as a run connects them (a Unix socket: framing, the I/O thread, the inbox), through the
+** fabric as a run connects them (a Unix socket: framing, the I/O thread, the inbox; from 64 KiB the
+** payload through the shared ring), the same without the ring (shared_memory = false), through the
 ** fabric on tcp alone (tcp_only: the tag too, as between machines), and the same encrypted, against
 ** a plain copy of the same bytes on a tcp socket (loopback) and on a Unix socket, measured the
 ** same way: COUNT ping-pongs of SIZE bytes out and 4 bytes back, after one untimed (the first pays
-** for fresh buffers: its page faults). TRIES rounds of the five, alternated, each on new
+** for fresh buffers: its page faults). TRIES rounds of the six, alternated, each on new
 ** connections: this machine's speed drifts from one try to the next by up to 2x for all alike, so
 ** each try's ratios are taken within it and the medians reported. Then the tag and the encryption
 ** alone on one core (seal and open of SIZE bytes), as a share of the tcp fabric's exchange time.
-** Prints per try "try K fabric_ms F tcp_fabric_ms T encrypted_ms E socket_ms S unix_socket_ms U",
-** then those medians (per message), the medians of the tries' ratios "fabric_over_socket" (F/S),
-** "fabric_over_unix_socket" (F/U), "tcp_fabric_over_socket" (T/S), "encrypted_over_socket" (E/S),
+** Prints per try "try K fabric_ms F socket_fabric_ms B tcp_fabric_ms T encrypted_ms E socket_ms S
+** unix_socket_ms U", then those medians (per message), the medians of the tries' ratios
+** "fabric_over_socket" (F/S), "fabric_over_unix_socket" (F/U), "socket_fabric_over_unix_socket"
+** (B/U), "tcp_fabric_over_socket" (T/S), "encrypted_over_socket" (E/S),
 ** then "mac_MBps", "aead_MBps" (one core, seal + open), "mac_share", "aead_share".
 ** usage: bench_tcp SIZE_BYTES COUNT TRIES PORT */
 #define _GNU_SOURCE
@@ -50,7 +52,8 @@ static void full_io(int fd, void *buf, size_t len, int writing) {
 
 static const uint8_t key[DPY_KEY_BYTES] = {42};
 
-static double fabric_run(size_t size, int count, int port, int proc, char *buf, int tcp_only, int encrypt) {
+static double fabric_run(size_t size, int count, int port, int proc, char *buf, int tcp_only, int encrypt,
+                         int no_ring) {
     char a0[64], a1[64], err[256];
     snprintf(a0, sizeof a0, "127.0.0.1:%d", port);
     snprintf(a1, sizeof a1, "127.0.0.1:%d", port + 1);
@@ -58,7 +61,8 @@ static double fabric_run(size_t size, int count, int port, int proc, char *buf, 
     int32_t map[2] = {0, 1};
     dpy_fabric_opts o = {.run_id = 5, .nodes = 2, .max_payload = (uint32_t)size + 16, .process = proc,
                          .processes = 2, .node_process = map, .addresses = addrs,
-                         .connect_timeout = 20, .key = key, .encrypt = encrypt, .tcp_only = tcp_only};
+                         .connect_timeout = 20, .key = key, .encrypt = encrypt, .tcp_only = tcp_only,
+                         .no_ring = no_ring};
     dpy_fabric *f;
     if (dpy_fabric_open(&f, &o, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -155,8 +159,8 @@ int main(int argc, char **argv) {
     int count = argc > 2 ? atoi(argv[2]) : 50;
     int tries = argc > 3 ? atoi(argv[3]) : 5;
     int port = argc > 4 ? atoi(argv[4]) : 41000;
-    if (tries < 1 || tries > 64 || count < 1 || port < 1024 || port + 8 * tries > 65535) {
-        fprintf(stderr, "usage: bench_tcp SIZE_BYTES COUNT TRIES(1-64) PORT (TRIES x 8 ports from PORT)\n");
+    if (tries < 1 || tries > 64 || count < 1 || port < 1024 || port + 10 * tries > 65535) {
+        fprintf(stderr, "usage: bench_tcp SIZE_BYTES COUNT TRIES(1-64) PORT (TRIES x 10 ports from PORT)\n");
         return 2;
     }
     alarm(600);   /* a side whose partner failed would wait on its socket for ever */
@@ -169,20 +173,23 @@ int main(int argc, char **argv) {
     pid_t child = fork();
     int proc = child == 0 ? 1 : 0;
     double fab[64], tcp[64], enc[64], sock[64], usock[64], fab_r[64], fab_ur[64], tcp_r[64], enc_r[64];
-    for (int k = 0; k < tries; k++) {   /* each part on new connections: ports 8 apart */
-        int at = port + 8 * k;
-        fab[k] = fabric_run(size, count, at, proc, buf, 0, 0) / count * 1e3;
-        tcp[k] = fabric_run(size, count, at + 2, proc, buf, 1, 0) / count * 1e3;
-        enc[k] = fabric_run(size, count, at + 4, proc, buf, 1, 1) / count * 1e3;
+    double bare[64], bare_ur[64];
+    for (int k = 0; k < tries; k++) {   /* each part on new connections: ports 10 apart */
+        int at = port + 10 * k;
+        fab[k] = fabric_run(size, count, at, proc, buf, 0, 0, 0) / count * 1e3;
+        bare[k] = fabric_run(size, count, at + 8, proc, buf, 0, 0, 1) / count * 1e3;
+        tcp[k] = fabric_run(size, count, at + 2, proc, buf, 1, 0, 0) / count * 1e3;
+        enc[k] = fabric_run(size, count, at + 4, proc, buf, 1, 1, 0) / count * 1e3;
         sock[k] = socket_run(size, count, at + 6, proc, buf, 0) / count * 1e3;
         usock[k] = socket_run(size, count, at + 7, proc, buf, 1) / count * 1e3;
         fab_r[k] = fab[k] / sock[k];
         fab_ur[k] = fab[k] / usock[k];
+        bare_ur[k] = bare[k] / usock[k];
         tcp_r[k] = tcp[k] / sock[k];
         enc_r[k] = enc[k] / sock[k];
         if (proc == 0)
-            printf("try %d fabric_ms %.3f tcp_fabric_ms %.3f encrypted_ms %.3f socket_ms %.3f unix_socket_ms %.3f\n",
-                   k, fab[k], tcp[k], enc[k], sock[k], usock[k]);
+            printf("try %d fabric_ms %.3f socket_fabric_ms %.3f tcp_fabric_ms %.3f encrypted_ms %.3f socket_ms %.3f "
+                   "unix_socket_ms %.3f\n", k, fab[k], bare[k], tcp[k], enc[k], sock[k], usock[k]);
     }
     if (child == 0)
         return 0;
@@ -204,11 +211,12 @@ int main(int argc, char **argv) {
         per[e] = (now() - t0) / count;
     }
     double t = median(tcp, tries), e = median(enc, tries);
-    printf("fabric_ms %.3f\ntcp_fabric_ms %.3f\nencrypted_ms %.3f\nsocket_ms %.3f\nunix_socket_ms %.3f\n",
-           median(fab, tries), t, e, median(sock, tries), median(usock, tries));
-    printf("fabric_over_socket %.3f\nfabric_over_unix_socket %.3f\ntcp_fabric_over_socket %.3f\n"
-           "encrypted_over_socket %.3f\n", median(fab_r, tries), median(fab_ur, tries),
-           median(tcp_r, tries), median(enc_r, tries));
+    printf("fabric_ms %.3f\nsocket_fabric_ms %.3f\ntcp_fabric_ms %.3f\nencrypted_ms %.3f\nsocket_ms %.3f\n"
+           "unix_socket_ms %.3f\n", median(fab, tries), median(bare, tries), t, e, median(sock, tries),
+           median(usock, tries));
+    printf("fabric_over_socket %.3f\nfabric_over_unix_socket %.3f\nsocket_fabric_over_unix_socket %.3f\n"
+           "tcp_fabric_over_socket %.3f\nencrypted_over_socket %.3f\n", median(fab_r, tries),
+           median(fab_ur, tries), median(bare_ur, tries), median(tcp_r, tries), median(enc_r, tries));
     printf("mac_MBps %.0f\naead_MBps %.0f\n", 2 * size / per[0] / 1e6, 2 * size / per[1] / 1e6);
     printf("mac_share %.3f\naead_share %.3f\n", per[0] * 1e3 / t, per[1] * 1e3 / e);
     return 0;

@@ -502,7 +502,7 @@ static void futex_buckets_for(size_t threads) {
 **   max_payload, slots,
 **   connect_timeout, threads (per node), drop, duplicate, corrupt, delay, fault_seed, latency, latency_max,
 **   bandwidth, bandwidth_min,
-**   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, tcp_only,
+**   key_file (P > 1: the run key, read here and never seen by Lua), encrypt, tcp_only, no_ring,
 **   args = {key = value} }
 ** -> dpy.NodeGroup | nil, err
 */
@@ -521,7 +521,9 @@ static int n_start(lua_State *L) {
     o.encrypt = lua_toboolean(L, -1);
     lua_getfield(L, 1, "tcp_only");
     o.tcp_only = lua_toboolean(L, -1);
-    lua_pop(L, 2);
+    lua_getfield(L, 1, "no_ring");
+    o.no_ring = lua_toboolean(L, -1);
+    lua_pop(L, 3);
     o.listener = (int)int_field(L, 1, "listen_fd", 0);   /* inherited, listening (dpy-lua node --listen-fd) */
     lua_getfield(L, 1, "key_file");
     const char *key_file = luaL_optstring(L, -1, NULL);
@@ -814,7 +816,9 @@ static int g_progress(lua_State *L) {
         lua_setfield(L, -2, dpy_reject_names[k]);
     }
     lua_setfield(L, -2, "rejected_by");
-    if (g->processes > 1) {   /* how this process connected to each other one, kept after it is gone */
+    if (g->processes > 1) {   /* how this process connected to each other one, kept after it is gone,
+                                 ** and the bytes it sent each through shared memory */
+        lua_createtable(L, 0, g->processes - 1);
         lua_createtable(L, 0, g->processes - 1);
         for (int p = 0; p < g->processes; p++) {
             const char *link = dpy_fabric_link(g->fabric, p);
@@ -822,9 +826,12 @@ static int g_progress(lua_State *L) {
                 char key[16];
                 snprintf(key, sizeof key, "%d", p);   /* a string key: a JSON object */
                 lua_pushstring(L, link);
+                lua_setfield(L, -3, key);
+                lua_pushinteger(L, (lua_Integer)dpy_fabric_shared_bytes(g->fabric, p));
                 lua_setfield(L, -2, key);
             }
         }
+        lua_setfield(L, -3, "shared_bytes");
         lua_setfield(L, -2, "links");
     }
     lua_pushboolean(L, dpy_attach_paused(g->attach));

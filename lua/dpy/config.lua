@@ -143,6 +143,9 @@ M.SCHEMA = {
   unix_sockets = { type = "boolean", default = true,
                    doc = "processes on one machine exchange over a Unix socket, which only the kernel carries "
                          .. "(no tag or encryption needed), instead of tcp on loopback" },
+  shared_memory = { type = "boolean", default = true,
+                    doc = "there, models of 64 KiB or more cross through a ring of memory the two processes share "
+                          .. "(the socket carries a word per piece) instead of the socket's buffers" },
   faults = { type = "table",
              doc = "fault injection: { drop =, duplicate =, corrupt =, delay = }, emulated link latency and bandwidth",
              fields = {
@@ -176,7 +179,8 @@ local ONLY = {
   decentralized = { "processes", "graph", "partition", "rounds", "local_steps", "local_epochs", "reset_optimizer",
                     "algorithm", "fraction", "eval_nodes", "on_peer_failure", "peer_timeout", "round_timeout",
                     "stragglers", "sim_clock", "churn", "stop_grace", "checkpoint_every", "actions", "slots",
-                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "unix_sockets", "faults",
+                    "huge_pages", "release_memory", "pin_slots", "port", "host", "encrypt", "unix_sockets",
+                    "shared_memory", "faults",
                     "sharing", "transforms" },
 }
 for mode, keys in pairs(ONLY) do

@@ -108,7 +108,7 @@ function M.host_process(cfg, p, opts, tick)
     listen_fd = opts.listen_fd,
     run_id = opts.run_id, max_payload = max_payload,
     key_file = cfg.processes > 1 and (opts.key_file or opts.dir .. "/" .. M.KEY_FILE) or nil, encrypt = cfg.encrypt,
-    tcp_only = not cfg.unix_sockets,
+    tcp_only = not cfg.unix_sockets, no_ring = not cfg.shared_memory,
     slots = cfg.slots or cores, pin = cfg.pin_slots, connect_timeout = 60, threads = cfg.threads or 1,
     keep_freed = not cfg.release_memory,
     drop = f.drop, duplicate = f.duplicate, corrupt = f.corrupt, delay = f.delay, fault_seed = cfg.seed,
@@ -563,7 +563,8 @@ function M.node_main(cfg, opts)
                                                   done = done,
                                                   count = acc and 1 or 0, sent = pr.sent, received = pr.received,
                                                   beat = host.clock(),
-                                                  paused = pr.paused or nil, links = pr.links, refused = refused })
+                                                  paused = pr.paused or nil, links = pr.links, shared_bytes = pr.shared_bytes,
+                                                  refused = refused })
   end
   local results = M.host_process(cfg, p, opts, function(group)
     last = group_progress(cfg, group)

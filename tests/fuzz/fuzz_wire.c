@@ -1,6 +1,7 @@
 /* The fabric's framing of a byte stream (framing.h: header checks, payload allocation, the tag
 ** computed as the payload comes) fed the input as tcp.c feeds it a socket, in reads of varied
-** sizes. Byte 0: bit 0 encrypt, bit 1 a Unix socket's stream (no trailers), the rest seeds the
+** sizes. Byte 0: bit 0 encrypt, bit 1 a Unix socket's stream (no trailers), bit 2 with it a
+** shared ring (packets in pieces: words, inline bytes, bytes from the ring), the rest seeds the
 ** read sizes. The key is make_seeds'. */
 #include "fabric_internal.h"
 #include "framing.h"
@@ -8,18 +9,24 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int started;
+    static dpy_ring writer, reader;   /* one ring for every input: making one is a memfd and a mapping */
     char why[256];
-    if (!started && dpy_auth_init(why, sizeof why) == 0)
+    if (!started && dpy_auth_init(why, sizeof why) == 0 && dpy_ring_create(&writer, DPY_RING_PIECE) == 0 &&
+        dpy_ring_adopt(&reader, dup(writer.fd), DPY_RING_PIECE, why, sizeof why) == 0)
         started = 1;
     if (size < 1)
         return 0;
     dpy_auth_dir rx = {{7}, 0};
     dpy_frame_rules r = {.run_id = 0x1234, .nodes = 16, .max_payload = 1 << 16, .encrypt = data[0] & 1,
                          .rx = &rx};
-    uint32_t k = data[0] >> 2;
+    uint32_t k = data[0] >> 3;
     dpy_frame fr;
     memset(&fr, 0, sizeof fr);
     fr.untagged = data[0] >> 1 & 1;
+    if (fr.untagged && data[0] >> 2 & 1) {
+        fr.ring = reader;
+        fr.ring.pos = 0;
+    }
     data++, size--;
     for (size_t off = 0; off < size;) {
         uint8_t *at;
@@ -44,6 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;   /* framing lost: the connection goes */
         }
     }
+    fr.ring.map = NULL;   /* the ring stays for the next input */
     dpy_frame_clear(&fr);
     return 0;
 }

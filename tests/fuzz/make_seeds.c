@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 
 #include "auth.h"
+#include "bytes.h"
 #include "codec.h"
+#include "ring.h"
 #include "sparse.h"
 #include "wire.h"
 
@@ -51,15 +53,16 @@ int main(int argc, char **argv) {
     n = dpy_fpzip_encode(buf, sizeof buf, x, 40, 12, err, sizeof err);
     put(dir, "fpzip", "prec12", buf, (size_t)n);
     /* a stream as a connection carries it (fuzz_wire.c; byte 0: bit 0 encrypt, bit 1 a Unix
-    ** socket's): a hello, then two data packets sealed under the harness's key (on a Unix socket:
-    ** without trailers), the second one larger than a read */
-    static const char *const wire_seed[3] = {"hello_then_data", "hello_then_data_encrypted",
-                                             "hello_then_data_unix"};
-    for (int kind = 0; kind <= 2; kind++) {
-        int enc = kind == 1, unix_socket = kind == 2;
-        static uint8_t pk[1 + 4 * DPY_WIRE_HEADER + 8 + 600 + 2 * DPY_TRAILER_BYTES];
+    ** socket's, bit 2 a shared ring): a hello, then two data packets sealed under the harness's key
+    ** (on a Unix socket: without trailers), the second one larger than a read; through the ring,
+    ** in pieces: the first inline, the second half from the ring and half inline */
+    static const char *const wire_seed[4] = {"hello_then_data", "hello_then_data_encrypted",
+                                             "hello_then_data_unix", "hello_then_data_ring"};
+    for (int kind = 0; kind <= 3; kind++) {
+        int enc = kind == 1, unix_socket = kind >= 2, ring = kind == 3;
+        static uint8_t pk[1 + 4 * DPY_WIRE_HEADER + 8 + 600 + 2 * DPY_TRAILER_BYTES + 16];
         size_t at = 0;
-        pk[at++] = (uint8_t)(enc | unix_socket << 1 | 0x58);
+        pk[at++] = (uint8_t)(enc | unix_socket << 1 | ring << 2 | 0x58);
         dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1,
                         .length = dpy_wire_handshake_length(DPY_CHANNEL_HELLO)};
         dpy_wire_encode(pk + at, &h);
@@ -73,10 +76,23 @@ int main(int argc, char **argv) {
             for (size_t j = 0; j < lens[i]; j++)
                 body[j] = (uint8_t)(j * 3 + (size_t)i);
             h = (dpy_header){.channel = 0, .run_id = 0x1234, .sender = 2, .receiver = 3, .round = 7,
-                             .length = (uint32_t)lens[i], .flags = enc ? DPY_FLAG_ENCRYPTED : 0};
+                             .length = (uint32_t)lens[i],
+                             .flags = (uint8_t)(enc ? DPY_FLAG_ENCRYPTED : ring ? DPY_FLAG_RING : 0)};
             uint8_t *hdr = pk + at;
             dpy_wire_encode(hdr, &h);
             at += DPY_WIRE_HEADER;
+            if (ring) {   /* the ring's half is zeros: the harness writes nothing into it */
+                if (i == 1) {
+                    put32(pk + at, 300);
+                    at += 4;
+                    memset(body, 0, 300);
+                }
+                put32(pk + at, (uint32_t)(i == 1 ? 300 : lens[i]) | DPY_RING_INLINE);
+                at += 4;
+                memcpy(pk + at, body + (i == 1 ? 300 : 0), i == 1 ? 300 : lens[i]);
+                at += i == 1 ? 300 : lens[i];
+                continue;
+            }
             dpy_auth_seal(&tx, enc, hdr, body, pk + at, lens[i], pk + at + lens[i]);
             if (!enc)
                 memcpy(pk + at, body, lens[i]);
