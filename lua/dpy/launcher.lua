@@ -563,8 +563,8 @@ function M.node_main(cfg, opts)
                                                   done = done,
                                                   count = acc and 1 or 0, sent = pr.sent, received = pr.received,
                                                   beat = host.clock(),
-                                                  paused = pr.paused or nil, links = pr.links, shared_bytes = pr.shared_bytes,
-                                                  refused = refused })
+                                                  paused = pr.paused or nil, links = pr.links,
+                                                  shared_bytes = pr.shared_bytes, refused = refused })
   end
   local results = M.host_process(cfg, p, opts, function(group)
     last = group_progress(cfg, group)

@@ -267,8 +267,8 @@ static void test_ring(void) {
             through += len;
         }
         uint64_t shared = dpy_fabric_shared_bytes(p[1].f, 0);
-        /* pieces the ring had no room for went on the socket: most go through it */
-        CHECK(no_ring ? shared == 0 : shared > through / 2 && shared <= through);
+        /* pieces the ring had no room for (its reader behind: a busy machine) went on the socket */
+        CHECK(no_ring ? shared == 0 : shared > 0 && shared <= through);
         dpy_fabric_close(p[0].f);
         dpy_fabric_close(p[1].f);
     }
