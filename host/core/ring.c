@@ -66,11 +66,13 @@ int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen)
     return 0;
 }
 
+size_t dpy_ring_to_end(const dpy_ring *r) { return r->size - (size_t)(r->pos % r->size); }
+
 size_t dpy_ring_room(const dpy_ring *r, size_t want) {
     uint64_t done = atomic_load_explicit(taken(r), memory_order_acquire);
     if (done > r->pos || r->pos - done > r->size)   /* not a count the reader could hold */
         return 0;
-    size_t free_bytes = r->size - (size_t)(r->pos - done), to_end = r->size - (size_t)(r->pos % r->size);
+    size_t free_bytes = r->size - (size_t)(r->pos - done), to_end = dpy_ring_to_end(r);
     size_t n = free_bytes < to_end ? free_bytes : to_end;
     return n < want ? n : want;
 }
@@ -80,9 +82,7 @@ void dpy_ring_put(dpy_ring *r, const void *data, size_t n) {
     r->pos += n;   /* the reader learns of them by the socket, after this */
 }
 
-int dpy_ring_fits(const dpy_ring *r, size_t n) {
-    return r->map && n > 0 && n <= r->size - (size_t)(r->pos % r->size);
-}
+int dpy_ring_fits(const dpy_ring *r, size_t n) { return r->map && n > 0 && n <= dpy_ring_to_end(r); }
 
 void dpy_ring_get(dpy_ring *r, void *out, size_t n) {
     memcpy(out, r->map + HEADER + r->pos % r->size, n);

@@ -179,7 +179,9 @@ static int send_ringed(peer *pe, const uint8_t hdr[DPY_WIRE_HEADER], const uint8
     for (size_t off = 0; off < len;) {
         size_t want = len - off < DPY_RING_PIECE ? len - off : DPY_RING_PIECE;
         size_t n = dpy_ring_room(&pe->ring, want);
-        int through = n == want || n >= DPY_RING_PIECE / 4;   /* no slivers at the ring's end */
+        /* not a sliver of what the reader freed; but at the ring's end, whatever is left there,
+        ** or the next piece would start there again */
+        int through = n == want || n >= DPY_RING_PIECE / 4 || (n > 0 && n == dpy_ring_to_end(&pe->ring));
         uint8_t word[4];
         if (through) {
             dpy_ring_put(&pe->ring, data + off, n);

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "fabric.h"
+#include "ring.h"
 #include "wire.h"
 
 static dpy_fabric *open_mem(int32_t *map, uint32_t nodes, double drop, double dup, double corrupt,
@@ -243,32 +244,44 @@ static void test_tcp(void) {
 }
 
 /* Payloads through the shared ring between two processes of one machine come back byte for byte,
-** larger than the ring and many times round it, with a fresh pattern each (a stale ring byte would
-** show); without the ring (no_ring) they come on the socket alone. */
+** many times round it, with a fresh pattern each (a stale ring byte would show). One at a time (each
+** taken before the next goes), every byte goes through the ring, round its end too (the cnn's
+** 861,480 bytes do not divide it); larger than the ring, the pieces it has no room for go on the
+** socket. Without the ring (no_ring) everything goes on the socket alone. */
 static void test_ring(void) {
     static uint8_t buf[11 << 20];
     for (int no_ring = 0; no_ring <= 1; no_ring++) {
         opener p[2];
         if (open_two(p, 20000 + (getpid() + 7) % 20000 + 2 * no_ring, sizeof buf, no_ring) != 0)
             return;
-        const size_t sizes[] = {64 << 10, (1 << 20) + 3, sizeof buf, 300000, sizeof buf - 5, 5 << 20, 70001};
+        /* the first leaves 16,928 bytes to the ring's end: less than a piece, the next starts there */
+        const size_t sizes[] = {DPY_RING_BYTES - 16928, 861480, 861480, 861480, 64 << 10, 300000,
+                                (1 << 20) + 3, 70001, sizeof buf, 5 << 20, sizeof buf - 5};
+        const uint32_t fit = 8;   /* those up to the ring's size */
         uint64_t through = 0;
         char err[256];
-        for (uint32_t r = 0; r < 3 * sizeof sizes / sizeof sizes[0]; r++) {
-            size_t len = sizes[r % (sizeof sizes / sizeof sizes[0])];
+        for (uint32_t r = 0; r < 4 * sizeof sizes / sizeof sizes[0]; r++) {
+            uint32_t k = r % (sizeof sizes / sizeof sizes[0]);
+            size_t len = sizes[k];
             for (size_t i = 0; i < len; i++)
                 buf[i] = (uint8_t)(i * 31 + r * 17 + i / 4093);
+            uint64_t before = dpy_fabric_shared_bytes(p[1].f, 0);
             CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, r, buf, len, err, sizeof err) == 0);
             void *data;
             size_t got;
             CHECK(dpy_fabric_recv(p[0].f, 0, 1, 0, r, 10, &data, &got, NULL) == DPY_RECV_OK);
             CHECK(got == len && memcmp(data, buf, len) == 0);
             dpy_fabric_release(data);
-            through += len;
+            uint64_t shared = dpy_fabric_shared_bytes(p[1].f, 0) - before;
+            if (no_ring)
+                CHECK(shared == 0);
+            else if (k < fit)
+                CHECK(shared == len);
+            else
+                CHECK(shared > 0 && shared <= len);
+            through += shared;
         }
-        uint64_t shared = dpy_fabric_shared_bytes(p[1].f, 0);
-        /* pieces the ring had no room for (its reader behind: a busy machine) went on the socket */
-        CHECK(no_ring ? shared == 0 : shared > 0 && shared <= through);
+        CHECK(no_ring ? through == 0 : through >= 4 * 5 * 861480);   /* round the ring's end 10 times */
         dpy_fabric_close(p[0].f);
         dpy_fabric_close(p[1].f);
     }
