@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DPY_RING_BYTES (2u << 20)         /* the bytes of one ring (one way between two processes) */
+#define DPY_RING_BYTES (2u << 20)         /* the most bytes of one ring (one way between two processes) */
 #define DPY_RING_MIN_PACKET (64u << 10)   /* packets from this size go through it */
 #define DPY_RING_PIECE (128u << 10)       /* the most copied in before the reader hears of it */
 #define DPY_RING_INLINE 0x80000000u       /* a piece word's bit: these bytes follow on the socket */

@@ -156,7 +156,11 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
 /* Makes pe's shared ring and passes it (write_mu held): 1, or 0 when none can be made (the
 ** packets go on the socket alone), -1 when the socket fails. */
 static int offer_ring(dpy_fabric *f, peer *pe) {
-    if (dpy_ring_create(&pe->ring, DPY_RING_BYTES) != 0) {
+    /* room for two of the run's largest payloads (the reader takes one while the next goes in), in
+    ** whole pages, at most DPY_RING_BYTES: the memory follows the model's size */
+    uint64_t two = 2 * (uint64_t)f->o.max_payload;
+    size_t size = two < DPY_RING_BYTES ? (size_t)(two + 4095) / 4096 * 4096 : DPY_RING_BYTES;
+    if (dpy_ring_create(&pe->ring, size) != 0) {
         pe->ring_state = -1;
         return 0;
     }
