@@ -40,9 +40,14 @@ static int piece_word(dpy_frame *fr, size_t n, char *why, size_t whylen) {
     if (fr->word_got < sizeof fr->word)
         return DPY_FRAME_MORE;
     fr->word_got = 0;
-    uint32_t w = get32(fr->word), len = w & ~DPY_RING_INLINE;
+    uint32_t w = get32(fr->word), len = w & ~DPY_RING_INLINE, at = get32(fr->word + 4);
     if (len == 0 || len > fr->h.length - fr->got) {
         snprintf(why, whylen, "a piece of %u bytes where %u remain", len, (uint32_t)(fr->h.length - fr->got));
+        return DPY_FRAME_BAD_HEADER;
+    }
+    if (at != (uint32_t)fr->ring.pos) {   /* a writer and reader out of step: never stale bytes */
+        snprintf(why, whylen, "a piece written at byte %u of the shared ring, read at %u", at,
+                 (uint32_t)fr->ring.pos);
         return DPY_FRAME_BAD_HEADER;
     }
     if (w & DPY_RING_INLINE) {

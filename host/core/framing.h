@@ -27,7 +27,7 @@ typedef struct {
     int untagged;            /* a Unix socket's: packets have no trailer (auth.h) */
     dpy_ring ring;           /* there, the peer's shared ring, once it came (ring.h) */
     int ringed;              /* the packet comes in pieces (DPY_FLAG_RING): */
-    uint8_t word[4];         /* the next piece's word, */
+    uint8_t word[DPY_RING_WORD];   /* the next piece's word, */
     size_t word_got, inline_left;   /* and the bytes of an inline piece still to come */
 } dpy_frame;
 

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #define HEADER 4096   /* the reader's count, alone on its page */
@@ -27,28 +29,27 @@ static int map_ring(dpy_ring *r, int fd, size_t size) {
 
 int dpy_ring_create(dpy_ring *r, size_t size) {
     memset(r, 0, sizeof *r);
-    r->fd = memfd_create("dpy-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (r->fd < 0)
+    int fd = memfd_create("dpy-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
         return -1;
     int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-    if (ftruncate(r->fd, (off_t)(HEADER + size)) != 0 || fcntl(r->fd, F_ADD_SEALS, seals) != 0 ||
-        map_ring(r, r->fd, size) != 0) {
+    if (ftruncate(fd, (off_t)(HEADER + size)) != 0 || fcntl(fd, F_ADD_SEALS, seals) != 0 ||
+        map_ring(r, fd, size) != 0) {
         int e = errno;
-        close(r->fd);
-        r->fd = -1;
+        close(fd);
         errno = e;
         return -1;
     }
-    return 0;
+    return fd;
 }
 
 int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen) {
     memset(r, 0, sizeof *r);
-    r->fd = -1;
     struct stat st;
+    struct statfs fs;
     int seals = fcntl(fd, F_GET_SEALS);
     const char *bad = NULL;
-    if (seals < 0)
+    if (seals < 0 || fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
         bad = "not a memfd";
     else if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
         bad = "not sealed against resizing";
@@ -58,6 +59,10 @@ int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen)
         bad = "not of the size announced";
     if (!bad && map_ring(r, fd, (size_t)size) != 0)
         bad = "not mappable";
+    if (!bad && mprotect(r->map + HEADER, r->size, PROT_READ) != 0) {   /* the reader writes its count alone */
+        dpy_ring_free(r);
+        bad = "not mappable";
+    }
     close(fd);   /* the mapping holds the memory */
     if (bad) {
         snprintf(why, whylen, "a shared ring %s", bad);
@@ -93,8 +98,5 @@ void dpy_ring_get(dpy_ring *r, void *out, size_t n) {
 void dpy_ring_free(dpy_ring *r) {
     if (r->map)
         munmap(r->map, HEADER + r->size);
-    if (r->fd >= 0 && r->map)
-        close(r->fd);
     r->map = NULL;
-    r->fd = -1;
 }

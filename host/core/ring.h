@@ -1,6 +1,6 @@
 /*
 ** ring.h: a byte ring in memory shared by two processes of one machine, one way: the writer copies
-** a packet's payload in, the reader copies it out, and only a 4-byte word per piece goes on their
+** a packet's payload in, the reader copies it out, and only an 8-byte word per piece goes on their
 ** Unix socket (tcp.c, framing.h). Two copies in user space, as a socket makes in the kernel, but
 ** without its buffers: the ring's pages are the same every time, and the reader copies out one
 ** piece while the writer copies in the next.
@@ -8,6 +8,8 @@
 ** lose pages under it) and passes it over the socket; the first page holds the count of bytes the
 ** reader has taken, the rest the bytes. The reader copies every piece into its own payload before
 ** anything reads it, so a writer that touches the ring afterwards changes nothing delivered.
+** The socket orders the two: a piece's bytes are in the ring before its word is written, and the
+** reader copies them only after reading the word (each system call a full barrier).
 */
 #ifndef DPY_RING_H
 #define DPY_RING_H
@@ -19,18 +21,20 @@
 #define DPY_RING_MIN_PACKET (64u << 10)   /* packets from this size go through it */
 #define DPY_RING_PIECE (128u << 10)       /* the most copied in before the reader hears of it */
 #define DPY_RING_INLINE 0x80000000u       /* a piece word's bit: these bytes follow on the socket */
+#define DPY_RING_WORD 8                   /* a piece word: its length (and the bit), the writer's place */
 
 typedef struct {
     uint8_t *map;    /* the header page, then size bytes; NULL: none */
     size_t size;
     uint64_t pos;    /* the writer's bytes written, or the reader's bytes taken */
-    int fd;          /* the writer's, until it is passed on; -1 otherwise */
 } dpy_ring;
 
-/* The writer's ring of size bytes (a multiple of the page size): 0, or -1 with errno. */
+/* The writer's ring of size bytes (a multiple of the page size): its memfd, for the reader (the
+** caller closes it once passed; the mapping holds the memory), or -1 with errno. */
 int dpy_ring_create(dpy_ring *r, size_t size);
 /* The reader's: maps the ring the writer passed as fd (taken: closed in any case) after checking it
-** is a memfd of header + size bytes that can neither shrink nor grow. 0, or -1 with why. */
+** is a memfd on tmpfs (not hugetlbfs, whose pages may not come back) of header + size bytes that
+** can neither shrink nor grow; its bytes read-only. 0, or -1 with why. */
 int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen);
 /* The writer: how many of the next want bytes fit at once (0: the reader has not taken enough, or
 ** its count is impossible: then the bytes go on the socket). */
@@ -43,7 +47,7 @@ void dpy_ring_put(dpy_ring *r, const void *data, size_t n);
 int dpy_ring_fits(const dpy_ring *r, size_t n);
 /* The reader: copies the next n bytes out (dpy_ring_fits) and tells the writer they are taken. */
 void dpy_ring_get(dpy_ring *r, void *out, size_t n);
-/* Unmaps (and closes) r; NULL-safe, and safe on a zeroed or freed ring. */
+/* Unmaps r; safe on a zeroed or freed ring. */
 void dpy_ring_free(dpy_ring *r);
 
 #endif

@@ -160,7 +160,8 @@ static int offer_ring(dpy_fabric *f, peer *pe) {
     ** whole pages, at most DPY_RING_BYTES: the memory follows the model's size */
     uint64_t two = 2 * (uint64_t)f->o.max_payload;
     size_t size = two < DPY_RING_BYTES ? (size_t)(two + 4095) / 4096 * 4096 : DPY_RING_BYTES;
-    if (dpy_ring_create(&pe->ring, size) != 0) {
+    int fd = dpy_ring_create(&pe->ring, size);
+    if (fd < 0) {
         pe->ring_state = -1;
         return 0;
     }
@@ -169,10 +170,10 @@ static int offer_ring(dpy_fabric *f, peer *pe) {
     dpy_wire_encode(pkt, &h);
     put64(pkt + DPY_WIRE_HEADER, pe->ring.size);
     struct iovec iov[1] = {{pkt, sizeof pkt}};
-    int rc = send_msg(pe->fd, iov, 1, pe->ring.fd);
-    close(pe->ring.fd);   /* the mapping holds it, and the peer its own */
-    pe->ring.fd = -1;
+    int rc = send_msg(pe->fd, iov, 1, fd), e = errno;
+    close(fd);   /* the mapping holds the memory, and the peer its own descriptor */
     pe->ring_state = 1;
+    errno = e;
     return rc == 0 ? 1 : -1;
 }
 
@@ -186,14 +187,15 @@ static int send_ringed(peer *pe, const uint8_t hdr[DPY_WIRE_HEADER], const uint8
         /* not a sliver of what the reader freed; but at the ring's end, whatever is left there,
         ** or the next piece would start there again */
         int through = n == want || n >= DPY_RING_PIECE / 4 || (n > 0 && n == dpy_ring_to_end(&pe->ring));
-        uint8_t word[4];
+        uint8_t word[DPY_RING_WORD];
+        put32(word, (uint32_t)(through ? n : want) | (through ? 0 : DPY_RING_INLINE));
+        put32(word + 4, (uint32_t)pe->ring.pos);   /* where the reader must be: a check of step */
         if (through) {
             dpy_ring_put(&pe->ring, data + off, n);
             atomic_fetch_add_explicit(&pe->ring_bytes, n, memory_order_relaxed);
         } else {
             n = want;
         }
-        put32(word, (uint32_t)n | (through ? 0 : DPY_RING_INLINE));
         struct iovec iov[3] = {{(void *)hdr, off == 0 ? DPY_WIRE_HEADER : 0}, {word, sizeof word},
                                {(void *)(data + off), through ? 0 : n}};
         if (send_all(pe->fd, iov, 3) != 0)
@@ -228,7 +230,7 @@ static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, si
         pthread_mutex_unlock(&pe->write_mu);
         return dpy_fail(err, errlen, "out of memory encrypting %zu bytes", len);
     }
-    int rc = ringed < 0 ? -1 : 0, why = 0;
+    int rc = ringed < 0 ? -1 : 0, why = ringed < 0 ? errno : 0;
     for (int c = 0; c < d.copies && rc == 0; c++) {
         struct iovec plain[2] = {{hdr, sizeof hdr}, {(void *)data, len}};
         errno = 0;
@@ -520,6 +522,8 @@ static void drop_conn(dpy_fabric *f, conn *c) {
         peer *pe = &f->peers[c->process];
         pthread_mutex_lock(&pe->write_mu);
         pe->fd = -1;
+        dpy_ring_free(&pe->ring);   /* nothing more goes to it */
+        pe->ring_state = -1;
         pthread_mutex_unlock(&pe->write_mu);
         dpy_fabric_process_gone(f, c->process);
     }
@@ -697,6 +701,10 @@ static int on_packet(dpy_fabric *f, conn *c) {
     char why[256];
     dpy_header *h = &c->fr.h;
     payload *pl = dpy_frame_take(&c->fr);
+    if (c->ring_fd >= 0 && h->channel != DPY_CHANNEL_RING) {   /* a descriptor no packet asks for */
+        close(c->ring_fd);
+        c->ring_fd = -1;
+    }
     if (dpy_wire_handshake(h->channel)) {
         int rc = on_handshake(f, c, pl->data);
         free(pl);
@@ -756,9 +764,10 @@ static int on_packet(dpy_fabric *f, conn *c) {
     return 0;
 }
 
-/* read() on a Unix socket, keeping a file descriptor that comes once the handshake is done (for
-** the ring packet, on_ring) and closing every other. */
+/* read() on a Unix socket, keeping a file descriptor that comes with a packet's first byte once
+** the handshake is done (the ring packet's, on_ring) and closing every other. */
 static ssize_t read_unix(conn *c, uint8_t *at, size_t want) {
+    int first_byte = at == c->fr.hdr && c->fr.hdr_got == 0;
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -775,8 +784,8 @@ static ssize_t read_unix(conn *c, uint8_t *at, size_t want) {
         for (size_t i = 0; i < count; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-            if (c->state == CONN_READY && c->ring_fd < 0 && !c->fr.ring.map)
-                c->ring_fd = fd;
+            if (first_byte && c->state == CONN_READY && c->ring_fd < 0 && !c->fr.ring.map)
+                c->ring_fd = fd;   /* on_packet closes it unless the packet is the ring's */
             else
                 close(fd);
         }

@@ -12,9 +12,9 @@
 ** machine, over a Unix socket (flag DPY_FLAG_UNIX in its handshake), packets carry no tag: the
 ** kernel alone carries their bytes, from the process that proved it holds the run key (auth.h).
 ** There, a packet of DPY_RING_MIN_PACKET bytes or more goes through a ring of shared memory
-** (ring.h, flag DPY_FLAG_RING): after its header, each piece of its payload is a 4-byte word, its
-** length, and with DPY_RING_INLINE set the piece's bytes follow on the socket; otherwise they are
-** the next bytes of the ring. The ring itself comes once, before the first such packet, with a
+** (ring.h, flag DPY_FLAG_RING): after its header, each piece of its payload is an 8-byte word, its
+** length and the writer's place in the ring; with DPY_RING_INLINE set in the length the piece's
+** bytes follow on the socket, otherwise they are the next bytes of the ring. The ring itself comes once, before the first such packet, with a
 ** packet on channel DPY_CHANNEL_RING (its payload: the ring's size, 8 bytes) and the ring's memfd.
 ** A connection opens with three handshake packets (no tag): HELLO (connector -> acceptor, its
 ** nonce), CHALLENGE (the acceptor's nonce and proof), PROOF (the connector's proof); sender and

@@ -11,9 +11,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int started;
     static dpy_ring writer, reader;   /* one ring for every input: making one is a memfd and a mapping */
     char why[256];
-    if (!started && dpy_auth_init(why, sizeof why) == 0 && dpy_ring_create(&writer, DPY_RING_PIECE) == 0 &&
-        dpy_ring_adopt(&reader, dup(writer.fd), DPY_RING_PIECE, why, sizeof why) == 0)
-        started = 1;
+    if (!started && dpy_auth_init(why, sizeof why) == 0) {
+        int fd = dpy_ring_create(&writer, DPY_RING_PIECE);
+        started = fd >= 0 && dpy_ring_adopt(&reader, fd, DPY_RING_PIECE, why, sizeof why) == 0;
+    }
     if (size < 1)
         return 0;
     dpy_auth_dir rx = {{7}, 0};

@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
                                              "hello_then_data_unix", "hello_then_data_ring"};
     for (int kind = 0; kind <= 3; kind++) {
         int enc = kind == 1, unix_socket = kind >= 2, ring = kind == 3;
-        static uint8_t pk[1 + 4 * DPY_WIRE_HEADER + 8 + 600 + 2 * DPY_TRAILER_BYTES + 16];
+        static uint8_t pk[1 + 4 * DPY_WIRE_HEADER + 8 + 600 + 2 * DPY_TRAILER_BYTES + 3 * DPY_RING_WORD];
         size_t at = 0;
         pk[at++] = (uint8_t)(enc | unix_socket << 1 | ring << 2 | 0x58);
         dpy_header h = {.channel = DPY_CHANNEL_HELLO, .run_id = 0x1234, .sender = 1,
@@ -84,11 +84,13 @@ int main(int argc, char **argv) {
             if (ring) {   /* the ring's half is zeros: the harness writes nothing into it */
                 if (i == 1) {
                     put32(pk + at, 300);
-                    at += 4;
+                    put32(pk + at + 4, 0);   /* the ring's first bytes */
+                    at += DPY_RING_WORD;
                     memset(body, 0, 300);
                 }
                 put32(pk + at, (uint32_t)(i == 1 ? 300 : lens[i]) | DPY_RING_INLINE);
-                at += 4;
+                put32(pk + at + 4, i == 1 ? 300 : 0);
+                at += DPY_RING_WORD;
                 memcpy(pk + at, body + (i == 1 ? 300 : 0), i == 1 ? 300 : lens[i]);
                 at += i == 1 ? 300 : lens[i];
                 continue;

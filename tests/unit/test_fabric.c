@@ -1,6 +1,6 @@
 /* test_fabric.c: inboxes and round buffering, byte counts, injected faults, tcp between two
-** fabrics on 127.0.0.1 (a Unix socket, and the shared ring on it), garbage on a node's port, a peer that dies, and a signal while a process
-** waits for its peers. */
+** fabrics on 127.0.0.1 (a Unix socket, and the shared ring on it), garbage on a node's port, a
+** peer that dies, and a signal while a process waits for its peers. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <signal.h>

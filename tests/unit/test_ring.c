@@ -2,8 +2,8 @@
 ** packets that come through it (framing.h): a ring is mapped only when sealed against resizing
 ** and of the size announced; pieces through the ring and inline pieces make the payload back byte
 ** for byte, across the ring's end; the writer never overwrites what the reader has not taken; a
-** piece word that would read past the packet or the ring, or a ring packet where there is no ring,
-** loses the framing (the connection goes). */
+** piece word that would read past the packet or the ring, or was written where the reader is not,
+** or a ring packet where there is no ring, loses the framing (the connection goes). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -21,15 +21,19 @@
 static void test_adopt(void) {
     char why[128];
     dpy_ring w, r;
-    CHECK(dpy_ring_create(&w, SIZE) == 0);
-    CHECK(ftruncate(w.fd, 4096) != 0 && errno == EPERM);   /* the writer cannot take pages away */
-    CHECK(dpy_ring_adopt(&r, dup(w.fd), SIZE, why, sizeof why) == 0);
+    int fd = dpy_ring_create(&w, SIZE);
+    CHECK(fd >= 0);
+    CHECK(ftruncate(fd, 4096) != 0 && errno == EPERM);   /* the writer cannot take pages away */
+    CHECK(dpy_ring_adopt(&r, dup(fd), SIZE, why, sizeof why) == 0);
+    CHECK(mprotect(r.map, 4096, PROT_READ | PROT_WRITE) == 0);   /* its count: the reader's to write */
     dpy_ring_free(&r);
-    CHECK(dpy_ring_adopt(&r, dup(w.fd), 2 * SIZE, why, sizeof why) == -1);
+    CHECK(dpy_ring_adopt(&r, dup(fd), 2 * SIZE, why, sizeof why) == -1);
     CHECK_CONTAINS(why, "not of the size announced");
-    CHECK(dpy_ring_adopt(&r, dup(w.fd), 1000, why, sizeof why) == -1);
+    CHECK(dpy_ring_adopt(&r, dup(fd), 1000, why, sizeof why) == -1);
     CHECK_CONTAINS(why, "impossible size");
+    close(fd);
     dpy_ring_free(&w);
+    dpy_ring_free(&w);   /* twice: nothing left to free */
     int plain = memfd_create("plain", MFD_CLOEXEC);   /* resizable: a mapping could lose its pages */
     CHECK(ftruncate(plain, 4096 + SIZE) == 0);
     CHECK(dpy_ring_adopt(&r, plain, SIZE, why, sizeof why) == -1);
@@ -69,9 +73,10 @@ static void put_header(stream *s, uint32_t length, uint8_t flags) {
     s->len += DPY_WIRE_HEADER;
 }
 
-static void put_word(stream *s, uint32_t w) {
+static void put_word(stream *s, uint32_t w, uint32_t at) {
     put32(s->bytes + s->len, w);
-    s->len += 4;
+    put32(s->bytes + s->len + 4, at);
+    s->len += DPY_RING_WORD;
 }
 
 static void test_frames(void) {
@@ -80,8 +85,9 @@ static void test_frames(void) {
     dpy_frame fr;
     memset(&fr, 0, sizeof fr);
     fr.untagged = 1;
-    CHECK(dpy_ring_create(&w, SIZE) == 0);
-    CHECK(dpy_ring_adopt(&fr.ring, dup(w.fd), SIZE, why, sizeof why) == 0);
+    int fd = dpy_ring_create(&w, SIZE);
+    CHECK(fd >= 0);
+    CHECK(dpy_ring_adopt(&fr.ring, dup(fd), SIZE, why, sizeof why) == 0);
     static uint8_t data[3 * SIZE];
     for (size_t i = 0; i < sizeof data; i++)
         data[i] = (uint8_t)(i * 7 + i / 251);
@@ -99,10 +105,10 @@ static void test_frames(void) {
             if (k == 1 && off == 70000)
                 n = 0;   /* as when the reader is behind: on the socket */
             if (n) {
+                put_word(&s, n, (uint32_t)w.pos);
                 dpy_ring_put(&w, src + off, n);
-                put_word(&s, n);
             } else {
-                put_word(&s, want | DPY_RING_INLINE);
+                put_word(&s, want | DPY_RING_INLINE, (uint32_t)w.pos);
                 memcpy(s.bytes + s.len, src + off, want);
                 s.len += want;
                 n = want;
@@ -128,17 +134,21 @@ static void test_frames(void) {
     CHECK(dpy_ring_room(&w, 100) == 0);
     *count = saved;
 
-    /* hostile words: each loses the framing */
-    const struct { uint32_t length, word; const char *why; } bad[] = {
-        {1000, 0, "a piece of 0 bytes"},
-        {1000, 1001, "a piece of 1001 bytes where 1000 remain"},
-        {1000, 1001 | DPY_RING_INLINE, "where 1000 remain"},
-        {SIZE, SIZE, "past the shared ring's end"},   /* the reader is not at the ring's start */
+    /* hostile words: each loses the framing; so does a word written where the reader is not (a
+    ** writer out of step would hand on stale bytes) */
+    uint32_t here = (uint32_t)fr.ring.pos;
+    const struct { uint32_t length, word, at; const char *why; } bad[] = {
+        {1000, 0, here, "a piece of 0 bytes"},
+        {1000, 1001, here, "a piece of 1001 bytes where 1000 remain"},
+        {1000, 1001 | DPY_RING_INLINE, here, "where 1000 remain"},
+        {SIZE, SIZE, here, "past the shared ring's end"},   /* the reader is not at the ring's start */
+        {1000, 1000, here + 4096, "written at byte"},
+        {1000, 1000 | DPY_RING_INLINE, here - 1, "written at byte"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         s.len = 0;
         put_header(&s, bad[i].length, DPY_FLAG_RING);
-        put_word(&s, bad[i].word);
+        put_word(&s, bad[i].word, bad[i].at);
         why[0] = '\0';
         CHECK(feed(&fr, s.bytes, s.len, why, sizeof why) == DPY_FRAME_BAD_HEADER);
         CHECK_CONTAINS(why, bad[i].why);
@@ -152,13 +162,14 @@ static void test_frames(void) {
         memset(&fr, 0, sizeof fr);
         fr.untagged = !tagged;
         if (tagged)
-            CHECK(dpy_ring_adopt(&fr.ring, dup(w.fd), SIZE, why, sizeof why) == 0);
+            CHECK(dpy_ring_adopt(&fr.ring, dup(fd), SIZE, why, sizeof why) == 0);
         s.len = 0;
         put_header(&s, 100, DPY_FLAG_RING);
         CHECK(feed(&fr, s.bytes, s.len, why, sizeof why) == DPY_FRAME_BAD_HEADER);
         CHECK_CONTAINS(why, "shared ring where there is none");
         dpy_frame_clear(&fr);
     }
+    close(fd);
     dpy_ring_free(&w);
 }
 
