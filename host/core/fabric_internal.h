@@ -163,6 +163,7 @@ typedef struct conn {               /* read state of one connection (I/O thread 
     int unix_socket;                /* accepted on the Unix socket: no tags once ready */
     uint32_t peer_pid;              /* there, the connecting process's id (SO_PEERCRED) */
     int ring_fd;                    /* there, a file descriptor that came, for the ring packet; -1 */
+    int fd_cut;                     /* the packet being read lost its descriptor (MSG_CTRUNC) */
     double since;                   /* when it was accepted (the handshake's deadline) */
     char from[64];                  /* the remote address, for the log */
     dpy_handshake hs;

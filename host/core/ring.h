@@ -5,7 +5,7 @@
 ** without its buffers: the ring's pages are the same every time, and the reader copies out one
 ** piece while the writer copies in the next.
 ** The writer makes the ring (a memfd sealed against resizing, so the reader's mapping can never
-** lose pages under it) and passes it over the socket; the first page holds the count of bytes the
+** lose pages under it) and passes it over the socket; its first page holds the count of bytes the
 ** reader has taken, the rest the bytes. The reader copies every piece into its own payload before
 ** anything reads it, so a writer that touches the ring afterwards changes nothing delivered.
 ** The socket orders the two: a piece's bytes are in the ring before its word is written, and the
@@ -17,7 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DPY_RING_BYTES (2u << 20)         /* the most bytes of one ring (one way between two processes) */
+#define DPY_RING_BYTES (2u << 20)         /* the most bytes of a ring (one way between two processes) */
+#define DPY_RING_OFFER 8                  /* the ring packet's payload: the ring's size */
 #define DPY_RING_MIN_PACKET (64u << 10)   /* packets from this size go through it */
 #define DPY_RING_PIECE (128u << 10)       /* the most copied in before the reader hears of it */
 #define DPY_RING_INLINE 0x80000000u       /* a piece word's bit: these bytes follow on the socket */
@@ -29,12 +30,16 @@ typedef struct {
     uint64_t pos;    /* the writer's bytes written, or the reader's bytes taken */
 } dpy_ring;
 
-/* The writer's ring of size bytes (a multiple of the page size): its memfd, for the reader (the
+/* The size of a ring for payloads of at most max_payload bytes: room for two (the reader takes one
+** while the next goes in), in whole pages, from DPY_RING_PIECE to DPY_RING_BYTES. */
+size_t dpy_ring_bytes(uint64_t max_payload);
+/* The writer's ring of size bytes (dpy_ring_bytes), its pages allocated: its memfd, for the reader (the
 ** caller closes it once passed; the mapping holds the memory), or -1 with errno. */
 int dpy_ring_create(dpy_ring *r, size_t size);
 /* The reader's: maps the ring the writer passed as fd (taken: closed in any case) after checking it
-** is a memfd on tmpfs (not hugetlbfs, whose pages may not come back) of header + size bytes that
-** can neither shrink nor grow; its bytes read-only. 0, or -1 with why. */
+** is a memfd on tmpfs (not hugetlbfs, whose pages may not come back) of a page + size bytes
+** (whole pages, DPY_RING_PIECE to DPY_RING_BYTES) that can neither shrink nor grow; its bytes
+** read-only. 0, or -1 with why. */
 int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen);
 /* The writer: how many of the next want bytes fit at once (0: the reader has not taken enough, or
 ** its count is impossible: then the bytes go on the socket). */

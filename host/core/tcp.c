@@ -154,19 +154,16 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
 /* {==== the shared ring, on a Unix socket (ring.h) ====} */
 
 /* Makes pe's shared ring and passes it (write_mu held): 1, or 0 when none can be made (the
-** packets go on the socket alone), -1 when the socket fails. */
+** packets to pe go on the socket alone, for the run), -1 when the socket fails. The ring packet
+** goes in a sendmsg of its own, its descriptor with its first byte (read_unix). */
 static int offer_ring(dpy_fabric *f, peer *pe) {
-    /* room for two of the run's largest payloads (the reader takes one while the next goes in), in
-    ** whole pages, at most DPY_RING_BYTES: the memory follows the model's size */
-    uint64_t two = 2 * (uint64_t)f->o.max_payload;
-    size_t size = two < DPY_RING_BYTES ? (size_t)(two + 4095) / 4096 * 4096 : DPY_RING_BYTES;
-    int fd = dpy_ring_create(&pe->ring, size);
+    int fd = dpy_ring_create(&pe->ring, dpy_ring_bytes(f->o.max_payload));
     if (fd < 0) {
         pe->ring_state = -1;
         return 0;
     }
-    dpy_header h = {.channel = DPY_CHANNEL_RING, .run_id = f->o.run_id, .length = 8};
-    uint8_t pkt[DPY_WIRE_HEADER + 8];
+    dpy_header h = {.channel = DPY_CHANNEL_RING, .run_id = f->o.run_id, .length = DPY_RING_OFFER};
+    uint8_t pkt[DPY_WIRE_HEADER + DPY_RING_OFFER];
     dpy_wire_encode(pkt, &h);
     put64(pkt + DPY_WIRE_HEADER, pe->ring.size);
     struct iovec iov[1] = {{pkt, sizeof pkt}};
@@ -680,13 +677,15 @@ static int on_ring(dpy_fabric *f, conn *c, payload *pl) {
     char why[128];
     int fd = c->ring_fd;
     c->ring_fd = -1;
-    if (!c->unix_socket || c->fr.ring.map || fd < 0 || pl->len != 8) {
+    if (!c->unix_socket || c->fr.ring.map || fd < 0 || pl->len != DPY_RING_OFFER) {
         if (fd >= 0)
             close(fd);
-        reject(f, c, DPY_REJECT_HEADER, !c->unix_socket ? "a shared ring offered on tcp"
-                                        : c->fr.ring.map ? "a second shared ring"
-                                        : fd < 0         ? "a shared ring without its file descriptor"
-                                                         : "a shared ring packet of the wrong length");
+        reject(f, c, DPY_REJECT_HEADER,
+               !c->unix_socket ? "a shared ring offered on tcp"
+               : c->fr.ring.map ? "a second shared ring"
+               : c->fd_cut ? "a shared ring whose file descriptor this process could not take (out of descriptors?)"
+               : fd < 0 ? "a shared ring without its file descriptor"
+                        : "a shared ring packet of the wrong length");
         return -1;
     }
     if (dpy_ring_adopt(&c->fr.ring, fd, get64(pl->data), why, sizeof why) != 0) {
@@ -767,6 +766,8 @@ static int on_packet(dpy_fabric *f, conn *c) {
 /* read() on a Unix socket, keeping a file descriptor that comes with a packet's first byte once
 ** the handshake is done (the ring packet's, on_ring) and closing every other. */
 static ssize_t read_unix(conn *c, uint8_t *at, size_t want) {
+    /* framing.h never asks past the section it reads (a header, a word, a piece, the payload), so
+    ** a read at a header's start begins the packet the kernel gives a descriptor with */
     int first_byte = at == c->fr.hdr && c->fr.hdr_got == 0;
     union {
         struct cmsghdr align;
@@ -777,6 +778,8 @@ static ssize_t read_unix(conn *c, uint8_t *at, size_t want) {
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
     if (n < 0)
         return n;
+    if (first_byte)   /* descriptors the kernel dropped, this process having no room for them */
+        c->fd_cut = (mh.msg_flags & MSG_CTRUNC) != 0;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
             continue;

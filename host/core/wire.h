@@ -14,8 +14,9 @@
 ** There, a packet of DPY_RING_MIN_PACKET bytes or more goes through a ring of shared memory
 ** (ring.h, flag DPY_FLAG_RING): after its header, each piece of its payload is an 8-byte word, its
 ** length and the writer's place in the ring; with DPY_RING_INLINE set in the length the piece's
-** bytes follow on the socket, otherwise they are the next bytes of the ring. The ring itself comes once, before the first such packet, with a
-** packet on channel DPY_CHANNEL_RING (its payload: the ring's size, 8 bytes) and the ring's memfd.
+** bytes follow on the socket, otherwise they are the next bytes of the ring. The ring itself comes
+** once, before the first such packet, with a packet on channel DPY_CHANNEL_RING (its payload: the
+** ring's size, DPY_RING_OFFER bytes) and the ring's memfd.
 ** A connection opens with three handshake packets (no tag): HELLO (connector -> acceptor, its
 ** nonce), CHALLENGE (the acceptor's nonce and proof), PROOF (the connector's proof); sender and
 ** receiver are then process indices.
