@@ -183,6 +183,9 @@ int dpy_tcp_send(dpy_fabric *f, uint32_t sender, uint32_t receiver, uint16_t cha
 void dpy_tcp_notice(dpy_fabric *f, int p, uint32_t node, const char *why);
 /* Joins the I/O thread and closes every connection (safe when never started). */
 void dpy_tcp_stop(dpy_fabric *f);
+/* For tests: len bytes as they are on the connection to process p, descriptor pass_fd (>= 0) with
+** the first, as a peer that holds the run key could send them. 0, or -1. */
+int dpy_tcp_write_raw(dpy_fabric *f, int p, const void *bytes, size_t len, int pass_fd);
 
 /* {==== fabric.c ====} */
 

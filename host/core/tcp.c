@@ -202,6 +202,15 @@ static int send_ringed(peer *pe, const uint8_t hdr[DPY_WIRE_HEADER], const uint8
     return 0;
 }
 
+int dpy_tcp_write_raw(dpy_fabric *f, int p, const void *bytes, size_t len, int pass_fd) {
+    peer *pe = &f->peers[p];
+    pthread_mutex_lock(&pe->write_mu);
+    struct iovec iov[1] = {{(void *)bytes, len}};
+    int rc = pe->fd < 0 ? -1 : send_msg(pe->fd, iov, 1, pass_fd);
+    pthread_mutex_unlock(&pe->write_mu);
+    return rc;
+}
+
 /* {==== sending ====} */
 
 /* Seals header h and its payload under process p's connection key (and encrypts it, with

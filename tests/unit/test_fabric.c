@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "check.h"
 #include "fabric.h"
+#include "fabric_internal.h"
 #include "ring.h"
 #include "wire.h"
 
@@ -287,6 +289,97 @@ static void test_ring(void) {
     }
 }
 
+/* The ring's packet misused by a peer that holds the run key (tcp.c): a descriptor sent with any
+** other packet is closed unread and the packet delivered; a ring packet without a descriptor, with
+** one that is not a sealed memfd, or a second ring, loses the connection with its reason said, and
+** leaves no descriptor or mapping behind: a peer gone, the ring to it is unmapped at once. */
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int ring_maps(void) {   /* the mappings of rings in this process (one ring may be two) */
+    char line[512];
+    int n = 0;
+    FILE *fp = fopen("/proc/self/maps", "r");
+    while (fp && fgets(line, sizeof line, fp))
+        n += strstr(line, "dpy-ring") != NULL;
+    if (fp)
+        fclose(fp);
+    return n;
+}
+
+/* Process 1 writes a packet as it is to process 0: its header, len payload bytes, descriptor fd. */
+static void raw_packet(dpy_fabric *f1, uint16_t channel, uint32_t round, const void *data, uint32_t len, int fd) {
+    uint8_t pk[DPY_WIRE_HEADER + 64];
+    dpy_header h = {.channel = channel, .run_id = 9, .sender = 1, .round = round, .length = len};
+    dpy_wire_encode(pk, &h);
+    memcpy(pk + DPY_WIRE_HEADER, data, len);
+    CHECK(dpy_tcp_write_raw(f1, 0, pk, DPY_WIRE_HEADER + len, fd) == 0);
+}
+
+/* Waits until process 0 has refused something and lost process 1; the last refusal's text. */
+static void refused(opener p[2], char *last, size_t len) {
+    for (int i = 0; i < 500 && (dpy_fabric_rejected(p[0].f, last, len) == 0 || dpy_fabric_alive(p[0].f, 1)); i++)
+        usleep(10000);
+    CHECK(!dpy_fabric_alive(p[0].f, 1));
+}
+
+static void test_ring_misused(void) {
+    int base = 20000 + (getpid() + 13) % 20000, fds = open_fds();
+    char err[256], last[320];
+    uint8_t size[DPY_RING_OFFER];
+    for (int k = 0; k < DPY_RING_OFFER; k++)
+        size[k] = (uint8_t)((uint64_t)DPY_RING_BYTES >> (8 * k));
+    for (int attack = 0; attack < 3; attack++) {
+        opener p[2];
+        if (open_two(p, base + 2 * attack, 4 << 20, 0) != 0)
+            return;
+        int pipes[2], x = 7, v = 0;
+        CHECK(pipe(pipes) == 0);
+        /* a descriptor with a data packet: closed, the packet delivered */
+        raw_packet(p[1].f, 0, 5, &x, sizeof x, pipes[0]);
+        CHECK(recv_int(p[0].f, 0, 1, 5, 5, &v) == DPY_RECV_OK && v == 7);
+        if (attack == 0) {   /* a ring packet without its descriptor */
+            raw_packet(p[1].f, DPY_CHANNEL_RING, 0, size, sizeof size, -1);
+            refused(p, last, sizeof last);
+            CHECK_CONTAINS(last, "a shared ring without its file descriptor");
+        } else if (attack == 1) {   /* a pipe for a ring */
+            raw_packet(p[1].f, DPY_CHANNEL_RING, 0, size, sizeof size, pipes[1]);
+            refused(p, last, sizeof last);
+            CHECK_CONTAINS(last, "a shared ring not a memfd on tmpfs");
+        } else {   /* a second ring, after the first carried a model */
+            static uint8_t model[1 << 20];
+            CHECK(dpy_fabric_send(p[1].f, 1, 0, 0, 6, model, sizeof model, err, sizeof err) == 0);
+            void *data;
+            size_t got;
+            CHECK(dpy_fabric_recv(p[0].f, 0, 1, 0, 6, 5, &data, &got, NULL) == DPY_RECV_OK);
+            dpy_fabric_release(data);
+            CHECK(dpy_fabric_shared_bytes(p[1].f, 0) == sizeof model && ring_maps() > 0);
+            dpy_ring second;
+            int fd = dpy_ring_create(&second, DPY_RING_BYTES);
+            dpy_ring_free(&second);
+            raw_packet(p[1].f, DPY_CHANNEL_RING, 0, size, sizeof size, fd);
+            close(fd);
+            refused(p, last, sizeof last);
+            CHECK_CONTAINS(last, "a second shared ring");
+            for (int i = 0; i < 500 && ring_maps() > 0; i++)   /* both ends let their rings go */
+                usleep(10000);
+            CHECK(ring_maps() == 0);
+        }
+        close(pipes[0]);
+        close(pipes[1]);
+        dpy_fabric_close(p[0].f);
+        dpy_fabric_close(p[1].f);
+    }
+    CHECK(open_fds() == fds);   /* every descriptor sent was closed */
+}
+
 /* Messages of rounds a receiver is done with: dpy_fabric_late discards them (any sender, any
 ** channel, delayed ones too) and counts them with those a recv discarded as stale; the count is
 ** the node's total so far, and taken messages are never in it. */
@@ -475,6 +568,7 @@ int main(void) {
     test_faults();
     test_tcp();
     test_ring();
+    test_ring_misused();
     test_stop_connecting();
     test_endless_timeout();
     return check_report("fabric");
