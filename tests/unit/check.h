@@ -2,6 +2,7 @@
 #ifndef DPY_CHECK_H
 #define DPY_CHECK_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,17 @@ static int check_failures, check_count;
             check_failures++;                                                          \
         }                                                                              \
     } while (0)
+
+/* The descriptors this process holds (a leak shows as one more). */
+static inline int check_open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
 
 static int check_report(const char *name) {
     printf("%s: %d passed, %d failed\n", name, check_count - check_failures, check_failures);

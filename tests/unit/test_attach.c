@@ -7,7 +7,6 @@
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,16 +18,6 @@ static char dir[64], sock[96];
 static void nap(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
 }
 
 static dpy_attach *open_with(const uint32_t *uids, size_t n) {
@@ -586,7 +575,7 @@ int main(void) {
     if (!mkdtemp(dir))
         return 2;
     snprintf(sock, sizeof sock, "%s/attach/p0.sock", dir);
-    int fds = open_fds();
+    int fds = check_open_fds();
     test_frames();
     test_many_connections();
     test_pause_protocol();
@@ -594,7 +583,7 @@ int main(void) {
     test_hold_of_a_client_gone();
     test_interrupt_just_taken();
     test_hold_lets_the_nodes_behind_catch_up();
-    CHECK(open_fds() == fds);   /* every socket, pipe and connection closed */
+    CHECK(check_open_fds() == fds);   /* every socket, pipe and connection closed */
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

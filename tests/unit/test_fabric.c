@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <dirent.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -293,16 +292,6 @@ static void test_ring(void) {
 ** other packet is closed unread and the packet delivered; a ring packet without a descriptor, with
 ** one that is not a sealed memfd, or a second ring, loses the connection with its reason said, and
 ** leaves no descriptor or mapping behind: a peer gone, the ring to it is unmapped at once. */
-static int open_fds(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    while (d && readdir(d))
-        n++;
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static int ring_maps(void) {   /* the mappings of rings in this process (one ring may be two) */
     char line[512];
     int n = 0;
@@ -331,7 +320,7 @@ static void refused(opener p[2], char *last, size_t len) {
 }
 
 static void test_ring_misused(void) {
-    int base = 20000 + (getpid() + 13) % 20000, fds = open_fds();
+    int base = 20000 + (getpid() + 13) % 20000, fds = check_open_fds();
     char err[256], last[320];
     uint8_t size[DPY_RING_OFFER];
     for (int k = 0; k < DPY_RING_OFFER; k++)
@@ -377,7 +366,7 @@ static void test_ring_misused(void) {
         dpy_fabric_close(p[0].f);
         dpy_fabric_close(p[1].f);
     }
-    CHECK(open_fds() == fds);   /* every descriptor sent was closed */
+    CHECK(check_open_fds() == fds);   /* every descriptor sent was closed */
 }
 
 /* Messages of rounds a receiver is done with: dpy_fabric_late discards them (any sender, any
