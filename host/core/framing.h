@@ -1,10 +1,10 @@
 /*
 ** framing.h: the reading side of one connection's byte stream, apart from its socket. It names
 ** where the next bytes go (header, then the payload, read straight into its buffer, then the
-** trailer) and says what their arrival means; the tag is computed as the payload comes. A
-** packet through the shared ring (wire.h) comes as piece words, each followed by its bytes on the
-** socket or copied out of the ring. tcp.c
-** reads a socket into the places it names; the fuzz harness feeds it bytes the same way.
+** trailer) and says what their arrival means; the tag is computed as the payload comes. A packet
+** through the shared ring (wire.h) comes as piece words, each followed by its bytes on the socket
+** or copied out of the ring. tcp.c reads a socket into the places it names; the fuzz harness feeds
+** it bytes the same way.
 */
 #ifndef DPY_FRAMING_H
 #define DPY_FRAMING_H

@@ -25,7 +25,7 @@
 #define DPY_RING_WORD 8                   /* a piece word: its length (and the bit), the writer's place */
 
 typedef struct {
-    uint8_t *map;    /* the header page, then size bytes; NULL: none */
+    uint8_t *map;    /* the header (a page), then size bytes; NULL: none */
     size_t size;
     uint64_t pos;    /* the writer's bytes written, or the reader's bytes taken */
 } dpy_ring;
@@ -33,8 +33,8 @@ typedef struct {
 /* The size of a ring for payloads of at most max_payload bytes: room for two (the reader takes one
 ** while the next goes in), in whole pages, from DPY_RING_PIECE to DPY_RING_BYTES. */
 size_t dpy_ring_bytes(uint64_t max_payload);
-/* The writer's ring of size bytes (dpy_ring_bytes), its pages allocated: its memfd, for the reader (the
-** caller closes it once passed; the mapping holds the memory), or -1 with errno. */
+/* The writer's ring of size bytes (dpy_ring_bytes), its pages allocated: its memfd, for the reader
+** (the caller closes it once passed; the mapping holds the memory), or -1 with errno. */
 int dpy_ring_create(dpy_ring *r, size_t size);
 /* The reader's: maps the ring the writer passed as fd (taken: closed in any case) after checking it
 ** is a memfd on tmpfs (not hugetlbfs, whose pages may not come back) of a page + size bytes
