@@ -23,6 +23,7 @@ static int map_ring(dpy_ring *r, int fd, size_t size) {
     if (m == MAP_FAILED)
         return -1;
     r->map = m;
+    r->bytes = r->map + page();
     r->size = size;
     r->pos = 0;
     return 0;
@@ -67,7 +68,7 @@ int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen)
         bad = "of an impossible size";
     else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != page() + size)
         bad = "not of the size announced";
-    else if (map_ring(r, fd, (size_t)size) != 0 || mprotect(r->map + page(), r->size, PROT_READ) != 0) {
+    else if (map_ring(r, fd, (size_t)size) != 0 || mprotect(r->bytes, r->size, PROT_READ) != 0) {
         e = errno;
         dpy_ring_free(r);
         bad = "this process could not map";
@@ -92,20 +93,20 @@ size_t dpy_ring_room(const dpy_ring *r, size_t want) {
 }
 
 void dpy_ring_put(dpy_ring *r, const void *data, size_t n) {
-    memcpy(r->map + page() + r->pos % r->size, data, n);
+    memcpy(r->bytes + r->pos % r->size, data, n);
     r->pos += n;   /* the reader learns of them by the socket, after this */
 }
 
 int dpy_ring_fits(const dpy_ring *r, size_t n) { return r->map && n > 0 && n <= dpy_ring_to_end(r); }
 
 void dpy_ring_get(dpy_ring *r, void *out, size_t n) {
-    memcpy(out, r->map + page() + r->pos % r->size, n);
+    memcpy(out, r->bytes + r->pos % r->size, n);
     r->pos += n;
     atomic_store_explicit(taken(r), r->pos, memory_order_release);
 }
 
 void dpy_ring_free(dpy_ring *r) {
     if (r->map)
-        munmap(r->map, page() + r->size);
+        munmap(r->map, (size_t)(r->bytes - r->map) + r->size);
     r->map = NULL;
 }

@@ -26,6 +26,7 @@
 
 typedef struct {
     uint8_t *map;    /* the header (a page), then size bytes; NULL: none */
+    uint8_t *bytes;  /* where those size bytes start */
     size_t size;
     uint64_t pos;    /* the writer's bytes written, or the reader's bytes taken */
 } dpy_ring;
