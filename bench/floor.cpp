@@ -6,7 +6,7 @@
 // mixes in DEGREE other models' copies from the previous round (equal weights, dpy-lua's mix
 // loop), and after them copies its parameters once into its own copy for the next round. That
 // splits a run's overhead into the algorithm's memory traffic and the runtime's own.
-// Prints "seconds_per_round <x>" (the median round after the first).
+// Prints "seconds_per_round <x>" (the mean round after the first) and "median_round <x>".
 // usage: bench_floor MODELS LOCAL_STEPS ROUNDS WORKERS [DEGREE]
 #include "fmnist.hpp"
 #include "mix.hpp"
@@ -110,8 +110,14 @@ int main(int argc, char **argv) {
             t.join();
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::sort(times.begin() + (rounds > 1 ? 1 : 0), times.end());
+    // the mean round after the first: the statistic bench/round_time.lua takes of a run (its
+    // elapsed time over its rounds), so that a round's spikes weigh the same on both sides
     size_t first = rounds > 1 ? 1 : 0;
-    std::printf("seconds_per_round %.6f\n", times[first + (times.size() - first - 1) / 2]);
+    double sum = 0;
+    for (size_t i = first; i < times.size(); i++)
+        sum += times[i];
+    std::printf("seconds_per_round %.6f\n", sum / (double)(times.size() - first));
+    std::sort(times.begin() + (long)first, times.end());
+    std::printf("median_round %.6f\n", times[first + (times.size() - first - 1) / 2]);
     return 0;
 }
