@@ -1088,6 +1088,16 @@ static int e_release(lua_State *L) {
     return 0;
 }
 
+/* ep:slots_waiting() -> how many of the process's nodes wait for a compute slot now */
+static int e_slots_waiting(lua_State *L) {
+    group *g = checkep(L, 1)->g;
+    pthread_mutex_lock(&g->mu);
+    lua_Integer n = (lua_Integer)g->nwaiting;
+    pthread_mutex_unlock(&g->mu);
+    lua_pushinteger(L, n);
+    return 1;
+}
+
 /* ep:report(round [, accuracy]): progress for the launcher's bar */
 static int e_report(lua_State *L) {
     endpoint_box *e = checkep(L, 1);
@@ -1222,7 +1232,7 @@ static int e_tostring(lua_State *L) {
 static const luaL_Reg ep_methods[] = {
     {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
     {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
-    {"report", e_report}, {"run", e_run}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
+    {"slots_waiting", e_slots_waiting}, {"report", e_report}, {"run", e_run}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
     {"attach_send", e_attach_send}, {"attach_hold", e_attach_hold}, {"attach_eval", e_attach_eval},
     {"attach_alive", e_attach_alive},
     {NULL, NULL}};

@@ -397,8 +397,9 @@ describe("decentralized runs", function()
   end)
 
   it("hands a free compute slot to the waiting node with the lowest round, then the lowest rank", function()
-    -- one slot: node 0 holds it while the others ask for it with the rounds below, then lets go;
-    -- each holds it in turn for a moment and logs when it got it
+    -- one slot: node 0 holds it until the others all ask for it with the rounds below, then lets
+    -- go; each holds it in turn for a moment and logs when it got it. Node 0 asks as round 1, which
+    -- waits for every node's build (a round 0 request would go before the builds still waiting)
     local path = tmpdir() .. "/slot_order.lua"
     write_file(path, [[
       local registry = require "dpy.registry"
@@ -409,9 +410,13 @@ describe("decentralized runs", function()
         new = function() return function(node, r)
           local ep = node.endpoint
           if node.uid == 0 then
-            ep:acquire(0)
+            ep:acquire(1)
             for k = 1, 6 do ep:send(k, 7, r, tensor.zeros(1)) end
-            host.sleep(2)   -- the others ask meanwhile
+            local deadline = host.clock() + 60
+            while ep:slots_waiting() < 6 do   -- the others ask meanwhile
+              assert(host.clock() < deadline, "the others did not all ask for the slot")
+              host.sleep(0.01)
+            end
           else
             assert(ep:recv(0, 7, r, 20, "float32"))
             ep:acquire(ASK[node.uid])
