@@ -1232,9 +1232,9 @@ static int e_tostring(lua_State *L) {
 static const luaL_Reg ep_methods[] = {
     {"uid", e_uid}, {"send", e_send}, {"recv", e_recv}, {"traffic", e_traffic},
     {"rejected", e_rejected}, {"late", e_late}, {"acquire", e_acquire}, {"release", e_release},
-    {"slots_waiting", e_slots_waiting}, {"report", e_report}, {"run", e_run}, {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll},
-    {"attach_send", e_attach_send}, {"attach_hold", e_attach_hold}, {"attach_eval", e_attach_eval},
-    {"attach_alive", e_attach_alive},
+    {"slots_waiting", e_slots_waiting}, {"report", e_report}, {"run", e_run},
+    {"attach_wait", e_attach_wait}, {"attach_poll", e_attach_poll}, {"attach_send", e_attach_send},
+    {"attach_hold", e_attach_hold}, {"attach_eval", e_attach_eval}, {"attach_alive", e_attach_alive},
     {NULL, NULL}};
 static const luaL_Reg group_methods[] = {
     {"wait", g_wait}, {"results", g_results}, {"progress", g_progress}, {"interrupt", g_interrupt},

@@ -397,9 +397,11 @@ describe("decentralized runs", function()
   end)
 
   it("hands a free compute slot to the waiting node with the lowest round, then the lowest rank", function()
-    -- one slot: node 0 holds it until the others all ask for it with the rounds below, then lets
-    -- go; each holds it in turn for a moment and logs when it got it. Node 0 asks as round 1, which
-    -- waits for every node's build (a round 0 request would go before the builds still waiting)
+    -- one slot: node 0 holds it while the others ask for it with the rounds below, one after
+    -- another from the highest rank down (so that neither the order of asking nor the rank alone
+    -- gives the order checked), then lets go; each holds it in turn for a moment and logs when it
+    -- got it. Node 0 asks as round 1, which waits for every node's build (a round 0 request would
+    -- go before the builds still waiting)
     local path = tmpdir() .. "/slot_order.lua"
     write_file(path, [[
       local registry = require "dpy.registry"
@@ -411,11 +413,13 @@ describe("decentralized runs", function()
           local ep = node.endpoint
           if node.uid == 0 then
             ep:acquire(1)
-            for k = 1, 6 do ep:send(k, 7, r, tensor.zeros(1)) end
             local deadline = host.clock() + 60
-            while ep:slots_waiting() < 6 do   -- the others ask meanwhile
-              assert(host.clock() < deadline, "the others did not all ask for the slot")
-              host.sleep(0.01)
+            for k = 6, 1, -1 do
+              ep:send(k, 7, r, tensor.zeros(1))
+              while ep:slots_waiting() < 7 - k do   -- node k asks before the next is told to
+                assert(host.clock() < deadline, "node " .. k .. " did not ask for the slot")
+                host.sleep(0.01)
+              end
             end
           else
             assert(ep:recv(0, 7, r, 20, "float32"))
