@@ -64,7 +64,8 @@ return {
     local asked = {}
     for t in read_file(dir .. "/asked"):gmatch("%-%-version (%S+)") do asked[#asked + 1] = tonumber(t) end
     assert.are.equal(2, #asked)
-    assert.is_true(math.abs(asked[2] - asked[1]) < 1, string.format("asked %.1f s apart", asked[2] - asked[1]))
+    -- side by side: the second asked before the first could answer (2 s after it was asked)
+    assert.is_true(math.abs(asked[2] - asked[1]) < 1.8, string.format("asked %.1f s apart", asked[2] - asked[1]))
     for uid = 0, 3 do assert.matches("done: 3 rounds", read_file(string.format("%s/slow/%d.log", dir, uid))) end
   end)
 

@@ -91,10 +91,26 @@ describe("peer failure #e2e", function()
 end)
 
 describe("a peer that has finished #e2e", function()
-  -- node 1 comes to round 3's exchange 2 s late: its neighbours 0 and 2 have missed its model by
-  -- then (round_timeout), ended their rounds and gone
-  local late = action("late", "pre_exchange",
-    "if node.uid == 1 and r == 3 then node.endpoint:release(); host.sleep(2) end")
+  -- what node 1 does to come late: it waits (without its slot) until its neighbours 0 and 2 have
+  -- logged their last line, then a moment more for their end to reach its process
+  local AFTER_NEIGHBOURS = [[
+    node.endpoint:release()
+    local deadline = host.clock() + 60
+    for _, peer in ipairs { 0, 2 } do
+      local path = node.dir .. "/" .. peer .. ".log"
+      while true do
+        local f = io.open(path)
+        local text = f and f:read("a") or ""
+        if f then f:close() end
+        if text:find("done: %d+ rounds") then break end
+        assert(host.clock() < deadline, "node " .. peer .. " did not finish")
+        host.sleep(0.05)
+      end
+    end
+    host.sleep(1)]]
+  -- node 1 comes to round 3's exchange late: its neighbours 0 and 2 have missed its model by then
+  -- (round_timeout), ended their rounds and gone
+  local late = action("late", "pre_exchange", "if node.uid == 1 and r == 3 then " .. AFTER_NEIGHBOURS .. " end")
 
   for _, processes in ipairs { 1, 2 } do
     it("under round_timeout, its model that can no longer come misses the round, " .. processes .. " process(es)",
@@ -125,8 +141,7 @@ describe("a peer that has finished #e2e", function()
   it("without round_timeout, a model that did not come is the peer's failure, said as such #e2e", function()
     -- every message dropped, one round: nodes 0 and 2 go on without node 1 and end; node 1 then
     -- finds them finished without their models
-    local sleepy = action("sleepy", "pre_exchange",
-      "if node.uid == 1 then node.endpoint:release(); host.sleep(2) end")
+    local sleepy = action("sleepy", "pre_exchange", "if node.uid == 1 then " .. AFTER_NEIGHBOURS .. " end")
     local code, _, err, out = run(TINY .. "rounds = 1\nfaults = { drop = 1.0 }\npeer_timeout = 0.5\n"
                                   .. "on_peer_failure = 'continue'\n" .. sleepy)
     assert.are.equal(0, code, err)

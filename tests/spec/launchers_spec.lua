@@ -393,8 +393,12 @@ describe("host.spawn", function()
       local argv = { %q, "-e", %q }
       for _ = 1, 40 do argv[#argv + 1] = "word" end
       local pid = assert(host.spawn(argv, %q))
-      host.sleep(0.5)
-      io.write((io.open("/proc/" .. pid .. "/cmdline"):read("a"):gsub("%%z", " ")))
+      local title, deadline = "", host.clock() + 10
+      repeat   -- until the child has set it
+        host.sleep(0.05)
+        title = io.open("/proc/" .. pid .. "/cmdline"):read("a"):gsub("%%z", " ")
+      until title:find("word") or host.clock() > deadline
+      io.write(title)
       host.kill(pid, 9)
       host.wait(pid)]], DPY_BIN, sleep, dir .. "/c.out"))
     local code, _, err = sh(shell_quote(DPY_BIN) .. " " .. dir .. "/a.lua")

@@ -129,11 +129,23 @@ describe("dpy.ssh.core.exec_all", function()
 
   it("runs the commands side by side and gives each its exit code, stdout and stderr, in order", function()
     local a, b, c = session(), session(), session()
-    local t0 = host.clock()
-    local r = ssh.exec_all { { a, "sleep 1; echo A; echo a >&2; exit 3" }, { b, "sleep 1; echo B" },
-                             { c, "sleep 1; printf C" } }
-    assert.is_true(host.clock() - t0 < 2.5, string.format("took %.1f s", host.clock() - t0))
+    -- each notes when its second of sleep began and ended: side by side, every one began before
+    -- any ended (the channels open one after another, which a loaded machine may make slow)
+    local times = tmpdir()
+    local function timed(name, rest)
+      return string.format("date +%%s.%%N > %s/%s.began; sleep 1; date +%%s.%%N > %s/%s.ended; %s",
+                           times, name, times, name, rest)
+    end
+    local r = ssh.exec_all { { a, timed("a", "echo A; echo a >&2; exit 3") }, { b, timed("b", "echo B") },
+                             { c, timed("c", "printf C") } }
     assert.are.same({ { 3, "A\n", "a\n" }, { 0, "B\n", "" }, { 0, "C", "" } }, r)
+    local last_began, first_ended = -math.huge, math.huge
+    for _, name in ipairs { "a", "b", "c" } do
+      last_began = math.max(last_began, tonumber(read_file(times .. "/" .. name .. ".began")))
+      first_ended = math.min(first_ended, tonumber(read_file(times .. "/" .. name .. ".ended")))
+    end
+    assert.is_true(last_began < first_ended, string.format("one began %.2f s after another ended",
+                                                           last_began - first_ended))
     assert.are.same({}, ssh.exec_all {})
     -- ten at a time on each of three sessions (sshd's MaxSessions), each its own output
     local many = {}

@@ -398,7 +398,7 @@ static void test_pause_protocol(void) {
     /* resume: rounds go on */
     CHECK(frame(c, 'L', 0, 7, "") == 0);
     CHECK(reply(c, &id, text, sizeof text) == 'L');
-    nap(40);
+    wait_started(nodes, N, top + 3);
     for (size_t i = 0; i < N; i++)
         CHECK(atomic_load(&nodes[i].started) > top + 2);
 
@@ -406,14 +406,15 @@ static void test_pause_protocol(void) {
     CHECK(frame(c, 'H', 0, 8, NULL) == 0);
     CHECK(reply(c, &id, text, sizeof text) == 'H');
     close(c);
-    nap(30);
-    int before = atomic_load(&nodes[0].started);
-    nap(40);
+    int before = atomic_load(&nodes[0].started);   /* held, no node begins a round */
+    for (int k = 0; k < 400 && atomic_load(&nodes[0].started) <= before; k++)
+        nap(5);   /* 2 s at most */
     CHECK(atomic_load(&nodes[0].started) > before);
 
     /* stop() wakes the nodes paused at a boundary */
     dpy_attach_limit(a, 0);
-    nap(30);
+    for (int k = 0; k < 400 && !dpy_attach_paused(a); k++)
+        nap(5);
     CHECK(dpy_attach_paused(a));
     dpy_attach_stop(a);
     for (size_t i = 0; i < N; i++) {

@@ -422,9 +422,11 @@ static void test_latency(void) {
     int a = 4, v = 0;
     double t0 = now_s();
     CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);
-    CHECK(recv_int(f, 1, 0, 1, 0.05, &v) == DPY_RECV_TIMEOUT);   /* not yet */
-    CHECK(recv_int(f, 1, 0, 1, 2.0, &v) == DPY_RECV_OK && v == 4);
-    CHECK(now_s() - t0 >= 0.2);
+    /* not yet: a wait that ends as asked times out; one the machine stalls past the latency may
+    ** take it, never before */
+    if (recv_int(f, 1, 0, 1, 0.05, &v) != DPY_RECV_OK)
+        CHECK(recv_int(f, 1, 0, 1, 2.0, &v) == DPY_RECV_OK);
+    CHECK(v == 4 && now_s() - t0 >= 0.2);
     dpy_fabric_close(f);
 
     o.latency = 0.01, o.latency_max = 0.05;
@@ -451,9 +453,10 @@ static void test_bandwidth(void) {
     int a = 4, v = 0;
     double t0 = now_s();
     CHECK(dpy_fabric_send(f, 0, 1, 0, 1, &a, sizeof a, err, sizeof err) == 0);   /* 44 bytes: 0.1 s */
-    CHECK(recv_int(f, 1, 0, 1, 0.08, &v) == DPY_RECV_TIMEOUT);   /* past the latency, not the transfer */
-    CHECK(recv_int(f, 1, 0, 1, 2.0, &v) == DPY_RECV_OK && v == 4);
-    CHECK(now_s() - t0 >= 0.01 + 0.1);
+    /* past the latency, not the transfer (as above: never before it) */
+    if (recv_int(f, 1, 0, 1, 0.08, &v) != DPY_RECV_OK)
+        CHECK(recv_int(f, 1, 0, 1, 2.0, &v) == DPY_RECV_OK);
+    CHECK(v == 4 && now_s() - t0 >= 0.01 + 0.1);
     dpy_fabric_close(f);
 
     o.latency = 0, o.bandwidth = 0;
