@@ -141,6 +141,13 @@ static void test_faults(void) {
     dpy_fabric_close(f);
 }
 
+/* Port base + offset for this test's listeners: each case its own offsets (0-15), from a base of
+** this process's own, below 32768, where the kernel gives outgoing connections their ports (a
+** test's listener on one that a connection beside it held failed with "Address already in use") */
+static int test_port(int offset) {
+    return 20000 + (int)((getpid() * 7) % 12000) + offset;
+}
+
 typedef struct {
     dpy_fabric_opts o;
     dpy_fabric *f;
@@ -182,7 +189,7 @@ static int open_two(opener p[2], int port, uint32_t max_payload, int no_ring) {
 }
 
 static void test_tcp(void) {
-    int port = 20000 + getpid() % 20000;
+    int port = test_port(0);
     opener p[2];
     if (open_two(p, port, 1 << 20, 0) != 0)
         return;
@@ -253,7 +260,7 @@ static void test_ring(void) {
     static uint8_t buf[11 << 20];
     for (int no_ring = 0; no_ring <= 1; no_ring++) {
         opener p[2];
-        if (open_two(p, 20000 + (getpid() + 7) % 20000 + 2 * no_ring, sizeof buf, no_ring) != 0)
+        if (open_two(p, test_port(2 + 2 * no_ring), sizeof buf, no_ring) != 0)
             return;
         /* the first leaves 16,928 bytes to the ring's end: less than a piece, the next starts there */
         const size_t sizes[] = {DPY_RING_BYTES - 16928, 861480, 861480, 861480, 64 << 10, 300000,
@@ -320,7 +327,7 @@ static void refused(opener p[2], char *last, size_t len) {
 }
 
 static void test_ring_misused(void) {
-    int base = 20000 + (getpid() + 13) % 20000, fds = check_open_fds();
+    int base = test_port(6), fds = check_open_fds();
     char err[256], last[320];
     uint8_t size[DPY_RING_OFFER];
     for (int k = 0; k < DPY_RING_OFFER; k++)
@@ -522,7 +529,7 @@ static void *raise_stop(void *arg) {
 ** the open gives up within a second or so, saying why, not after connect_timeout. Process 1 waits
 ** in its connect loop (process 0 never listens), process 0 at the start barrier. */
 static void test_stop_connecting(void) {
-    int port = 20000 + (getpid() + 7) % 10000;
+    int port = test_port(12);
     for (int me = 0; me <= 1; me++) {
         char a0[64], a1[64], err[256] = "";
         snprintf(a0, sizeof a0, "127.0.0.1:%d", port + 2 * me);
