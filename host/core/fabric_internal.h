@@ -149,9 +149,9 @@ typedef struct {
     dpy_auth_dir tx;                /* sending: this connection's key and sequence (write_mu) */
     dpy_auth_stream ts;             /* sending: the tag of the packet being written (write_mu) */
     int untagged;                   /* a Unix socket: packets go without a tag (write_mu) */
-    dpy_ring ring;                  /* there, the shared ring to it, once made (write_mu) */
-    int ring_state;                 /* 0: not yet, 1: made and passed, -1: none (write_mu) */
-    _Atomic uint64_t ring_bytes;    /* payload bytes sent through it */
+    dpy_ring ring;                  /* there, the shared ring to it, once made and passed (write_mu) */
+    int ring_off;                   /* never the ring: none could be made, or the peer is gone (write_mu) */
+    _Atomic uint64_t ring_bytes;    /* ring.pos, for readers without write_mu: bytes sent through it */
     const char *link;               /* "unix" or "tcp" once connected, kept after it is gone (mu) */
 } peer;
 

@@ -54,7 +54,7 @@ static int piece_word(dpy_frame *fr, size_t n, char *why, size_t whylen) {
         fr->inline_left = len;
         return DPY_FRAME_MORE;
     }
-    if (!dpy_ring_fits(&fr->ring, len)) {
+    if (len > dpy_ring_to_end(&fr->ring)) {   /* a piece never wraps round */
         snprintf(why, whylen, "a piece of %u bytes past the shared ring's end", len);
         return DPY_FRAME_BAD_HEADER;
     }

@@ -97,8 +97,6 @@ void dpy_ring_put(dpy_ring *r, const void *data, size_t n) {
     r->pos += n;   /* the reader learns of them by the socket, after this */
 }
 
-int dpy_ring_fits(const dpy_ring *r, size_t n) { return r->map && n > 0 && n <= dpy_ring_to_end(r); }
-
 void dpy_ring_get(dpy_ring *r, void *out, size_t n) {
     memcpy(out, r->bytes + r->pos % r->size, n);
     r->pos += n;

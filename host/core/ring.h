@@ -45,13 +45,11 @@ int dpy_ring_adopt(dpy_ring *r, int fd, uint64_t size, char *why, size_t whylen)
 /* The writer: how many of the next want bytes fit at once (0: the reader has not taken enough, or
 ** its count is impossible: then the bytes go on the socket). */
 size_t dpy_ring_room(const dpy_ring *r, size_t want);
-/* The writer: the bytes from its place to the ring's end. */
+/* The bytes from the writer's or the reader's place to the ring's end. */
 size_t dpy_ring_to_end(const dpy_ring *r);
 /* The writer: copies n bytes in (n <= dpy_ring_room). */
 void dpy_ring_put(dpy_ring *r, const void *data, size_t n);
-/* The reader: can the next n bytes be taken at once (n > 0, and not past the ring's end)? */
-int dpy_ring_fits(const dpy_ring *r, size_t n);
-/* The reader: copies the next n bytes out (dpy_ring_fits) and tells the writer they are taken. */
+/* The reader: copies the next n bytes out (n <= dpy_ring_to_end) and tells the writer they are taken. */
 void dpy_ring_get(dpy_ring *r, void *out, size_t n);
 /* Unmaps r; safe on a zeroed or freed ring. */
 void dpy_ring_free(dpy_ring *r);

@@ -159,7 +159,7 @@ static int write_sealed(peer *pe, int enc, const uint8_t hdr[DPY_WIRE_HEADER], c
 static int offer_ring(dpy_fabric *f, peer *pe) {
     int fd = dpy_ring_create(&pe->ring, dpy_ring_bytes(f->o.max_payload));
     if (fd < 0) {
-        pe->ring_state = -1;
+        pe->ring_off = 1;
         return 0;
     }
     dpy_header h = {.channel = DPY_CHANNEL_RING, .run_id = f->o.run_id, .length = DPY_RING_OFFER};
@@ -169,7 +169,6 @@ static int offer_ring(dpy_fabric *f, peer *pe) {
     struct iovec iov[1] = {{pkt, sizeof pkt}};
     int rc = send_msg(pe->fd, iov, 1, fd), e = errno;
     close(fd);   /* the mapping holds the memory, and the peer its own descriptor */
-    pe->ring_state = 1;
     errno = e;
     return rc == 0 ? 1 : -1;
 }
@@ -189,7 +188,7 @@ static int send_ringed(peer *pe, const uint8_t hdr[DPY_WIRE_HEADER], const uint8
         put32(word + 4, (uint32_t)pe->ring.pos);   /* where the reader must be: a check of step */
         if (through) {
             dpy_ring_put(&pe->ring, data + off, n);
-            atomic_fetch_add_explicit(&pe->ring_bytes, n, memory_order_relaxed);
+            atomic_store_explicit(&pe->ring_bytes, pe->ring.pos, memory_order_relaxed);
         } else {
             n = want;
         }
@@ -221,8 +220,8 @@ static int send_packet(dpy_fabric *f, int p, dpy_header *h, const void *data, si
     peer *pe = &f->peers[p];
     pthread_mutex_lock(&pe->write_mu);
     int untagged = pe->untagged, enc = f->o.encrypt && !untagged;
-    int ringed = untagged && pe->fd >= 0 && len >= DPY_RING_MIN_PACKET && !f->o.no_ring && pe->ring_state >= 0;
-    if (ringed && pe->ring_state == 0)
+    int ringed = untagged && pe->fd >= 0 && len >= DPY_RING_MIN_PACKET && !f->o.no_ring && !pe->ring_off;
+    if (ringed && !pe->ring.map)
         ringed = offer_ring(f, pe);
     h->checksum = 0;   /* the tag covers the payload (wire.h) */
     h->flags = (uint8_t)((enc ? DPY_FLAG_ENCRYPTED : 0) | (ringed > 0 ? DPY_FLAG_RING : 0));
@@ -529,7 +528,7 @@ static void drop_conn(dpy_fabric *f, conn *c) {
         pthread_mutex_lock(&pe->write_mu);
         pe->fd = -1;
         dpy_ring_free(&pe->ring);   /* nothing more goes to it */
-        pe->ring_state = -1;
+        pe->ring_off = 1;
         pthread_mutex_unlock(&pe->write_mu);
         dpy_fabric_process_gone(f, c->process);
     }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_failures, check_count;
 
@@ -37,6 +38,13 @@ static inline int check_open_fds(void) {
     if (d)
         closedir(d);
     return n;
+}
+
+/* A base for a test's listening ports, this process's own: below 32768, where the kernel gives
+** outgoing connections their ports (a listener on one that a connection beside it held failed with
+** "Address already in use"). */
+static inline int check_port_base(void) {
+    return 20000 + (int)((getpid() * 7) % 12000);
 }
 
 static int check_report(const char *name) {

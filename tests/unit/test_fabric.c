@@ -11,6 +11,7 @@
 
 #include <time.h>
 
+#include "bytes.h"
 #include "check.h"
 #include "fabric.h"
 #include "fabric_internal.h"
@@ -141,12 +142,8 @@ static void test_faults(void) {
     dpy_fabric_close(f);
 }
 
-/* Port base + offset for this test's listeners: each case its own offsets (0-15), from a base of
-** this process's own, below 32768, where the kernel gives outgoing connections their ports (a
-** test's listener on one that a connection beside it held failed with "Address already in use") */
-static int test_port(int offset) {
-    return 20000 + (int)((getpid() * 7) % 12000) + offset;
-}
+/* This test's listening ports: each case its own offsets (0-15) from check_port_base(). */
+static int test_port(int offset) { return check_port_base() + offset; }
 
 typedef struct {
     dpy_fabric_opts o;
@@ -330,8 +327,7 @@ static void test_ring_misused(void) {
     int base = test_port(6), fds = check_open_fds();
     char err[256], last[320];
     uint8_t size[DPY_RING_OFFER];
-    for (int k = 0; k < DPY_RING_OFFER; k++)
-        size[k] = (uint8_t)((uint64_t)DPY_RING_BYTES >> (8 * k));
+    put64(size, DPY_RING_BYTES);
     for (int attack = 0; attack < 3; attack++) {
         opener p[2];
         if (open_two(p, base + 2 * attack, 4 << 20, 0) != 0)

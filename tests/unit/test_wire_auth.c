@@ -736,7 +736,7 @@ static void test_stream_reuse(void) {
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    port_base = 20000 + (getpid() * 7) % 12000;   /* below 32768, where outgoing connections take ports */
+    port_base = check_port_base();
     test_hello_then_close();
     test_forged_data();
     test_idle_flood();
